@@ -1,0 +1,122 @@
+"""The process-wide slot registry and the `register_*` doors into it."""
+
+from __future__ import annotations
+
+import threading
+
+from ._custom_dirs import load_custom_module_dirs
+from ._records import KINDS, Origin, Provider, Registration, Slot
+from ._registry import Registry
+
+_default: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> Registry:
+    """This process's registry (discovery runs on first use, not at import)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Registry()
+    return _default
+
+
+def reset_registry(registry: Registry | None = None) -> Registry:
+    """Replace the process registry (tests, or after changing KERNELBAY_* variables)."""
+    global _default
+    _default = registry if registry is not None else Registry()
+    return _default
+
+
+def _register(kind: str, names: tuple[str, ...], target=None):
+    if target is not None:
+        default_registry().add(kind, names, target)
+        return target
+
+    def decorator(obj):
+        default_registry().add(kind, names, obj)
+        return obj
+
+    return decorator
+
+
+def register_model(*names: str, target=None):
+    """`@register_model("LlamaForCausalLM", ...)` or `register_model("X", target="pkg.mod:Cls")`."""
+    return _register("model", names, target)
+
+
+def register_vision_encoder(*names: str, target=None):
+    return _register("vision_encoder", names, target)
+
+
+def register_draft_model(*names: str, target=None):
+    """Speculative-decoding drafts, named `EAGLE3<TargetArch>`."""
+    return _register("draft_model", names, target)
+
+
+def register_attention_backend(*names: str, target=None):
+    return _register("attention_backend", names, target)
+
+
+def register_platform(*names: str, target=None):
+    return _register("platform", names, target)
+
+
+def register_config(*names: str, target=None):
+    """A transformers config class for an HF `model_type` transformers does not know."""
+    return _register("config", names, target)
+
+
+def resolve(kind: str, name: str):
+    """The object in slot (kind, name), importing its providers through the static index first."""
+    return default_registry().resolve(kind, name)
+
+
+def names(kind: str) -> list[str]:
+    return default_registry().names(kind)
+
+
+def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
+    """Provenance of one slot (winner, displaced, conflict); `load` imports its providers first."""
+    reg = default_registry()
+    if load:
+        try:
+            reg.resolve(kind, name)
+        except Exception:  # noqa: BLE001 - the slot (or its absence) is the answer here
+            pass
+    slot = reg.slot(kind, name)
+    return slot.to_dict() if slot else None
+
+
+def registered_slots(obj) -> list[tuple[str, str]]:
+    """Every (kind, name) `obj` registered for, including slots it lost since."""
+    return list(vars(obj).get("__kernelbay_slots__", ())) if hasattr(obj, "__dict__") else []
+
+
+def rebuild() -> None:
+    default_registry().rebuild()
+
+
+def unregister_provider(module: str) -> list[Registration]:
+    return default_registry().unregister_provider(module)
+
+
+def export_providers() -> dict:
+    return default_registry().export_providers()
+
+
+def import_providers(state: dict) -> None:
+    default_registry().import_providers(state)
+
+
+def prefer(name: str, provider: str) -> None:
+    default_registry().prefer(name, provider)
+
+
+__all__ = [
+    "KINDS", "Origin", "Provider", "Registration", "Registry", "Slot", "default_registry", "export_providers",
+    "import_providers", "load_custom_module_dirs", "names", "prefer", "rebuild", "register_attention_backend",
+    "register_config", "register_draft_model", "register_model", "register_platform", "register_vision_encoder",
+    "registered_slots", "reset_registry", "resolve", "slot_info", "unregister_provider",
+]

@@ -1,0 +1,75 @@
+"""`--custom-module-dirs`: import model/backend code from a file or folder at startup."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ..errors import CustomModuleDirError
+from ._imports import _where
+from ._records import Origin, Provider
+
+
+def _module_name_for(path: Path) -> str:
+    name = path.stem if path.is_file() else path.name
+    if not name.isidentifier():
+        raise CustomModuleDirError(f"custom module path {str(path)!r}: {name!r} is not a valid Python module name; "
+                                   "rename it (letters, digits, underscores)")
+    return name
+
+
+def _spec_for(path: Path, name: str):
+    if path.is_file():
+        if path.suffix != ".py":
+            raise CustomModuleDirError(f"custom module file {str(path)!r} is not a .py file")
+        return importlib.util.spec_from_file_location(name, path)
+    init = path / "__init__.py"
+    if not init.exists():
+        raise CustomModuleDirError(f"custom module dir {str(path)!r} has no __init__.py; "
+                                   "add one that imports your model modules (it is imported as a package)")
+    return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
+
+
+def _check_free(name: str, path: Path) -> None:
+    existing = sys.modules.get(name)
+    if existing is not None:
+        where = getattr(existing, "__file__", None) or "a built-in module"
+        raise CustomModuleDirError(f"custom module {str(path)!r} would be imported as {name!r}, but a module of "
+                                   f"that name is already loaded from {where}; rename the file or folder")
+
+
+def _exec(spec, name: str, path: Path) -> None:
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[loaded]
+        raise CustomModuleDirError(f"custom module {str(path)!r} failed at {_where(exc)}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+
+def load_custom_module_dirs(paths, registry=None) -> list[str]:
+    """Import each `.py` file by path and each folder as a package; registrations are custom-dir (external).
+
+    Loading the same path twice is a no-op. Returns the module names imported now.
+    """
+    from . import default_registry
+
+    registry = registry or default_registry()
+    imported = []
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if str(path) in registry.custom_paths:
+            continue
+        if not path.exists():
+            raise CustomModuleDirError(f"custom module dir {str(raw)!r} does not exist (resolved to {str(path)!r})")
+        name = _module_name_for(path)
+        _check_free(name, path)
+        provider = Provider(name, None, None, Origin.CUSTOM_DIR, str(path))
+        registry.run_in_frame(provider, lambda: _exec(_spec_for(path, name), name, path))
+        registry.custom_paths[str(path)] = name
+        imported.append(name)
+    return imported

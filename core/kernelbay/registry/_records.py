@@ -1,0 +1,167 @@
+"""Immutable records of the registry and the precedence rule that turns them into slots."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# Slot kinds and the entry-point group whose index names their providers. Vision encoders and
+# draft models are model modules, so they share the `kernelbay.models` index.
+KINDS = ("model", "vision_encoder", "draft_model", "attention_backend", "platform", "config")
+INDEX_GROUP = {
+    "model": "kernelbay.models",
+    "vision_encoder": "kernelbay.models",
+    "draft_model": "kernelbay.models",
+    "attention_backend": "kernelbay.attention_backends",
+    "platform": "kernelbay.platforms",
+    "config": "kernelbay.configs",
+}
+GROUPS = (
+    "kernelbay.models",
+    "kernelbay.attention_backends",
+    "kernelbay.platforms",
+    "kernelbay.configs",
+    "kernelbay.hooks",
+)
+# Distributions whose registrations are built-in: they only ever fill empty slots.
+FIRST_PARTY_DISTRIBUTIONS = frozenset(
+    {"kernelbay", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
+)
+
+
+class Origin(str, enum.Enum):
+    BUILTIN = "built-in"
+    EXTERNAL = "external"
+    CUSTOM_DIR = "custom-dir"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def normalize_dist(name: str) -> str:
+    """PEP 503 normalisation, so `Kernelbay_Acme` and `kernelbay-acme` are one distribution."""
+    return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
+
+
+def origin_of(distribution: str | None) -> Origin:
+    if distribution and normalize_dist(distribution) in FIRST_PARTY_DISTRIBUTIONS:
+        return Origin.BUILTIN
+    return Origin.EXTERNAL
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """Who registered: the provider module and where it comes from."""
+
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    origin: Origin = Origin.EXTERNAL
+    path: str | None = None  # file or dir, for custom-dir providers
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.origin is Origin.BUILTIN
+
+    def describe(self) -> str:
+        where = f"{self.distribution} {self.version}" if self.distribution else (self.path or "no distribution")
+        return f"{self.module} ({where}, {self.origin})"
+
+    def to_dict(self) -> dict:
+        return {
+            "module": self.module,
+            "distribution": self.distribution,
+            "version": self.version,
+            "origin": str(self.origin),
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One claim on one slot: `kind`/`name` -> `target` ("module:qualname"), by `provider`."""
+
+    kind: str
+    name: str
+    target: str
+    provider: Provider
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.name)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "target": self.target, "provider": self.provider.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The outcome for one (kind, name): the winner, whom it displaced, or a conflict."""
+
+    kind: str
+    name: str
+    winner: Registration | None
+    displaced: tuple[Registration, ...] = ()
+    conflict: tuple[Registration, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "winner": self.winner.to_dict() if self.winner else None,
+            "displaced": [r.to_dict() for r in self.displaced],
+            "conflict": [r.to_dict() for r in self.conflict],
+        }
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """`KERNELBAY_PREFER="Arch=dist,..."`: which provider wins a slot claimed twice."""
+
+    by_name: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> "Preferences":
+        pairs = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, who = item.partition("=")
+            if not sep or not name.strip() or not who.strip():
+                raise ValueError(f"KERNELBAY_PREFER entry {item!r} is not of the form Name=distribution")
+            pairs[name.strip()] = who.strip()
+        return cls(pairs)
+
+    def pick(self, name: str, candidates: Iterable[Registration]) -> Registration | None:
+        who = self.by_name.get(name)
+        if who is None:
+            return None
+        for reg in candidates:
+            dist = reg.provider.distribution
+            if who == reg.provider.module or (dist and normalize_dist(dist) == normalize_dist(who)):
+                return reg
+        return None
+
+
+def _one_per_provider(regs: Iterable[Registration]) -> list[Registration]:
+    """A provider that claims a slot twice keeps its last claim (its decorator order)."""
+    latest: dict[str, Registration] = {}
+    for reg in regs:
+        latest[reg.provider.module] = reg
+    return sorted(latest.values(), key=lambda r: r.provider.module)
+
+
+def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preferences) -> Slot:
+    """The precedence rule. Depends on the *set* of claims only, never on their order."""
+    claims = _one_per_provider(regs)
+    if not claims:
+        return Slot(kind, name, None)
+    external = [r for r in claims if not r.provider.is_builtin]
+    contenders = external or claims
+    if len(contenders) == 1:
+        winner = contenders[0]
+    else:
+        winner = prefs.pick(name, contenders)
+        if winner is None:
+            return Slot(kind, name, None, conflict=tuple(contenders))
+    displaced = tuple(r for r in claims if r is not winner)
+    return Slot(kind, name, winner, displaced)

@@ -1,0 +1,395 @@
+"""The slot registry: one mechanism for every slot kind, derived from a replayable log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .._trace import logger, trace
+from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
+from ._discovery import Discovery, EntryPointRecord, discover
+from ._imports import BrokenProvider, import_module, load_attribute
+from ._records import INDEX_GROUP, KINDS, Origin, Preferences, Provider, Registration, Slot, decide, origin_of
+
+KIND_LABEL = {
+    "model": "architecture",
+    "vision_encoder": "vision encoder",
+    "draft_model": "draft model",
+    "attention_backend": "attention backend",
+    "platform": "platform",
+    "config": "model_type",
+}
+# What a first-party plugin would provide if it were installed: named in "unknown" errors.
+FIRST_PARTY_PROVIDES = {
+    "model": {
+        **dict.fromkeys(("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                         "Phi3ForCausalLM", "Gemma2ForCausalLM"), "kernelbay-llama"),
+        **dict.fromkeys(("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"), "kernelbay-deepseek"),
+    },
+    "attention_backend": {
+        **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
+        **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
+    },
+}
+
+
+def _top(module: str) -> str:
+    return module.partition(".")[0]
+
+
+@dataclass
+class _Frame:
+    """Registrations made while one provider module imports; committed only if it succeeds."""
+
+    provider: Provider
+    registrations: list[Registration] = field(default_factory=list)
+    objects: dict[str, object] = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self, environ: dict | None = None, discovery: Discovery | None = None):
+        self._env = os.environ if environ is None else environ
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._discovery = discovery
+        self._indexed = False
+        self._log: dict[str, list[Registration]] = {}
+        self._slots: dict[tuple[str, str], Slot] = {}
+        self._objects: dict[str, object] = {}
+        self._resolved: dict[tuple[str, str], object] = {}
+        self._broken: dict[str, BrokenProvider] = {}
+        self._attempted: set[str] = set()
+        self._unloaded: set[str] = set()
+        self._warned: set[tuple[str, str, str]] = set()
+        self._prefs = Preferences.parse(self._env.get("KERNELBAY_PREFER", ""))
+        self.custom_paths: dict[str, str] = {}  # resolved path -> module name
+
+    # ---- discovery and the static index -------------------------------------------------
+    def discovery(self) -> Discovery:
+        with self._lock:
+            if self._discovery is None:
+                self._discovery = discover(self._env)
+            if not self._indexed:
+                self._indexed = True
+                self._record_metadata_slots(self._discovery)
+            return self._discovery
+
+    def _record_metadata_slots(self, found: Discovery) -> None:
+        """Backends, platforms and configs named by entry points fill their slots from metadata."""
+        for kind in ("attention_backend", "platform", "config"):
+            for entry in found.in_group(INDEX_GROUP[kind]):
+                provider = self._provider_of_entry(entry)
+                self._commit(provider, [Registration(kind, entry.name, entry.value, provider)])
+
+    @staticmethod
+    def _provider_of_entry(entry: EntryPointRecord) -> Provider:
+        return Provider(entry.module, entry.distribution, entry.version, entry.origin)
+
+    def index_entries(self, kind: str, name: str) -> list[EntryPointRecord]:
+        group = INDEX_GROUP[kind]
+        return [e for e in self.discovery().in_group(group) if e.name == name]
+
+    def names(self, kind: str) -> list[str]:
+        """Every name known for `kind` (index + registered), without importing anything."""
+        _check_kind(kind)
+        found = {e.name for e in self.discovery().in_group(INDEX_GROUP[kind])}
+        if kind in ("vision_encoder", "draft_model"):
+            found = set()
+        found |= {n for (k, n), s in self._slots.items() if k == kind and (s.winner or s.conflict)}
+        return sorted(found)
+
+    # ---- recording ----------------------------------------------------------------------
+    def _frames(self) -> list[_Frame]:
+        if not hasattr(self._local, "frames"):
+            self._local.frames = []
+        return self._local.frames
+
+    def provider_for_module(self, module: str) -> Provider:
+        """Where a module comes from: the entry-point index first, then installed metadata."""
+        for entry in self.discovery().entries:
+            if _top(entry.module) == _top(module):
+                return Provider(module, entry.distribution, entry.version, entry.origin)
+        dist = _distribution_of(module)
+        if dist is None:
+            return Provider(module)
+        return Provider(module, dist[0], dist[1], origin_of(dist[0]))
+
+    def add(self, kind: str, names: Iterable[str], target: object) -> None:
+        """Register `target` (a class, or "module:Class" imported lazily) under each name."""
+        _check_kind(kind)
+        names = _check_names(names)
+        key_target, owner = _target_and_owner(target)
+        frames = self._frames()
+        frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
+        with self._lock:
+            provider = frame.provider if frame else self.provider_for_module(owner)
+            regs = [Registration(kind, n, key_target, provider) for n in names]
+            if not isinstance(target, str):
+                _remember_slots(target, [(kind, n) for n in names])
+            if frame is not None:
+                frame.registrations.extend(regs)
+                if not isinstance(target, str):
+                    frame.objects[key_target] = target
+                return
+            if not isinstance(target, str):
+                self._objects[key_target] = target
+            self._commit(provider, regs)
+
+    def record(self, provider: Provider, registrations: Iterable[tuple[str, str, str]]) -> None:
+        """Add registrations of `provider` as (kind, name, "module:Class") — lazy, nothing imported."""
+        regs = [Registration(k, n, t, provider) for k, n, t in registrations]
+        for reg in regs:
+            _check_kind(reg.kind)
+        with self._lock:
+            self._commit(provider, regs)
+
+    def _commit(self, provider: Provider, regs: list[Registration]) -> None:
+        entries = self._log.setdefault(provider.module, [])
+        for reg in regs:
+            if reg not in entries:
+                entries.append(reg)
+                trace("register %s %r -> %s by %s", reg.kind, reg.name, reg.target, provider.describe())
+        self._unloaded.discard(provider.module)
+        for key in {r.key for r in regs}:
+            self._recompute(key)
+
+    def _recompute(self, key: tuple[str, str]) -> None:
+        claims = [r for regs in self._log.values() for r in regs if r.key == key]
+        slot = decide(key[0], key[1], claims, self._prefs)
+        if slot.winner is None and not slot.conflict:
+            self._slots.pop(key, None)
+        else:
+            self._slots[key] = slot
+        self._resolved.pop(key, None)
+        self._warn_displacement(slot)
+
+    def _warn_displacement(self, slot: Slot) -> None:
+        if slot.winner is None or slot.winner.provider.is_builtin:
+            return
+        for loser in slot.displaced:
+            mark = (slot.kind, slot.name, slot.winner.provider.module)
+            if loser.provider.is_builtin and mark not in self._warned:
+                self._warned.add(mark)
+                logger.warning("%s %r: external %s takes the slot from built-in %s", KIND_LABEL[slot.kind],
+                               slot.name, slot.winner.provider.describe(), loser.provider.describe())
+
+    # ---- importing providers --------------------------------------------------------------
+    def run_in_frame(self, provider: Provider, body) -> None:
+        """Run `body` (an import) collecting registrations; commit them only if it succeeds."""
+        with self._lock:
+            frame = _Frame(provider)
+            self._frames().append(frame)
+            try:
+                body()
+            finally:
+                self._frames().pop()
+            self._objects.update(frame.objects)
+            self._commit(provider, frame.registrations)
+
+    def import_provider(self, provider: Provider) -> None:
+        """Import one provider module in an isolating frame; a failure leaves nothing behind."""
+        with self._lock:
+            if provider.module in self._broken:
+                raise self._broken[provider.module].error
+            if provider.module in self._attempted:
+                return
+            self._attempted.add(provider.module)
+            trace("import %s", provider.describe())
+            try:
+                self.run_in_frame(provider, lambda: import_module(provider))
+            except PluginImportError as err:
+                self._broken[provider.module] = BrokenProvider(provider, err)
+                trace("broken %s: %s", provider.module, err)
+                raise
+
+    def _import_indexed(self, kind: str, name: str) -> list[BrokenProvider]:
+        broken = []
+        for entry in self.index_entries(kind, name):
+            if entry.module in self._unloaded:
+                continue
+            try:
+                self.import_provider(self._provider_of_entry(entry))
+            except PluginImportError:
+                broken.append(self._broken[entry.module])
+        return broken
+
+    # ---- resolving -----------------------------------------------------------------------
+    def resolve(self, kind: str, name: str) -> object:
+        """Import the providers the index names for (kind, name), apply precedence, return the object."""
+        hit = self._resolved.get((kind, name))
+        if hit is not None:
+            return hit
+        _check_kind(kind)
+        with self._lock:
+            self.discovery()
+            broken = self._import_indexed(kind, name)
+            slot = self._slots.get((kind, name))
+            self._raise_if_unresolvable(kind, name, slot, broken)
+            obj = self._load_winner(slot.winner)
+            self._resolved[(kind, name)] = obj
+            trace("resolve %s %r -> %s from %s", kind, name, slot.winner.target, slot.winner.provider.describe())
+            return obj
+
+    def _raise_if_unresolvable(self, kind, name, slot, broken) -> None:
+        label = KIND_LABEL[kind]
+        winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
+        for b in broken:
+            if not (b.provider.is_builtin and winner_external):
+                raise PluginImportError(f"cannot resolve {label} {name!r}: {b.error}") from b.error
+        if slot is not None and slot.conflict:
+            raise RegistrationConflict(_conflict_message(slot))
+        if slot is None or slot.winner is None:
+            raise UnknownNameError(self._unknown_message(kind, name))
+
+    def _unknown_message(self, kind: str, name: str) -> str:
+        msg = unknown_name_message(KIND_LABEL[kind], name, self.names(kind))
+        advertised = [e for e in self.index_entries(kind, name)]
+        if advertised:
+            who = ", ".join(f"{e.distribution} ({e.module})" for e in advertised)
+            return f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; run `kernelbay doctor`."
+        for info in self.discovery().plugins.values():
+            if info.refused and name in info.groups.get(INDEX_GROUP[kind], []):
+                return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
+        dist = FIRST_PARTY_PROVIDES.get(kind, {}).get(name)
+        if dist:
+            msg += f" It is provided by the first-party plugin {dist}: pip install {dist}."
+        return msg
+
+    def _load_winner(self, reg: Registration) -> object:
+        obj = self._objects.get(reg.target)
+        if obj is not None:
+            return obj
+        module = reg.target.partition(":")[0]
+        if reg.provider.origin is Origin.CUSTOM_DIR and reg.provider.path:
+            from ._custom_dirs import load_custom_module_dirs
+
+            load_custom_module_dirs([reg.provider.path], registry=self)
+        elif module == reg.provider.module:
+            self.import_provider(reg.provider)
+        obj = self._objects.get(reg.target) or load_attribute(reg.target, reg.provider)
+        self._objects[reg.target] = obj
+        return obj
+
+    # ---- the log ------------------------------------------------------------------------
+    def slot(self, kind: str, name: str) -> Slot | None:
+        return self._slots.get((kind, name))
+
+    def slots(self) -> list[Slot]:
+        return [self._slots[k] for k in sorted(self._slots)]
+
+    def log(self) -> list[Registration]:
+        return [r for regs in self._log.values() for r in regs]
+
+    def broken(self) -> list[BrokenProvider]:
+        return list(self._broken.values())
+
+    def rebuild(self) -> None:
+        """Drop every slot and replay the log."""
+        with self._lock:
+            self._slots.clear()
+            self._resolved.clear()
+            for key in {r.key for r in self.log()}:
+                self._recompute(key)
+
+    def unregister_provider(self, module: str) -> list[Registration]:
+        """Remove a provider's registrations; the slots it held go back to whoever else claims them."""
+        with self._lock:
+            removed = self._log.pop(module, [])
+            self._unloaded.add(module)
+            for key in {r.key for r in removed}:
+                self._recompute(key)
+            trace("unregistered %s (%d registrations)", module, len(removed))
+            return removed
+
+    def prefer(self, name: str, provider: str) -> None:
+        """API twin of KERNELBAY_PREFER: `provider` (distribution or module) wins slot `name`."""
+        with self._lock:
+            self._prefs = Preferences({**self._prefs.by_name, name: provider})
+            self.rebuild()
+
+    def export_providers(self) -> dict:
+        """The external providers as module names + their registrations, for a worker process."""
+        providers = {}
+        for reg in self.log():
+            if reg.provider.is_builtin:
+                continue
+            item = providers.setdefault(reg.provider.module, {"provider": reg.provider.to_dict(), "registrations": []})
+            item["registrations"].append([reg.kind, reg.name, reg.target])
+        return {"version": 1, "prefer": dict(self._prefs.by_name), "providers": list(providers.values())}
+
+    def import_providers(self, state: dict) -> None:
+        """Replay an export in this process: same registry, still lazy (nothing imported now)."""
+        with self._lock:
+            self._prefs = Preferences({**self._prefs.by_name, **state.get("prefer", {})})
+            for item in state["providers"]:
+                p = item["provider"]
+                provider = Provider(p["module"], p["distribution"], p["version"], Origin(p["origin"]), p["path"])
+                self.record(provider, [tuple(r) for r in item["registrations"]])
+            self.rebuild()
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown slot kind {kind!r}; kinds are: {', '.join(KINDS)}")
+
+
+def _check_names(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    if not names:
+        raise ValueError("register_*: give at least one name")
+    for n in names:
+        if not isinstance(n, str) or not n.strip() or n != n.strip():
+            raise ValueError(f"register_*: names must be non-empty strings without surrounding spaces, got {n!r}")
+    return names
+
+
+def _target_and_owner(target: object) -> tuple[str, str]:
+    if isinstance(target, str):
+        module, sep, qual = target.partition(":")
+        if not sep or not module or not qual:
+            raise ValueError(f"register_*: a string target must look like 'package.module:ClassName', got {target!r}")
+        return target, module
+    module = getattr(target, "__module__", None)
+    qual = getattr(target, "__qualname__", None)
+    if not module or not qual:
+        raise TypeError(f"register_*: cannot register {target!r}: it has no __module__/__qualname__")
+    return f"{module}:{qual}", module
+
+
+def _remember_slots(obj: object, keys: list[tuple[str, str]]) -> None:
+    """Each class remembers every slot it registered for, even one it later loses."""
+    try:
+        if "__kernelbay_slots__" not in vars(obj):
+            obj.__kernelbay_slots__ = []
+        obj.__kernelbay_slots__.extend(k for k in keys if k not in obj.__kernelbay_slots__)
+    except (TypeError, AttributeError):
+        pass  # not a class or not writable (a builtin): nothing to remember on
+
+
+_dist_cache: dict[str, list[str]] | None = None
+
+
+def _distribution_of(module: str) -> tuple[str, str] | None:
+    global _dist_cache
+    from importlib import metadata
+
+    if _dist_cache is None:
+        _dist_cache = metadata.packages_distributions()
+    names = _dist_cache.get(_top(module))
+    if not names:
+        return None
+    return names[0], metadata.version(names[0])
+
+
+def _conflict_message(slot: Slot) -> str:
+    who = " and ".join(r.provider.describe() for r in slot.conflict)
+    dists = [r.provider.distribution or r.provider.module for r in slot.conflict]
+    return (f"{KIND_LABEL[slot.kind]} {slot.name!r} is claimed by two providers: {who}. Choose one with "
+            f"KERNELBAY_PREFER=\"{slot.name}={dists[0]}\" (or kernelbay.registry.prefer({slot.name!r}, "
+            f"{dists[0]!r})), or uninstall/disable one of them.")
+
+
+logging.getLogger("kernelbay").addHandler(logging.NullHandler())

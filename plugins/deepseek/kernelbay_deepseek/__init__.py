@@ -1,0 +1,1 @@
+"""kernelbay-deepseek plugin."""

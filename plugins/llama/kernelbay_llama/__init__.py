@@ -1,0 +1,1 @@
+"""kernelbay-llama plugin."""

@@ -1,0 +1,1 @@
+"""kernelbay-torch plugin."""
