@@ -81,11 +81,11 @@ class Registry:
         """Backends, platforms and configs named by entry points fill their slots from metadata."""
         for kind in ("attention_backend", "platform", "config"):
             for entry in found.in_group(INDEX_GROUP[kind]):
-                provider = self._provider_of_entry(entry)
+                provider = self.provider_of_entry(entry)
                 self._commit(provider, [Registration(kind, entry.name, entry.value, provider)])
 
     @staticmethod
-    def _provider_of_entry(entry: EntryPointRecord) -> Provider:
+    def provider_of_entry(entry: EntryPointRecord) -> Provider:
         return Provider(entry.module, entry.distribution, entry.version, entry.origin)
 
     def index_entries(self, kind: str, name: str) -> list[EntryPointRecord]:
@@ -211,7 +211,7 @@ class Registry:
             if entry.module in self._unloaded:
                 continue
             try:
-                self.import_provider(self._provider_of_entry(entry))
+                self.import_provider(self.provider_of_entry(entry))
             except PluginImportError:
                 broken.append(self._broken[entry.module])
         return broken
@@ -272,6 +272,19 @@ class Registry:
         obj = self._objects.get(reg.target) or load_attribute(reg.target, reg.provider)
         self._objects[reg.target] = obj
         return obj
+
+    def indexed_slots(self) -> list[tuple[Slot, str]]:
+        """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
+        found = self.discovery()
+        out = {key: (slot, "registered") for key, slot in self._slots.items()}
+        by_name: dict[str, list[Registration]] = {}
+        for entry in found.in_group("kernelbay.models"):
+            provider = self.provider_of_entry(entry)
+            by_name.setdefault(entry.name, []).append(Registration("model", entry.name, entry.module, provider))
+        for name, claims in by_name.items():
+            if ("model", name) not in out:
+                out[("model", name)] = (decide("model", name, claims, self._prefs), "indexed")
+        return [out[k] for k in sorted(out)]
 
     # ---- the log ------------------------------------------------------------------------
     def slot(self, kind: str, name: str) -> Slot | None:

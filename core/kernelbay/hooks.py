@@ -1,0 +1,101 @@
+"""pluggy hooks for what is not a slot: config validation rules, model defaults.
+
+Plugins implement `register_*(register)` callbacks; the core owns collection and provenance.
+Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call, not at import::
+
+    from kernelbay.hooks import hookimpl
+
+    @hookimpl
+    def register_config_rules(register):
+        register(my_rule)      # my_rule(options) -> list[str] of violations
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import pluggy
+
+PROJECT = "kernelbay"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class HookSpecs:
+    @hookspec
+    def register_config_rules(self, register):
+        """Call `register(rule)`; `rule(options) -> list[str]` returns every violation it finds."""
+
+    @hookspec
+    def register_model_defaults(self, register):
+        """Call `register(architecture, defaults: dict)` to supply defaults for an architecture."""
+
+
+@dataclass(frozen=True)
+class BrokenHookPlugin:
+    name: str
+    distribution: str
+    cause: str
+
+
+_lock = threading.Lock()
+_manager: pluggy.PluginManager | None = None
+_broken: list[BrokenHookPlugin] = []
+
+
+def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
+    from .registry import default_registry
+    from .registry._imports import import_module
+    from .registry._records import Provider
+
+    for entry in default_registry().discovery().in_group("kernelbay.hooks"):
+        provider = Provider(entry.module, entry.distribution, entry.version, entry.origin)
+        try:
+            module = import_module(provider)
+            pm.register(module, name=entry.name)
+        except Exception as exc:  # noqa: BLE001 - a broken hook plugin is listed, never fatal
+            _broken.append(BrokenHookPlugin(entry.name, entry.distribution, str(exc)))
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process's hook manager; entry-point hook modules load on first call."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            pm = pluggy.PluginManager(PROJECT)
+            pm.add_hookspecs(HookSpecs)
+            _load_entry_point_plugins(pm)
+            _manager = pm
+        return _manager
+
+
+def broken_hook_plugins() -> list[BrokenHookPlugin]:
+    plugin_manager()
+    return list(_broken)
+
+
+def collect(hook_name: str) -> list[tuple[object, str]]:
+    """Call hook `hook_name` with a `register` callback; return (item, plugin name) pairs in call order."""
+    pm = plugin_manager()
+    collected: list[tuple[object, str]] = []
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        def register(*item, _plugin=impl.plugin_name):
+            collected.append((item[0] if len(item) == 1 else item, _plugin))
+
+        try:
+            impl.function(register=register)
+        except Exception as exc:
+            from .errors import PluginImportError
+
+            raise PluginImportError(f"hook {hook_name} of plugin {impl.plugin_name!r} raised "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    return collected
+
+
+def reset_hooks() -> None:
+    """Forget the manager (tests; after the registry is reset)."""
+    global _manager
+    with _lock:
+        _manager = None
+        _broken.clear()
