@@ -71,7 +71,7 @@ class Discovery:
 def _split_names(text: str | None) -> set[str] | None:
     if text is None or not text.strip():
         return None
-    return {normalize_dist(n) for n in text.split(",") if n.strip()}
+    return {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
 
 
 def _kernelbay_requirement(dist) -> str | None:

@@ -238,7 +238,7 @@ class Registry:
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
         for b in broken:
             if not (b.provider.is_builtin and winner_external):
-                raise PluginImportError(f"cannot resolve {label} {name!r}: {b.error}") from b.error
+                raise type(b.error)(f"cannot resolve {label} {name!r}: {b.error}") from b.error
         if slot is not None and slot.conflict:
             raise RegistrationConflict(_conflict_message(slot))
         if slot is None or slot.winner is None:
@@ -288,12 +288,15 @@ class Registry:
 
     # ---- the log ------------------------------------------------------------------------
     def slot(self, kind: str, name: str) -> Slot | None:
+        self.discovery()
         return self._slots.get((kind, name))
 
     def slots(self) -> list[Slot]:
+        self.discovery()
         return [self._slots[k] for k in sorted(self._slots)]
 
     def log(self) -> list[Registration]:
+        self.discovery()
         return [r for regs in self._log.values() for r in regs]
 
     def broken(self) -> list[BrokenProvider]:

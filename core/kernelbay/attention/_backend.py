@@ -1,0 +1,238 @@
+"""The AttentionBackend protocol: geometry-only construction, capability classmethods, paged forward."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Generic, TypeVar
+
+import torch
+
+from . import _cache_ops as ops
+from ._forward_args import AttentionForwardArgs, resolve_forward_args
+from ._geometry import AttentionGeometry
+from ._kv_spec import KVCacheSpec
+from ._metadata import AttentionMetadata
+from ._options import NoOptions, parse_options
+from ._requirements import AttentionRequirements
+from ._types import MODEL_DTYPES, SPARSE_NONE, KVLayout, normalize_kv_cache_dtype, storage_dtype
+
+TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
+_GEOMETRY_KEYS = ("scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
+                  "kv_cache_dtype", "options")
+
+
+class AttentionBackend(Generic[TMetadata]):
+    """Subclass, set the capability class attributes (or override the `supports_*` classmethods), and
+    implement `_attend`. Everything a selector asks is a classmethod: no instance, no cache, no tensors."""
+
+    name: ClassVar[str] = ""
+    Metadata: ClassVar[type[AttentionMetadata]] = AttentionMetadata
+    Options: ClassVar[type] = NoOptions
+
+    # capability declarations (None = any)
+    head_sizes: ClassVar[frozenset[int] | None] = None
+    dtypes: ClassVar[frozenset[str]] = frozenset(MODEL_DTYPES)
+    kv_cache_dtypes: ClassVar[frozenset[str]] = frozenset({"auto", *MODEL_DTYPES})
+    block_sizes: ClassVar[tuple[int, ...] | None] = None
+    kv_layouts: ClassVar[frozenset[KVLayout]] = frozenset(KVLayout)
+    mla: ClassVar[bool] = False
+    sliding_window: ClassVar[bool] = False
+    chunked_attention: ClassVar[bool] = False
+    logit_softcap: ClassVar[bool] = False
+    fused_rope: ClassVar[bool] = False
+    fused_qkv: ClassVar[bool] = False
+    sparse_modes: ClassVar[frozenset[str]] = frozenset({SPARSE_NONE})
+    platforms: ClassVar[frozenset[str] | None] = None
+    preferred_block_size: ClassVar[int] = 16
+
+    # -- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def supports_head_size(cls, head_size: int) -> bool:
+        return cls.head_sizes is None or head_size in cls.head_sizes
+
+    @classmethod
+    def supports_dtype(cls, dtype: str) -> bool:
+        return dtype in cls.dtypes
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype: str) -> bool:
+        return normalize_kv_cache_dtype(kv_cache_dtype) in cls.kv_cache_dtypes
+
+    @classmethod
+    def supported_block_sizes(cls) -> tuple[int, ...] | None:
+        """Block sizes this backend can page with; None means any."""
+        return cls.block_sizes
+
+    @classmethod
+    def supports_block_size(cls, block_size: int) -> bool:
+        sizes = cls.supported_block_sizes()
+        return sizes is None or block_size in sizes
+
+    @classmethod
+    def supports_kv_layout(cls, layout: KVLayout | str) -> bool:
+        return KVLayout.parse(layout) in cls.kv_layouts
+
+    @classmethod
+    def supports_mla(cls) -> bool:
+        return cls.mla
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return cls.sliding_window
+
+    @classmethod
+    def supports_chunked_attention(cls) -> bool:
+        return cls.chunked_attention
+
+    @classmethod
+    def supports_logit_softcap(cls) -> bool:
+        return cls.logit_softcap
+
+    @classmethod
+    def supports_fused_rope(cls) -> bool:
+        return cls.fused_rope
+
+    @classmethod
+    def supports_fused_qkv(cls) -> bool:
+        return cls.fused_qkv
+
+    @classmethod
+    def supports_sparse(cls, mode: str) -> bool:
+        return mode in cls.sparse_modes
+
+    @classmethod
+    def supports_platform(cls, platform: str) -> bool:
+        return cls.platforms is None or platform in cls.platforms
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        """Whether the kernels can run in this process (libraries importable, ...), and why not."""
+        return True, "available"
+
+    # -- the selector's question -------------------------------------------------------------------
+    @classmethod
+    def capability_failures(cls, req: AttentionRequirements) -> list[str]:
+        """Every capability `req` needs that this backend lacks, one line each (empty: capable)."""
+        from ._capabilities import capability_failures
+
+        return capability_failures(cls, req)
+
+    # -- per-step and per-layer hooks --------------------------------------------------------------
+    @classmethod
+    def prepare(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
+                device: str | torch.device = "cpu") -> TMetadata:
+        """This backend's metadata for one step: `[(query_len, context_len, block_table_row), ...]`."""
+        return cls.Metadata.build(requests, block_size, layout, device)
+
+    @classmethod
+    def parse_options(cls, values) -> object:
+        return parse_options(cls.name or cls.__name__, cls.Options, values)
+
+    @classmethod
+    def get_kv_cache_spec(cls, geometry: AttentionGeometry, model_dtype: str, kv_cache_dtype: str | None = "auto",
+                          block_size: int | None = None, layout: KVLayout | str = KVLayout.NHD,
+                          kv_scale_mode: str = "none") -> KVCacheSpec:
+        """The cache this backend wants for a layer; override to prefer another block size."""
+        mla = geometry.mla
+        return KVCacheSpec(num_kv_heads=1 if mla else geometry.num_kv_heads,
+                           head_dim=mla.latent_dim if mla else geometry.head_dim,
+                           dtype=storage_dtype(kv_cache_dtype, model_dtype),
+                           block_size=block_size or cls.preferred_block_size, layout=layout, mla=mla is not None,
+                           kv_scale_mode=kv_scale_mode)
+
+    # -- instance ----------------------------------------------------------------------------------
+    def __init__(self, layer_idx: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
+                 quant_config=None, **geometry):
+        unknown = sorted(set(geometry) - set(_GEOMETRY_KEYS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unknown geometry argument(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(_GEOMETRY_KEYS)}")
+        self.geometry = AttentionGeometry(
+            layer_idx=layer_idx, num_heads=num_heads, head_dim=head_dim,
+            num_kv_heads=num_kv_heads or num_heads, scale=geometry.get("scale") or head_dim ** -0.5,
+            attn_type=geometry.get("attn_type", "full_attention"), sliding_window=geometry.get("sliding_window"),
+            chunk_size=geometry.get("chunk_size"), logit_softcap=geometry.get("logit_softcap"),
+            mla=geometry.get("mla"))
+        self._refuse_unsupported_geometry()
+        self.quant_config = quant_config
+        self.kv_b_proj = geometry.get("kv_b_proj")
+        if self.geometry.mla is not None and self.kv_b_proj is None:
+            raise ValueError(f"layer {layer_idx}: an MLA layer needs kv_b_proj (latent -> per-head k_nope || v)")
+        self.kv_cache_dtype = normalize_kv_cache_dtype(geometry.get("kv_cache_dtype"))
+        self.options = type(self).parse_options(geometry.get("options"))
+        self.kv_cache: torch.Tensor | None = None
+        self.k_scale = self.v_scale = 1.0
+
+    def _refuse_unsupported_geometry(self) -> None:
+        req = AttentionRequirements.from_geometry(self.geometry, dtype="float32")
+        from ._capabilities import geometry_failures
+
+        failures = geometry_failures(type(self), req)
+        if failures:
+            raise ValueError(f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "
+                             f"{'; '.join(failures)}. Pick a backend that supports it "
+                             f"(see `kernelbay explain`) instead of silently attending differently")
+
+    def kv_cache_spec(self, model_dtype: str, block_size: int | None = None,
+                      layout: KVLayout | str = KVLayout.NHD) -> KVCacheSpec:
+        return type(self).get_kv_cache_spec(self.geometry, model_dtype, self.kv_cache_dtype, block_size, layout)
+
+    def attach_kv_cache(self, kv_cache: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+        """Give this layer its cache tensor (shape from `KVCacheSpec.cache_shape`)."""
+        planes = 1 if self.geometry.mla else 2
+        if kv_cache.dim() != 5 or kv_cache.shape[0] != planes:
+            raise ValueError(f"layer {self.geometry.layer_idx}: kv_cache must be 5-D with {planes} plane(s) "
+                             f"(see KVCacheSpec.cache_shape), got shape {tuple(kv_cache.shape)}")
+        if self.kv_cache_dtype != "auto" and kv_cache.dtype != ops.torch_dtype(self.kv_cache_dtype):
+            raise ValueError(f"layer {self.geometry.layer_idx}: kv_cache_dtype is {self.kv_cache_dtype} but the "
+                             f"cache tensor is {kv_cache.dtype}")
+        self.kv_cache, self.k_scale, self.v_scale = kv_cache, float(k_scale), float(v_scale)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: TMetadata,
+                forward_args: AttentionForwardArgs | None = None, **legacy) -> torch.Tensor:
+        """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent [T, kv_lora_rank], k_pe [T, rope])
+        -> [T, H, v_head_dim]. Writes k/v into the paged cache, then attends."""
+        args = resolve_forward_args(forward_args, legacy)
+        self._check_inputs(q, metadata)
+        if args.update_kv_cache:
+            self.write_kv(k, v, metadata)
+        out = self._attend(q, metadata, args)
+        if args.output is not None:
+            return args.output.copy_(out)
+        return out
+
+    def _check_inputs(self, q: torch.Tensor, metadata: AttentionMetadata) -> None:
+        if self.kv_cache is None:
+            raise RuntimeError(f"layer {self.geometry.layer_idx}: no KV cache attached; the engine must call "
+                               f"Attention.bind / attach_kv_cache before forward")
+        if not isinstance(metadata, self.Metadata):
+            raise TypeError(f"{self.name} needs {self.Metadata.__name__} (build it with {type(self).__name__}"
+                            f".prepare), got {type(metadata).__name__}")
+        g = self.geometry
+        if q.shape[1:] != (g.num_heads, g.head_dim) or q.shape[0] != metadata.num_tokens:
+            raise ValueError(f"layer {g.layer_idx}: q must be [T={metadata.num_tokens}, {g.num_heads}, "
+                             f"{g.head_dim}], got {tuple(q.shape)}")
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
+        """Store this step's keys/values (MLA: latent ‖ k_pe) at `metadata.slot_mapping`."""
+        slots, layout = metadata.slot_mapping, metadata.layout
+        if self.geometry.mla is not None:
+            entry = torch.cat([k, v], dim=-1).unsqueeze(1)
+            ops.write_plane(self.kv_cache[0], entry, slots, layout, self.k_scale)
+            return
+        ops.write_plane(self.kv_cache[0], k, slots, layout, self.k_scale)
+        ops.write_plane(self.kv_cache[1], v, slots, layout, self.v_scale)
+
+    def read_kv(self, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values at `slots` [N] as [N, kv_heads, head_dim] each (MLA: latent [N, kv_lora], k_pe [N, rope])."""
+        if self.geometry.mla is not None:
+            entry = ops.read_plane(self.kv_cache[0], slots, layout, dtype, self.k_scale)[:, 0]
+            return entry.split([self.geometry.mla.kv_lora_rank, self.geometry.mla.qk_rope_head_dim], dim=-1)
+        return (ops.read_plane(self.kv_cache[0], slots, layout, dtype, self.k_scale),
+                ops.read_plane(self.kv_cache[1], slots, layout, dtype, self.v_scale))
+
+    def _attend(self, q: torch.Tensor, metadata: TMetadata, args: AttentionForwardArgs) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement _attend(q, metadata, args)")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(layer={self.geometry.layer_idx}, {self.geometry.attn_type.value})"

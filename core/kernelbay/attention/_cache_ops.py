@@ -1,0 +1,63 @@
+"""Reading and writing the paged cache tensor (see `KVCacheSpec.cache_shape`), shared by backends."""
+
+from __future__ import annotations
+
+import torch
+
+from ._types import KVLayout
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                 "fp8_e4m3": torch.float8_e4m3fn}
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """torch dtype of a canonical dtype name."""
+    try:
+        return _TORCH_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"no torch dtype for {name!r}; use one of: {', '.join(_TORCH_DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Canonical name of a torch dtype."""
+    for name, value in _TORCH_DTYPES.items():
+        if value == dtype:
+            return name
+    raise ValueError(f"unsupported dtype {dtype}; use one of: {', '.join(_TORCH_DTYPES)}")
+
+
+def _to_storage(x: torch.Tensor, storage: torch.dtype, scale: float) -> torch.Tensor:
+    if storage == torch.float8_e4m3fn:
+        return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(storage)
+    return x.to(storage)
+
+
+def write_plane(plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, layout: KVLayout,
+                scale: float = 1.0) -> None:
+    """Store `values` [T, kv_heads, dim] at flat `slots` [T] of one cache plane."""
+    stored = _to_storage(values, plane.dtype, scale)
+    if layout is KVLayout.NHD:
+        nb, bs, h, d = plane.shape
+        plane.view(nb * bs, h, d).index_copy_(0, slots, stored)
+        return
+    bs = plane.shape[2]
+    plane[torch.div(slots, bs, rounding_mode="floor"), :, slots % bs, :] = stored
+
+
+def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype,
+               scale: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Gather `slots` [N] of one cache plane as [N, kv_heads, dim] in `dtype` (fp8 dequantised)."""
+    if layout is KVLayout.NHD:
+        nb, bs, h, d = plane.shape
+        flat = plane.view(nb * bs, h, d)
+        if out is not None and plane.dtype == dtype:
+            return torch.index_select(flat, 0, slots, out=out)
+        gathered = flat.index_select(0, slots)
+    else:
+        bs = plane.shape[2]
+        gathered = plane[torch.div(slots, bs, rounding_mode="floor"), :, slots % bs, :]
+    if gathered.dtype == dtype and scale == 1.0:
+        return gathered
+    result = gathered.to(dtype)
+    return result.mul_(scale) if scale != 1.0 else result

@@ -1,0 +1,123 @@
+"""The resolved shape of one attention layer, validated once at construction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._types import AttentionType
+
+_MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True, slots=True)
+class MLASpec:
+    """Multi-head latent attention geometry (DeepSeek-V2/V3). `q_lora_rank` may be None (V2-Lite)."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    def __post_init__(self):
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"MLA {name} must be a positive int, got {getattr(self, name)!r}")
+        if not isinstance(self.qk_rope_head_dim, int) or self.qk_rope_head_dim < 0:
+            raise ValueError(f"MLA qk_rope_head_dim must be an int >= 0, got {self.qk_rope_head_dim!r}")
+        if self.q_lora_rank is not None and (not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1):
+            raise ValueError(f"MLA q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}")
+
+    @property
+    def latent_dim(self) -> int:
+        """What the cache stores per token: kv_lora_rank + qk_rope_head_dim."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @classmethod
+    def from_any(cls, mla) -> "MLASpec":
+        """From an MLASpec, a config `MLAGeometry`-like object or a mapping; names every missing field."""
+        if isinstance(mla, cls):
+            return mla
+        get = mla.get if isinstance(mla, Mapping) else (lambda k, d=None: getattr(mla, k, d))
+        missing = [f for f in _MLA_FIELDS if get(f) is None]
+        if missing:
+            raise ValueError(f"MLA geometry is incomplete: missing {', '.join(missing)} "
+                             f"(MLA needs {', '.join(_MLA_FIELDS)}; q_lora_rank may be None)")
+        return cls(**{f: get(f) for f in _MLA_FIELDS}, q_lora_rank=get("q_lora_rank"))
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionGeometry:
+    """Everything about a layer that does not change from step to step."""
+
+    layer_idx: int
+    num_heads: int
+    head_dim: int
+    """Query/key head size; for MLA qk_nope_head_dim + qk_rope_head_dim."""
+    num_kv_heads: int
+    scale: float
+    attn_type: AttentionType = AttentionType.FULL
+    sliding_window: int | None = None
+    """Keys at most `sliding_window - 1` positions behind the query are visible (HF convention)."""
+    chunk_size: int | None = None
+    """Chunked attention (Llama 4): a query sees keys of its own `chunk_size`-aligned chunk only."""
+    logit_softcap: float | None = None
+    mla: MLASpec | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "attn_type", AttentionType.parse(self.attn_type))
+        if self.mla is not None:
+            object.__setattr__(self, "mla", MLASpec.from_any(self.mla))
+        for problem in self.problems():
+            raise ValueError(f"layer {self.layer_idx}: {problem}")
+
+    def problems(self) -> list[str]:
+        found = [p for p in (_positive(self, "num_heads"), _positive(self, "head_dim"),
+                             _positive(self, "num_kv_heads")) if p]
+        if found:
+            return found
+        if self.num_heads % self.num_kv_heads:
+            found.append(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if not self.scale > 0:
+            found.append(f"scale must be > 0, got {self.scale}")
+        found += self._kind_problems()
+        if self.logit_softcap is not None and not self.logit_softcap > 0:
+            found.append(f"logit_softcap must be > 0 or None, got {self.logit_softcap}")
+        if self.mla is not None and self.head_dim != self.mla.qk_head_dim:
+            found.append(f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {self.mla.qk_head_dim}, "
+                         f"got {self.head_dim}")
+        return found
+
+    def _kind_problems(self) -> list[str]:
+        kind = self.attn_type
+        if kind is AttentionType.SLIDING and not (self.sliding_window or 0) >= 1:
+            return [f"a sliding_attention layer needs sliding_window >= 1, got {self.sliding_window}"]
+        if kind is AttentionType.CHUNKED and not (self.chunk_size or 0) >= 1:
+            return [f"a chunked_attention layer needs chunk_size >= 1, got {self.chunk_size}"]
+        if kind is not AttentionType.SLIDING and self.sliding_window is not None:
+            return [f"sliding_window={self.sliding_window} given for a {kind.value} layer; "
+                    f"use attn_type='sliding_attention' or drop sliding_window"]
+        if kind is not AttentionType.CHUNKED and self.chunk_size is not None:
+            return [f"chunk_size={self.chunk_size} given for a {kind.value} layer; "
+                    f"use attn_type='chunked_attention' or drop chunk_size"]
+        return []
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+
+def _positive(geom: AttentionGeometry, name: str) -> str | None:
+    value = getattr(geom, name)
+    if isinstance(value, int) and value >= 1:
+        return None
+    return f"{name} must be a positive int, got {value!r}"

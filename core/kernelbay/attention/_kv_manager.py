@@ -1,0 +1,150 @@
+"""Paged KV-cache block allocator: a free list, per-request block tables and slot mapping."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Hashable, Sequence
+
+from ..errors import KernelbayError
+from ._metadata import StepRequest
+from ._types import KVLayout
+
+
+class KVCacheExhausted(KernelbayError, MemoryError):
+    """Not enough free blocks for an allocation; nothing was allocated."""
+
+
+class _Request:
+    __slots__ = ("blocks", "num_tokens")
+
+    def __init__(self):
+        self.blocks: list[int] = []
+        self.num_tokens = 0
+
+
+class KVCacheManager:
+    """Hands out cache blocks to requests; a block belongs to at most one request at a time.
+
+    Slots are logical (`block * block_size + offset`), the same for both layouts; the layout only
+    decides the cache tensor's shape (see `KVCacheSpec.cache_shape`).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = 16, layout: KVLayout | str = KVLayout.NHD):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.layout = KVLayout.parse(layout)
+        self._free: deque[int] = deque(range(num_blocks))
+        self._owner: list[Hashable | None] = [None] * num_blocks
+        self._requests: dict[Hashable, _Request] = {}
+
+    # -- queries -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return math.ceil(num_tokens / self.block_size)
+
+    def __contains__(self, request_id: Hashable) -> bool:
+        return request_id in self._requests
+
+    def request_ids(self) -> list[Hashable]:
+        return list(self._requests)
+
+    def num_tokens(self, request_id: Hashable) -> int:
+        return self._get(request_id).num_tokens
+
+    def block_table(self, request_id: Hashable) -> tuple[int, ...]:
+        """Physical block ids of the request, in token order."""
+        return tuple(self._get(request_id).blocks)
+
+    def slot_mapping(self, request_id: Hashable, num_new_tokens: int) -> list[int]:
+        """Flat slots of the request's last `num_new_tokens` tokens (the ones this step writes)."""
+        req = self._get(request_id)
+        if not 0 <= num_new_tokens <= req.num_tokens:
+            raise ValueError(f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}")
+        start = req.num_tokens - num_new_tokens
+        return [req.blocks[p // self.block_size] * self.block_size + p % self.block_size
+                for p in range(start, req.num_tokens)]
+
+    def step_request(self, request_id: Hashable, num_new_tokens: int) -> StepRequest:
+        """The metadata row for a request whose last `num_new_tokens` tokens are this step's queries."""
+        req = self._get(request_id)
+        return StepRequest(num_new_tokens, req.num_tokens - num_new_tokens, tuple(req.blocks))
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        return self.blocks_needed(num_tokens) <= len(self._free)
+
+    def can_append(self, request_id: Hashable, num_tokens: int = 1) -> bool:
+        return self._extra_blocks(self._get(request_id), num_tokens) <= len(self._free)
+
+    # -- changes -------------------------------------------------------------------------------
+    def allocate(self, request_id: Hashable, num_tokens: int) -> tuple[int, ...]:
+        """Reserve blocks for a new request's first `num_tokens` tokens; returns its block table."""
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id!r} already holds blocks; use append() to grow it or free() it first")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        req = _Request()
+        self._take(request_id, req, self.blocks_needed(num_tokens), num_tokens)
+        self._requests[request_id] = req
+        return tuple(req.blocks)
+
+    def append(self, request_id: Hashable, num_tokens: int = 1) -> tuple[int, ...]:
+        """Grow a request by `num_tokens` tokens; returns the blocks newly added (often none)."""
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        req = self._get(request_id)
+        before = len(req.blocks)
+        self._take(request_id, req, self._extra_blocks(req, num_tokens), req.num_tokens + num_tokens)
+        return tuple(req.blocks[before:])
+
+    def free(self, request_id: Hashable) -> int:
+        """Return every block of the request to the free list; returns how many."""
+        req = self._requests.pop(request_id, None)
+        if req is None:
+            raise KeyError(f"request {request_id!r} holds no blocks (never allocated or already freed)")
+        for block in req.blocks:
+            if self._owner[block] != request_id:
+                raise AssertionError(f"block {block} of {request_id!r} is owned by {self._owner[block]!r}")
+            self._owner[block] = None
+            self._free.append(block)
+        return len(req.blocks)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _get(self, request_id: Hashable) -> _Request:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise KeyError(f"request {request_id!r} holds no blocks; allocate() it first") from None
+
+    def _extra_blocks(self, req: _Request, num_tokens: int) -> int:
+        return self.blocks_needed(req.num_tokens + num_tokens) - len(req.blocks)
+
+    def _take(self, request_id: Hashable, req: _Request, count: int, new_num_tokens: int) -> None:
+        """All-or-nothing: either the request gets `count` more blocks or nothing changes."""
+        if count > len(self._free):
+            raise KVCacheExhausted(
+                f"KV cache exhausted: request {request_id!r} needs {count} more block(s) for {new_num_tokens} "
+                f"tokens but only {len(self._free)} of {self.num_blocks} are free; free or preempt a request "
+                f"(KVCacheManager.free) or give the cache more blocks")
+        for _ in range(count):
+            block = self._free.popleft()
+            if self._owner[block] is not None:
+                raise AssertionError(f"free block {block} is still owned by {self._owner[block]!r}")
+            self._owner[block] = request_id
+            req.blocks.append(block)
+        req.num_tokens = new_num_tokens
+
+    def build_step(self, batch: Sequence[tuple[Hashable, int]]) -> list[StepRequest]:
+        """Metadata rows for `[(request_id, num_new_tokens), ...]` (tokens already appended/allocated)."""
+        return [self.step_request(rid, n) for rid, n in batch]

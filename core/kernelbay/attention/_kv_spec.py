@@ -1,0 +1,89 @@
+"""How much cache one layer needs per token, and the shape of its paged cache tensor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._types import ELEMENT_BYTES, KVLayout, normalize_kv_cache_dtype
+
+KV_SCALE_MODES = ("none", "per_tensor")
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheSpec:
+    """Paged-cache geometry of one attention layer.
+
+    Standard layers cache k and v: `planes == 2`, each token stores `num_kv_heads x head_dim` per plane.
+    MLA layers cache the compressed latent `kv_lora_rank + qk_rope_head_dim` once: `planes == 1`,
+    `num_kv_heads == 1`, `head_dim == latent width`.
+    """
+
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    """Storage dtype: float32, bfloat16, float16 or fp8_e4m3 (never "auto": resolve it first)."""
+    block_size: int = 16
+    layout: KVLayout = KVLayout.NHD
+    mla: bool = False
+    kv_scale_mode: str = "none"
+    """fp8 only: "per_tensor" multiplies cached values by the layer's k_scale / v_scale when read."""
+
+    def __post_init__(self):
+        for name in ("num_kv_heads", "head_dim", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"KVCacheSpec.{name} must be >= 1, got {getattr(self, name)}")
+        dtype = normalize_kv_cache_dtype(self.dtype)
+        if dtype == "auto":
+            raise ValueError("KVCacheSpec.dtype must be a storage dtype; resolve 'auto' to the model dtype first")
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "layout", KVLayout.parse(self.layout))
+        if self.mla and self.num_kv_heads != 1:
+            raise ValueError(f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}")
+        if self.kv_scale_mode not in KV_SCALE_MODES:
+            raise ValueError(f"kv_scale_mode must be one of {KV_SCALE_MODES}, got {self.kv_scale_mode!r}")
+        if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
+            raise ValueError(f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}")
+
+    @property
+    def planes(self) -> int:
+        """2 (k and v) for standard attention, 1 (the latent) for MLA."""
+        return 1 if self.mla else 2
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Cache bytes one token takes in this layer."""
+        return self.planes * self.num_kv_heads * self.head_dim * ELEMENT_BYTES[self.dtype]
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.bytes_per_token * self.block_size
+
+    def num_blocks_for(self, num_bytes: int) -> int:
+        """How many blocks fit in `num_bytes` of memory for this layer."""
+        return num_bytes // self.bytes_per_block
+
+    def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
+        """(planes, num_blocks, block_size, kv_heads, head_dim) for NHD; block_size and kv_heads swap for HND."""
+        if self.layout is KVLayout.NHD:
+            return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
+        return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.head_dim)
+
+    def with_block_size(self, block_size: int) -> "KVCacheSpec":
+        return _replace(self, block_size=block_size)
+
+    def with_layout(self, layout: KVLayout | str) -> "KVCacheSpec":
+        return _replace(self, layout=KVLayout.parse(layout))
+
+    def allocate(self, num_blocks: int, device="cpu"):
+        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype."""
+        import torch
+
+        from ._cache_ops import torch_dtype
+
+        return torch.zeros(self.cache_shape(num_blocks), dtype=torch_dtype(self.dtype), device=device)
+
+
+def _replace(spec: KVCacheSpec, **changes) -> KVCacheSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)

@@ -1,0 +1,157 @@
+"""Per-step attention inputs for a packed batch, built once per step and shared by every layer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from ._types import KVLayout
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """One request's share of a step: `query_len` new tokens after `context_len` cached ones."""
+
+    query_len: int
+    context_len: int
+    block_table: tuple[int, ...]
+
+    def __post_init__(self):
+        if self.query_len < 1:
+            raise ValueError(f"query_len must be >= 1 (a request with no new token has no place in the step), "
+                             f"got {self.query_len}")
+        if self.context_len < 0:
+            raise ValueError(f"context_len must be >= 0, got {self.context_len}")
+
+    @property
+    def seq_len(self) -> int:
+        return self.context_len + self.query_len
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMetadata:
+    """What every layer needs to attend over the paged cache for one step of T packed tokens, B requests."""
+
+    num_reqs: int
+    """B, the number of requests in the step."""
+    num_tokens: int
+    """T, the number of packed new tokens (sum of query_lens)."""
+    block_size: int
+    """Tokens per cache block."""
+    layout: KVLayout
+    """NHD or HND: how the bound cache tensors store a block."""
+    query_start_loc: torch.Tensor
+    """(B + 1,) int32, where each request's tokens start in the packed batch; [-1] == T."""
+    query_lens: torch.Tensor
+    """(B,) int32, new tokens per request."""
+    context_lens: torch.Tensor
+    """(B,) int32, tokens already cached per request before this step."""
+    seq_lens: torch.Tensor
+    """(B,) int32, context_lens + query_lens: tokens attended to after this step's write."""
+    block_tables: torch.Tensor
+    """(B, max_blocks_per_req) int32, physical block ids per request, padded with -1."""
+    slot_mapping: torch.Tensor
+    """(T,) int64, flat cache slot (block * block_size + offset) receiving each new token's k/v."""
+    positions: torch.Tensor
+    """(T,) int64, each new token's position in its sequence (context_len + offset in the query)."""
+    kv_start_loc: torch.Tensor
+    """(B + 1,) int64, where each request's keys start in `kv_gather_index`; [-1] == sum(seq_lens)."""
+    kv_gather_index: torch.Tensor
+    """(sum(seq_lens),) int64, flat slot of every key of every request, request after request."""
+    query_lens_host: tuple[int, ...]
+    """Host copy of query_lens, so backends can loop without a device sync."""
+    seq_lens_host: tuple[int, ...]
+    """Host copy of seq_lens."""
+    max_query_len: int
+    max_seq_len: int
+
+    @property
+    def context_lens_host(self) -> tuple[int, ...]:
+        return tuple(s - q for s, q in zip(self.seq_lens_host, self.query_lens_host))
+
+    @property
+    def is_decode_only(self) -> bool:
+        """Every request adds exactly one token."""
+        return self.max_query_len == 1
+
+    def common_fields(self) -> dict[str, Any]:
+        """The base fields, to build a backend-specific subclass from a common instance."""
+        return {f.name: getattr(self, f.name) for f in fields(AttentionMetadata)}
+
+    @classmethod
+    def build(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
+              device: str | torch.device = "cpu") -> "AttentionMetadata":
+        """Build from `[(query_len, context_len, block_table_row), ...]`; subclasses add `_extras`."""
+        common = build_metadata(requests, block_size, layout, device)
+        return cls(**common.common_fields(), **cls._extras(common))
+
+    @classmethod
+    def _extras(cls, common: "AttentionMetadata") -> dict[str, Any]:
+        """Backend-specific fields computed once per step from the common ones (override in subclasses)."""
+        return {}
+
+
+def _as_step_request(item) -> StepRequest:
+    if isinstance(item, StepRequest):
+        return item
+    query_len, context_len, table = item
+    return StepRequest(int(query_len), int(context_len), tuple(int(b) for b in table))
+
+
+def _check_tables(reqs: Sequence[StepRequest], block_size: int) -> None:
+    for i, r in enumerate(reqs):
+        need = math.ceil(r.seq_len / block_size)
+        if len(r.block_table) < need:
+            raise ValueError(
+                f"request #{i} needs {need} block(s) for {r.seq_len} tokens (block_size {block_size}) but its "
+                f"block table has {len(r.block_table)}; grow it with KVCacheManager.append before building metadata")
+        if any(b < 0 for b in r.block_table[:need]):
+            raise ValueError(f"request #{i} has a negative block id in its block table {r.block_table[:need]}")
+
+
+def _padded_tables(reqs: Sequence[StepRequest]) -> torch.Tensor:
+    width = max(len(r.block_table) for r in reqs)
+    rows = [list(r.block_table) + [-1] * (width - len(r.block_table)) for r in reqs]
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+def _slots(req_ids: torch.Tensor, pos: torch.Tensor, tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Flat slot of token `pos` of request `req_ids` (vectorised)."""
+    blocks = tables[req_ids, torch.div(pos, block_size, rounding_mode="floor")].to(torch.int64)
+    return blocks * block_size + pos % block_size
+
+
+def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
+                   device: str | torch.device = "cpu") -> AttentionMetadata:
+    """Common per-step metadata; `requests` is `[(query_len, context_len, block_table_row), ...]`."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    reqs = [_as_step_request(r) for r in requests]
+    if not reqs:
+        raise ValueError("a step needs at least one request")
+    _check_tables(reqs, block_size)
+    q_host = tuple(r.query_len for r in reqs)
+    s_host = tuple(r.seq_len for r in reqs)
+    q_lens = torch.tensor(q_host, dtype=torch.int64)
+    s_lens = torch.tensor(s_host, dtype=torch.int64)
+    tables = _padded_tables(reqs)
+    ctx = s_lens - q_lens
+    q_req = torch.repeat_interleave(torch.arange(len(reqs)), q_lens)
+    q_start = torch.cat([q_lens.new_zeros(1), q_lens.cumsum(0)])
+    positions = torch.arange(int(q_start[-1])) - q_start[q_req] + ctx[q_req]
+    kv_req = torch.repeat_interleave(torch.arange(len(reqs)), s_lens)
+    kv_start = torch.cat([s_lens.new_zeros(1), s_lens.cumsum(0)])
+    kv_pos = torch.arange(int(kv_start[-1])) - kv_start[kv_req]
+    to = dict(device=device)
+    return AttentionMetadata(
+        num_reqs=len(reqs), num_tokens=sum(q_host), block_size=block_size, layout=KVLayout.parse(layout),
+        query_start_loc=q_start.to(torch.int32).to(**to), query_lens=q_lens.to(torch.int32).to(**to),
+        context_lens=ctx.to(torch.int32).to(**to), seq_lens=s_lens.to(torch.int32).to(**to),
+        block_tables=tables.to(**to), slot_mapping=_slots(q_req, positions, tables, block_size).to(**to),
+        positions=positions.to(**to), kv_start_loc=kv_start.to(**to),
+        kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(**to),
+        query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host))

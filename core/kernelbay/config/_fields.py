@@ -1,0 +1,71 @@
+"""Reading a config's keys: what config.json says, over what transformers parsed from it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConfigError
+
+
+class Fields:
+    """Key lookup with spellings: `raw` (config.json as written) wins over `parsed` (transformers' view).
+
+    `raw` keeps what transformers may rename or drop (and tells which keys were really written);
+    `parsed` fills class defaults and legacy spellings (`n_embd`, `rope_parameters`, ...).
+    """
+
+    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str):
+        self.raw = raw
+        self.parsed = parsed
+        self.source = source  # where the keys came from, for error messages
+        self.notes: list[str] = []  # how a default or a quirk was resolved, in words
+
+    def written(self, *names: str) -> bool:
+        """True when config.json itself has one of these keys (even with a null value)."""
+        return any(name in self.raw for name in names)
+
+    def get(self, *names: str, default: Any = None) -> Any:
+        """The first non-null value among `names`, looking in config.json first, then in the parse."""
+        for layer in (self.raw, self.parsed):
+            for name in names:
+                value = layer.get(name)
+                if value is not None:
+                    return value
+        return default
+
+    def get_int(self, *names: str, default: int | None = None) -> int | None:
+        value = self.get(*names)
+        if value is None:
+            return default
+        return self._as_int(names[0], value)
+
+    def required_int(self, *names: str) -> int:
+        """A positive integer that must be written down, under any of its spellings."""
+        if self.raw and not any(self.raw.get(name) is not None for name in names):
+            raise self.missing(names)
+        value = self.get_int(*names)
+        if value is None:
+            raise self.missing(names)
+        return value
+
+    def get_float(self, *names: str, default: float | None = None) -> float | None:
+        value = self.get(*names)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{self.source}: {names[0]} must be a number, got {value!r}.")
+        return float(value)
+
+    def get_bool(self, *names: str, default: bool = False) -> bool:
+        value = self.get(*names)
+        return default if value is None else bool(value)
+
+    def missing(self, names: tuple[str, ...]) -> ConfigError:
+        spellings = " / ".join(repr(n) for n in names)
+        return ConfigError(f"{self.source}: required field {spellings} is missing (or null); add it to config.json.")
+
+    def _as_int(self, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ConfigError(f"{self.source}: {name} must be an integer, got {value!r}.")
+        return int(value)

@@ -1,0 +1,152 @@
+"""The small frozen records a `ModelConfig` is made of: MLA geometry, RoPE, quantization, block-sparse."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import ConfigError
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def frozen_json(value: Any) -> Any:
+    """A read-only copy of JSON data: dicts become mapping proxies, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): frozen_json(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen_json(v) for v in value)
+    return value
+
+
+def thawed_json(value: Any) -> Any:
+    """The JSON-safe inverse of `frozen_json` (mapping proxies -> dicts, tuples -> lists)."""
+    if isinstance(value, Mapping):
+        return {k: thawed_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thawed_json(v) for v in value]
+    return value
+
+
+def _require_positive(owner: str, **values: int | None) -> None:
+    bad = [f"{name}={value!r}" for name, value in values.items() if not (isinstance(value, int) and value > 0)]
+    if bad:
+        raise ConfigError(f"{owner}: these must be positive integers", bad)
+
+
+@dataclass(frozen=True, slots=True)
+class MLAGeometry:
+    """Multi-head latent attention (DeepSeek V2/V3, Kimi K2).
+
+    Per token and layer the cache holds the compressed latent `[kv_lora_rank]` plus the shared
+    rotary key `[qk_rope_head_dim]`; `kv_b_proj` expands the latent to per-head `k_nope ‖ v`.
+    """
+
+    kv_lora_rank: int
+    q_lora_rank: int | None  # None: queries are projected directly (DeepSeek-V2-Lite)
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_head_dim: int | None = None  # DeepSeek V3.2 lightning indexer: one cached key per token
+
+    def __post_init__(self) -> None:
+        _require_positive("MLA geometry", kv_lora_rank=self.kv_lora_rank, qk_nope_head_dim=self.qk_nope_head_dim,
+                          qk_rope_head_dim=self.qk_rope_head_dim, v_head_dim=self.v_head_dim)
+        if self.q_lora_rank is not None:
+            _require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
+        if self.index_head_dim is not None:
+            _require_positive("MLA geometry", index_head_dim=self.index_head_dim)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head: the non-rotary part plus the rotary part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_width(self) -> int:
+        """Elements cached per token per layer: the latent, the rotary key, the indexer key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim + (self.index_head_dim or 0)
+
+    def to_dict(self) -> dict:
+        return {"kv_lora_rank": self.kv_lora_rank, "q_lora_rank": self.q_lora_rank,
+                "qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim,
+                "v_head_dim": self.v_head_dim, "index_head_dim": self.index_head_dim,
+                "cache_width": self.cache_width}
+
+
+@dataclass(frozen=True, slots=True)
+class RopeConfig:
+    """Rotary position embedding, resolved from `rope_scaling` / `rope_parameters` and top-level keys."""
+
+    theta: float
+    rope_type: str = "default"
+    factor: float | None = None
+    rotary_dim: int = 0  # rotated channels per head (< head_dim for partial rotary)
+    scaling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    original_max_position_embeddings: int | None = None
+    local_theta: float | None = None  # base for sliding-window layers when it differs (Gemma 3)
+
+    def __post_init__(self) -> None:
+        if self.rope_type not in ROPE_TYPES:
+            raise ConfigError(f"Unknown rope_type {self.rope_type!r}; known: {', '.join(ROPE_TYPES)}.")
+        if not self.theta > 0:
+            raise ConfigError(f"rope_theta must be positive, got {self.theta!r}.")
+        _require_positive("RoPE", rotary_dim=self.rotary_dim)
+        if self.rotary_dim % 2:
+            raise ConfigError(f"rotary_dim {self.rotary_dim} is odd; rotary embedding rotates channel pairs.")
+        if self.rope_type in ("linear", "dynamic", "yarn", "llama3") and not self.factor:
+            raise ConfigError(f"rope_type {self.rope_type!r} needs a positive 'factor' in rope_scaling.")
+
+    def to_dict(self) -> dict:
+        return {"theta": self.theta, "rope_type": self.rope_type, "factor": self.factor,
+                "rotary_dim": self.rotary_dim, "original_max_position_embeddings":
+                self.original_max_position_embeddings, "local_theta": self.local_theta,
+                "scaling": thawed_json(self.scaling)}
+
+
+@dataclass(frozen=True, slots=True)
+class QuantConfig:
+    """What `quantization_config` says, parsed but not judged: the MODELS side decides what loads."""
+
+    quant_method: str  # "fp8", "mxfp4", "compressed-tensors", "modelopt", "gptq", ...
+    fmt: str | None = None  # "e4m3" / "e5m2" for fp8 weights
+    weight_block_size: tuple[int, int] | None = None  # [out, in] tile that shares one scale
+    weight_granularity: str | None = None  # "block" | "tensor" | "channel" | "group"
+    activation_scheme: str | None = None  # "dynamic" | "static"
+    modules_to_not_convert: tuple[str, ...] = ()  # names/patterns kept in the checkpoint dtype
+    kv_cache_dtype: str | None = None  # e.g. "fp8_e4m3" when the checkpoint ships KV scales
+    raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.quant_method:
+            raise ConfigError("quantization_config has no quant_method and none could be inferred.")
+        if self.weight_block_size is not None:
+            if len(self.weight_block_size) != 2:
+                raise ConfigError(f"weight_block_size must be [rows, cols], got {list(self.weight_block_size)}.")
+            _require_positive("weight_block_size", rows=self.weight_block_size[0], cols=self.weight_block_size[1])
+
+    def to_dict(self) -> dict:
+        return {"quant_method": self.quant_method, "fmt": self.fmt,
+                "weight_block_size": list(self.weight_block_size) if self.weight_block_size else None,
+                "weight_granularity": self.weight_granularity, "activation_scheme": self.activation_scheme,
+                "modules_to_not_convert": list(self.modules_to_not_convert), "kv_cache_dtype": self.kv_cache_dtype}
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSparseGeometry:
+    """Phi-3-small block-sparse attention: local blocks plus every `vert_stride`-th block."""
+
+    block_size: int
+    num_local_blocks: int
+    vert_stride: int
+    homo_head_pattern: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive("block-sparse attention", block_size=self.block_size,
+                          num_local_blocks=self.num_local_blocks, vert_stride=self.vert_stride)
+
+    def to_dict(self) -> dict:
+        return {"block_size": self.block_size, "num_local_blocks": self.num_local_blocks,
+                "vert_stride": self.vert_stride, "homo_head_pattern": self.homo_head_pattern}

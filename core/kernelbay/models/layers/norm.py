@@ -1,0 +1,33 @@
+"""RMSNorm in the two flavours checkpoints use: `w * x` (Llama, Qwen, DeepSeek) and `(1 + w) * x` (Gemma)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dim, computed in float32 like the reference implementations.
+
+    `unit_offset=True` stores `w` as an offset from 1 (Gemma): the output is `x_hat * (1 + w)`, cast after
+    the multiply; otherwise `x_hat` is cast to the input dtype first and then scaled by `w` (Llama).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, *, unit_offset: bool = False):
+        super().__init__()
+        if dim <= 0 or eps <= 0:
+            raise ValueError(f"RMSNorm needs dim > 0 and eps > 0, got dim={dim}, eps={eps}")
+        self.eps = eps
+        self.unit_offset = unit_offset
+        # weight: [dim]; ones (or zeros with a unit offset) is the identity
+        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x_hat = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (x_hat * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * x_hat.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, unit_offset={self.unit_offset}"

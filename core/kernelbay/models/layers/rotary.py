@@ -1,0 +1,193 @@
+"""Rotary position embeddings: every RoPE variant the shipped families use, computed from positions on the fly.
+
+Frequencies follow transformers' `modeling_rope_utils` formula for formula (so logits match bit for bit in
+float32); they are built lazily on first use, never in `__init__`, so building a model on the meta device
+does not need any tensor math.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+
+
+@dataclass(frozen=True, slots=True)
+class RopeParams:
+    """What a rotary layer needs; `scaling` holds the type-specific keys (factor, beta_fast, long_factor, ...)."""
+
+    theta: float
+    rotary_dim: int  # leading dims of a head that rotate (partial rotary: < head_dim)
+    rope_type: str = "default"
+    max_position_embeddings: int = 2048
+    scaling: Mapping[str, object] = field(default_factory=dict)
+    interleaved: bool = False  # pairs (x0, x1), (x2, x3) rotate together (DeepSeek) instead of halves
+
+    def __post_init__(self):
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"rope_type {self.rope_type!r} is not supported; use one of {', '.join(ROPE_TYPES)}")
+        if self.rotary_dim <= 0 or self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be a positive even number, got {self.rotary_dim}")
+        if self.theta <= 0:
+            raise ValueError(f"rope theta must be > 0, got {self.theta}")
+
+    def get(self, key: str, default=None):
+        value = self.scaling.get(key)
+        return default if value is None else value
+
+    @property
+    def original_max(self) -> int:
+        return int(self.get("original_max_position_embeddings", self.max_position_embeddings))
+
+
+def _base_inv_freq(p: RopeParams, base: float | None = None) -> torch.Tensor:
+    dim = p.rotary_dim
+    base = p.theta if base is None else base
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+
+
+def _default(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    return _base_inv_freq(p), 1.0
+
+
+def _linear(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    return _base_inv_freq(p) / float(p.get("factor")), 1.0
+
+
+def _dynamic(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    dim, factor, max_pos = p.rotary_dim, float(p.get("factor")), p.max_position_embeddings
+    seq_len = max(seq_len, max_pos)
+    base = p.theta * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2))
+    return _base_inv_freq(p, base), 1.0
+
+
+def _llama3(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    inv_freq = _base_inv_freq(p)
+    factor, low, high = float(p.get("factor")), float(p.get("low_freq_factor")), float(p.get("high_freq_factor"))
+    old_len = p.original_max
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(is_medium, smoothed, scaled), 1.0
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_attention_factor(p: RopeParams, factor: float) -> float:
+    if p.get("attention_factor") is not None:
+        return float(p.get("attention_factor"))
+    mscale, mscale_all_dim = p.get("mscale"), p.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return float(yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim))
+    return yarn_mscale(factor)
+
+
+def _yarn_ramp(p: RopeParams, dim: int) -> torch.Tensor:
+    """1 where a frequency keeps its original value (extrapolates), 0 where it is interpolated."""
+    base, orig = p.theta, p.original_max
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(p.get("beta_fast", 32)), correction_dim(p.get("beta_slow", 1))
+    if p.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # avoid a zero-width ramp
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    return 1 - ramp
+
+
+def _yarn(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    dim = p.rotary_dim
+    factor = float(p.get("factor") or p.max_position_embeddings / p.original_max)
+    pos_freqs = p.theta ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    keep = _yarn_ramp(p, dim)
+    inv_freq = interpolation * (1 - keep) + extrapolation * keep
+    return inv_freq, _yarn_attention_factor(p, factor)
+
+
+def _longrope(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
+    dim, orig = p.rotary_dim, p.original_max
+    factor = float(p.get("factor") or p.max_position_embeddings / orig)
+    attention_factor = p.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = p.get("long_factor") if seq_len > orig else p.get("short_factor")
+    if ext is None or len(ext) != dim // 2:
+        raise ValueError(f"longrope needs long_factor and short_factor of length rotary_dim/2 = {dim // 2}")
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (torch.tensor(ext, dtype=torch.float32) * p.theta**exponents), float(attention_factor)
+
+
+_INV_FREQ: dict[str, Callable[[RopeParams, int], tuple[torch.Tensor, float]]] = {
+    "default": _default, "linear": _linear, "dynamic": _dynamic,
+    "llama3": _llama3, "yarn": _yarn, "longrope": _longrope,
+}
+# Types whose frequencies depend on how far the step's positions reach.
+_LENGTH_DEPENDENT = {"dynamic": lambda p: p.max_position_embeddings, "longrope": lambda p: p.original_max}
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Applies RoPE to packed q [T, H, D] and k [T, Hk, D] at `positions` [T]; dims past rotary_dim pass through."""
+
+    def __init__(self, params: RopeParams):
+        super().__init__()
+        self.params = params
+        self._tables: dict[bool, tuple[torch.Tensor, float]] = {}
+
+    def _inv_freq(self, positions: torch.Tensor) -> tuple[torch.Tensor, float]:
+        long = False
+        threshold = _LENGTH_DEPENDENT.get(self.params.rope_type)
+        if threshold is not None and positions.numel():
+            long = int(positions.max()) + 1 > threshold(self.params)
+        if self.params.rope_type == "dynamic" and long:
+            return _dynamic(self.params, int(positions.max()) + 1)
+        if long not in self._tables:
+            self._tables[long] = _INV_FREQ[self.params.rope_type](self.params, threshold(self.params) + 1 if long else 0)
+        return self._tables[long]
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin: [T, rotary_dim] (halves repeated), scaled by the variant's attention factor."""
+        inv_freq, attention_factor = self._inv_freq(positions)
+        freqs = positions[:, None].float() * inv_freq.to(positions.device)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        rot_dim = self.params.rotary_dim
+        x_rot, x_pass = x[..., :rot_dim], x[..., rot_dim:]
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        if self.params.interleaved:
+            half = rot_dim // 2
+            cos, sin = cos[..., :half], sin[..., :half]
+            even, odd = x_rot[..., 0::2], x_rot[..., 1::2]
+            rotated = torch.cat([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
+        else:
+            rotated = x_rot * cos + _rotate_half(x_rot) * sin
+        return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.cos_sin(positions, q.dtype)
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def extra_repr(self) -> str:
+        p = self.params
+        return f"type={p.rope_type}, rotary_dim={p.rotary_dim}, theta={p.theta}, interleaved={p.interleaved}"

@@ -1,0 +1,15 @@
+"""The CPU platform: always present."""
+
+from __future__ import annotations
+
+from ._base import Platform
+
+
+class CpuPlatform(Platform):
+    name = "cpu"
+    device_type = "cpu"
+    # Decided by benchmarks/attention.py (see benchmarks/RESULTS-attention.md), not by guess.
+    default_priority = ("SDPA", "VANILLA", "FLEX")
+
+    def is_current(self) -> tuple[bool, str]:
+        return True, "a CPU is always present (used when no accelerator platform is current)"

@@ -1,0 +1,71 @@
+"""Fixture plugin distributions, installed for real (pip --target) once per session."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelbay.hooks import reset_hooks
+from kernelbay.registry import Registry, default_registry, reset_registry
+from kernelbay.registry._discovery import discover
+
+DISTS = Path(__file__).parent / "dists"
+FIXTURE_PACKAGES = ("kb_good", "kb_other", "kb_syntax", "kb_missingdep", "kb_raising", "kb_attrerror",
+                    "kb_badversion", "kb_liar", "kb_conflict_a", "kb_conflict_b")
+
+
+def install_fixture_dists(target: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+           "--target", str(target), *sorted(str(d) for d in DISTS.iterdir() if d.is_dir())]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def fixture_site(tmp_path_factory) -> Path:
+    """A site directory holding every fixture distribution, on sys.path for this session."""
+    site = install_fixture_dists(tmp_path_factory.mktemp("site"))
+    sys.path.insert(0, str(site))
+    yield site
+    sys.path.remove(str(site))
+
+
+def _purge_fixture_modules() -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] in FIXTURE_PACKAGES]:
+        del sys.modules[name]
+    builtins.__dict__.pop("_kb_fixture_imports", None)
+
+
+def fixture_imports() -> list[str]:
+    """Fixture modules executed since the test began (each module appends itself when run)."""
+    return list(builtins.__dict__.get("_kb_fixture_imports", []))
+
+
+@pytest.fixture
+def make_registry(fixture_site):
+    """Build the process registry over the real environment plus the fixture site."""
+    previous = default_registry()
+
+    def make(**env: str) -> Registry:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")} | env
+        registry = Registry(environ=environ, discovery=discover(environ, path=[str(fixture_site), *sys.path]))
+        reset_registry(registry)
+        reset_hooks()
+        return registry
+
+    _purge_fixture_modules()
+    yield make
+    _purge_fixture_modules()
+    reset_registry(previous)
+    reset_hooks()
+
+
+def env_with_site(site: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env | extra

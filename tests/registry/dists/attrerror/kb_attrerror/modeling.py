@@ -1,0 +1,6 @@
+
+import os
+
+from kernelbay import register_model
+
+SETTING = os.no_such_function()

@@ -1,0 +1,2 @@
+
+raise AssertionError("a refused plugin must never be imported")

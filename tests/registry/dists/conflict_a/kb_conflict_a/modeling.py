@@ -1,0 +1,7 @@
+
+from kernelbay import register_model
+
+
+@register_model("ConflictForCausalLM")
+class ConflictA:
+    pass

@@ -1,0 +1,11 @@
+
+from kernelbay.hooks import hookimpl
+
+
+def no_beams(options):
+    return ["good: beam search is not supported"] if options.get("beam_width", 1) > 1 else []
+
+
+@hookimpl
+def register_config_rules(register):
+    register(no_beams)

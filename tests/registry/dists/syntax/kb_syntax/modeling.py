@@ -1,0 +1,6 @@
+
+from kernelbay import register_model
+
+@register_model("SyntaxForCausalLM")
+class SyntaxForCausalLM(:
+    pass
