@@ -55,8 +55,6 @@ def _select_groups(items, requested, platform_name, installed) -> LayerGroupSele
 def _check_group(group: str, requested: str, verdicts, req) -> None:
     try:
         _check_requested(requested, verdicts, req)
-    except NoCapableBackend:
-        raise
     except Exception as exc:
         exc.args = (f"layer group {group!r}: {exc.args[0]}",) + exc.args[1:]
         raise

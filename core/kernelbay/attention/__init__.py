@@ -1,0 +1,47 @@
+"""The attention protocol, the paged KV cache and the backend selector.
+
+- protocol: `AttentionBackend`, `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
+  `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
+- layers: `Attention` (the nn.Module models use), `create_attention`, `collect_attention_layers`,
+  `attention_layers`;
+- KV cache: `KVCacheSpec`, `KVCacheManager`, `KVCacheExhausted`;
+- selection: `AttentionRequirements`, `select_attention_backend`, `SelectionResult`, `CandidateReport`,
+  `select_for_layer_groups`, `select_for_model`, `LayerGroupSelection`, `BackendNotCapable`,
+  `NoCapableBackend`, `clear_selection_cache`;
+- validation: `AttentionOptions`, `validate_options`.
+"""
+
+from __future__ import annotations
+
+from ._backend import AttentionBackend
+from ._forward_args import AttentionForwardArgs
+from ._geometry import AttentionGeometry, MLASpec
+from ._groups import LayerGroupSelection, clear_group_cache, select_for_layer_groups, select_for_model
+from ._kv_manager import KVCacheExhausted, KVCacheManager
+from ._kv_spec import KVCacheSpec
+from ._layer import Attention, attention_layers, collect_attention_layers
+from ._factory import create_attention
+from ._metadata import AttentionMetadata, StepRequest, build_metadata
+from ._options import NoOptions
+from ._requirements import AttentionRequirements
+from ._selector import (BACKEND_ENV, BackendNotCapable, CandidateReport, NoCapableBackend, SelectionResult,
+                        select_attention_backend)
+from ._selector import clear_selection_cache as _clear_single
+from ._types import AttentionType, KVLayout
+from ._validation import AttentionOptions, validate_options
+
+
+def clear_selection_cache() -> None:
+    """Forget every cached selection (after registering or unloading backends at runtime)."""
+    _clear_single()
+    clear_group_cache()
+
+
+__all__ = [
+    "BACKEND_ENV", "Attention", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",
+    "AttentionMetadata", "AttentionOptions", "AttentionRequirements", "AttentionType", "BackendNotCapable",
+    "CandidateReport", "KVCacheExhausted", "KVCacheManager", "KVCacheSpec", "KVLayout", "LayerGroupSelection",
+    "MLASpec", "NoCapableBackend", "NoOptions", "SelectionResult", "StepRequest", "attention_layers",
+    "build_metadata", "clear_selection_cache", "collect_attention_layers", "create_attention",
+    "select_attention_backend", "select_for_layer_groups", "select_for_model", "validate_options",
+]

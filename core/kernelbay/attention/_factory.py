@@ -1,0 +1,36 @@
+"""`create_attention`: a backend instance for one layer, geometry validated at construction."""
+
+from __future__ import annotations
+
+from ._backend import AttentionBackend
+from ._geometry import AttentionGeometry, MLASpec
+
+
+def backend_class(backend: str | type[AttentionBackend]) -> type[AttentionBackend]:
+    """A backend class from a class or an installed backend name."""
+    if isinstance(backend, type):
+        if not issubclass(backend, AttentionBackend):
+            raise TypeError(f"{backend.__name__} is not an AttentionBackend subclass")
+        return backend
+    from ..registry import resolve
+
+    return resolve("attention_backend", backend)
+
+
+def create_attention(layer_idx: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None, *,
+                     backend: str | type[AttentionBackend], scale: float | None = None,
+                     attn_type: str = "full_attention", sliding_window: int | None = None,
+                     chunk_size: int | None = None, logit_softcap: float | None = None, mla=None,
+                     kv_b_proj=None, quant_config=None, kv_cache_dtype: str | None = "auto",
+                     options=None) -> AttentionBackend:
+    """Validate the geometry (MLA completeness, chunked on an incapable backend, ...) and build the backend.
+
+    Every problem is a ValueError that says what to change; nothing falls back to full attention.
+    """
+    cls = backend_class(backend)
+    mla_spec = MLASpec.from_any(mla) if mla is not None else None
+    AttentionGeometry(layer_idx, num_heads, head_dim, num_kv_heads or num_heads, scale or head_dim ** -0.5,
+                      attn_type, sliding_window, chunk_size, logit_softcap, mla_spec)
+    return cls(layer_idx, num_heads, head_dim, num_kv_heads, quant_config, scale=scale, attn_type=attn_type,
+               sliding_window=sliding_window, chunk_size=chunk_size, logit_softcap=logit_softcap, mla=mla_spec,
+               kv_b_proj=kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options)

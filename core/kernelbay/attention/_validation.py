@@ -1,0 +1,182 @@
+"""One pass over the whole attention option set; every violation reported in one ConfigError."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError, unknown_name_message
+from ._geometry import MLASpec
+from ._types import SPARSE_NONE, KVLayout, normalize_dtype, normalize_kv_cache_dtype
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionOptions:
+    """Everything a user can combine about attention for one model; `validate_options` checks it whole.
+
+    Fields are not validated one by one here on purpose: `validate_options` reports all problems at once.
+    """
+
+    backend: str | None = None
+    dtype: str = "bfloat16"
+    kv_cache_dtype: str = "auto"
+    sparse_mode: str = SPARSE_NONE
+    chunked_attention: bool = False
+    attention_chunk_size: int | None = None
+    sliding_window: bool = False
+    logit_softcap: bool = False
+    speculative_decoding: bool = False
+    num_speculative_tokens: int = 0
+    beam_width: int = 1
+    block_size: int | None = None
+    kv_layout: str | None = None
+    head_size: int | None = None
+    mla: object | None = None
+    """MLA geometry (MLAGeometry, MLASpec or mapping) when the model uses MLA."""
+    backend_options: Mapping[str, Mapping] = field(default_factory=dict)
+    """Per-backend typed options by backend name: {"SDPA": {"key": value}}."""
+    platform: str | None = None
+
+
+Rule = Callable[[AttentionOptions], Iterable[str]]
+
+
+def _names_rule(o: AttentionOptions) -> list[str]:
+    out = []
+    for label, value, normalize in (("dtype", o.dtype, normalize_dtype),
+                                    ("kv_cache_dtype", o.kv_cache_dtype, normalize_kv_cache_dtype),
+                                    ("kv_layout", o.kv_layout, KVLayout.parse)):
+        if value is None:
+            continue
+        try:
+            normalize(value)
+        except ValueError as exc:
+            out.append(f"{label}: {exc}")
+    if o.block_size is not None and (not isinstance(o.block_size, int) or o.block_size < 1):
+        out.append(f"block_size must be a positive int, got {o.block_size!r}")
+    return out
+
+
+def _combination_rule(o: AttentionOptions) -> list[str]:
+    out = []
+    if o.chunked_attention and not (o.attention_chunk_size or 0) >= 1:
+        out.append(f"chunked attention needs attention_chunk_size >= 1, got {o.attention_chunk_size}")
+    if o.beam_width < 1:
+        out.append(f"beam_width must be >= 1, got {o.beam_width}")
+    if o.speculative_decoding and o.beam_width > 1:
+        out.append(f"speculative decoding cannot be combined with beam search (beam_width={o.beam_width}); "
+                   f"use beam_width=1 or turn speculative decoding off")
+    if o.speculative_decoding and o.num_speculative_tokens < 1:
+        out.append(f"speculative decoding needs num_speculative_tokens >= 1, got {o.num_speculative_tokens}")
+    if o.sparse_mode != SPARSE_NONE and _mixed_precision(o):
+        out.append(f"sparse attention ({o.sparse_mode}) cannot be combined with a KV cache in another precision "
+                   f"than the model (kv_cache_dtype={o.kv_cache_dtype}, dtype={o.dtype}); use kv_cache_dtype=auto")
+    if o.mla is not None:
+        try:
+            MLASpec.from_any(o.mla)
+        except ValueError as exc:
+            out.append(str(exc))
+    return out
+
+
+def _mixed_precision(o: AttentionOptions) -> bool:
+    try:
+        kv = normalize_kv_cache_dtype(o.kv_cache_dtype)
+        return kv != "auto" and kv != normalize_dtype(o.dtype)
+    except ValueError:
+        return False
+
+
+def _load_backend(name: str):
+    from ..registry import names, resolve
+
+    known = names("attention_backend")
+    if name not in known:
+        return None, unknown_name_message("attention backend", name, known)
+    try:
+        return resolve("attention_backend", name), None
+    except Exception as exc:  # noqa: BLE001 - reported as a violation
+        return None, f"attention backend {name} failed to import: {type(exc).__name__}: {exc}"
+
+
+def _capability_lines(cls, o: AttentionOptions) -> list[str]:
+    checks = [(o.head_size is not None, lambda: cls.supports_head_size(o.head_size), f"head size {o.head_size}"),
+              (True, lambda: cls.supports_kv_cache_dtype(o.kv_cache_dtype), f"kv_cache_dtype {o.kv_cache_dtype}"),
+              (True, lambda: cls.supports_dtype(normalize_dtype(o.dtype)), f"dtype {o.dtype}"),
+              (o.sparse_mode != SPARSE_NONE, lambda: cls.supports_sparse(o.sparse_mode), f"sparse mode {o.sparse_mode!r}"),
+              (o.chunked_attention, cls.supports_chunked_attention, "chunked attention"),
+              (o.sliding_window, cls.supports_sliding_window, "sliding-window attention"),
+              (o.logit_softcap, cls.supports_logit_softcap, "logit soft-capping"),
+              (o.mla is not None, cls.supports_mla, "MLA"),
+              (o.block_size is not None, lambda: cls.supports_block_size(o.block_size), f"block size {o.block_size}"),
+              (o.kv_layout is not None, lambda: cls.supports_kv_layout(o.kv_layout), f"KV layout {o.kv_layout}"),
+              (o.platform is not None, lambda: cls.supports_platform(o.platform), f"platform {o.platform}")]
+    out = []
+    for needed, supports, what in checks:
+        try:
+            if needed and not supports():
+                out.append(f"attention backend {cls.name} does not support {what}")
+        except ValueError:
+            pass  # a bad name is reported by _names_rule
+    return out
+
+
+def _backend_rule(o: AttentionOptions) -> list[str]:
+    if o.backend is None:
+        return []
+    cls, problem = _load_backend(o.backend)
+    return [problem] if problem else _capability_lines(cls, o)
+
+
+def _backend_options_rule(o: AttentionOptions) -> list[str]:
+    out = []
+    for name, values in o.backend_options.items():
+        cls, problem = _load_backend(name)
+        if problem:
+            out.append(f"backend_options: {problem}")
+            continue
+        try:
+            cls.parse_options(values)
+        except ConfigError as exc:
+            out += exc.violations or [str(exc)]
+    return out
+
+
+BUILTIN_RULES: tuple[Rule, ...] = (_names_rule, _combination_rule, _backend_rule, _backend_options_rule)
+
+
+def _plugin_rules() -> list[tuple[Rule, str]]:
+    from ..hooks import collect
+
+    return [(rule, plugin) for rule, plugin in collect("register_config_rules")]
+
+
+def _run_plugin_rule(rule: Rule, plugin: str, options: AttentionOptions) -> list[str]:
+    try:
+        return [f"[{plugin}] {line}" for line in rule(options) or ()]
+    except Exception as exc:  # noqa: BLE001 - a crashing rule is a reported problem, not a crash
+        name = getattr(rule, "__name__", repr(rule))
+        return [f"[{plugin}] rule {name} raised {type(exc).__name__}: {exc}"]
+
+
+def validate_options(options: AttentionOptions | Mapping, extra_rules: Iterable[Rule] = ()) -> AttentionOptions:
+    """Check the whole option set (built-in rules, plugin rules, `extra_rules`); raise one ConfigError
+    listing every violation, else return the options record."""
+    if isinstance(options, Mapping):
+        options = _options_from_mapping(options)
+    violations = [line for rule in (*BUILTIN_RULES, *extra_rules) for line in rule(options)]
+    for rule, plugin in _plugin_rules():
+        violations += _run_plugin_rule(rule, plugin, options)
+    if violations:
+        raise ConfigError(f"{len(violations)} problem(s) in the attention options:", violations)
+    return options
+
+
+def _options_from_mapping(values: Mapping) -> AttentionOptions:
+    known = [f.name for f in dataclasses.fields(AttentionOptions)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError("unknown attention option(s):",
+                          [unknown_name_message("attention option", key, known) for key in unknown])
+    return AttentionOptions(**values)

@@ -1,0 +1,58 @@
+"""VANILLA: the reference backend. Plain torch math over the paged cache, one request at a time."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbay.attention import AttentionBackend, AttentionForwardArgs, AttentionMetadata
+from kernelbay.attention._types import KV_CACHE_DTYPES
+
+from ._masks import allowed_keys, request_spans
+
+
+class VanillaBackend(AttentionBackend[AttentionMetadata]):
+    """Readable and complete rather than fast: every other backend is tested against it."""
+
+    name = "VANILLA"
+    kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
+    mla = True
+    sliding_window = True
+    chunked_attention = True
+    logit_softcap = True
+
+    def _attend(self, q: torch.Tensor, md: AttentionMetadata, args: AttentionForwardArgs) -> torch.Tensor:
+        g = self.geometry
+        out = q.new_empty(q.shape[0], g.num_heads, g.v_head_dim)
+        for q0, q1, k0, k1 in request_spans(md):
+            keys, values = self._keys_values(md.kv_gather_index[k0:k1], md, q.dtype)
+            k_pos = torch.arange(k1 - k0, device=q.device)
+            mask = allowed_keys(md.positions[q0:q1], k_pos, g, args.causal)
+            out[q0:q1] = self._attend_one(q[q0:q1], keys, values, mask).to(q.dtype)
+        return out
+
+    def _keys_values(self, slots: torch.Tensor, md: AttentionMetadata, dtype: torch.dtype):
+        """[S, H, qk_dim] keys and [S, H, v_dim] values, kv heads repeated for GQA/MQA."""
+        k, v = self.read_kv(slots, md.layout, dtype)
+        if self.geometry.mla is not None:
+            return self._decompress(k, v)
+        group = self.geometry.num_queries_per_kv
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+    def _decompress(self, latent: torch.Tensor, k_pe: torch.Tensor):
+        """Naive MLA: kv_b_proj(latent) -> per-head k_nope ‖ v; the shared k_pe joins every head."""
+        g, mla = self.geometry, self.geometry.mla
+        kv = self.kv_b_proj(latent).view(latent.shape[0], g.num_heads, mla.qk_nope_head_dim + mla.v_head_dim)
+        k_nope, v = kv.split([mla.qk_nope_head_dim, mla.v_head_dim], dim=-1)
+        k_pe = k_pe.unsqueeze(1).expand(-1, g.num_heads, -1)
+        return torch.cat([k_nope, k_pe], dim=-1), v
+
+    def _attend_one(self, q, k, v, mask):
+        """q [Tq, H, D], k [S, H, D], v [S, H, Dv], mask [Tq, S] or None -> [Tq, H, Dv], in float32."""
+        scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * self.geometry.scale
+        cap = self.geometry.logit_softcap
+        if cap is not None:
+            scores = cap * torch.tanh(scores / cap)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query that sees no key outputs zeros
+        return torch.einsum("hqk,khd->qhd", probs, v.float())
