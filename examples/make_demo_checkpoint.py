@@ -156,8 +156,9 @@ def check_round_trip(tokenizer: PreTrainedTokenizerFast, texts: tuple[str, ...])
 def encode_stream(tokenizer: PreTrainedTokenizerFast, texts: tuple[str, ...]) -> torch.Tensor:
     """All documents as one token stream, each `<|bos|> text <|eos|>`; shape (total_tokens,)."""
     eos = tokenizer.eos_token_id
-    encoded = tokenizer(list(texts))["input_ids"]
-    return torch.tensor([t for ids in encoded for t in (*ids, eos)], dtype=torch.long)
+    # The backend tokenizer has no model_max_length: whole documents may exceed the context.
+    encoded = tokenizer.backend_tokenizer.encode_batch(list(texts))
+    return torch.tensor([t for enc in encoded for t in (*enc.ids, eos)], dtype=torch.long)
 
 
 # --- model and training ------------------------------------------------------------------
@@ -167,12 +168,12 @@ def encode_stream(tokenizer: PreTrainedTokenizerFast, texts: tuple[str, ...]) ->
 class TrainSettings:
     """How long and how hard to train; the defaults fit ~6 minutes on 2 CPU threads."""
 
-    steps: int = 1500
+    steps: int = 500
     minutes: float = 8.0  # wall-time cap; hitting it ends training early (and breaks determinism)
-    batch_size: int = 16
+    batch_size: int = 8
     seq_len: int = 128
     lr: float = 3e-3
-    warmup: int = 100
+    warmup: int = 50
     seed: int = 0
     threads: int = 2
 
@@ -195,7 +196,11 @@ class TrainReport:
     losses: tuple[float, ...]  # training loss per step
     val_loss: float  # mean loss on held-out fortunes after training
     seconds: float
-    stopped_early: bool  # the --minutes cap ended training before --steps
+
+    def __post_init__(self):
+        if not self.losses or not all(math.isfinite(x) for x in self.losses):
+            raise ValueError(f"training produced no or non-finite losses ({self.losses[-5:]}); "
+                             "lower --lr or raise --warmup")
 
 
 def demo_config(vocab_size: int) -> LlamaConfig:
@@ -227,14 +232,15 @@ def train(model: LlamaForCausalLM, stream: torch.Tensor, settings: TrainSettings
     """AdamW on random windows of the stream; returns per-step losses and whether time ran out."""
     gen = torch.Generator().manual_seed(settings.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    deadline = time.monotonic() + settings.minutes * 60
+    started = time.monotonic()
+    deadline = started + settings.minutes * 60
     losses = []
     model.train()
     for step in range(settings.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings)
         losses.append(train_step(model, optimizer, random_windows(stream, settings, gen)))
-        log_progress(step, losses, settings)
+        log_progress(step, losses, settings, started)
         if time.monotonic() > deadline:
             return losses, step + 1 < settings.steps
     return losses, False
@@ -251,12 +257,12 @@ def train_step(model: LlamaForCausalLM, optimizer: torch.optim.Optimizer, batch:
     return loss.item()
 
 
-def log_progress(step: int, losses: list[float], settings: TrainSettings) -> None:
+def log_progress(step: int, losses: list[float], settings: TrainSettings, started: float) -> None:
     """Print the mean loss of the last 50 steps every 50 steps."""
     if (step + 1) % 50 == 0 or step + 1 == settings.steps:
         recent = losses[-50:]
         print(f"step {step + 1:5d}/{settings.steps}  loss {sum(recent) / len(recent):.3f}  "
-              f"lr {lr_at(step, settings):.2e}", flush=True)
+              f"lr {lr_at(step, settings):.2e}  {time.monotonic() - started:6.0f} s", flush=True)
 
 
 @torch.no_grad()
@@ -311,7 +317,7 @@ def count_parameters(model: LlamaForCausalLM) -> int:
 README_TEMPLATE = """\
 # kernelbay demo checkpoint
 
-A tiny Llama (`LlamaForCausalLM`, {params:,} parameters: hidden 256, 4 layers, 4 query heads /
+A tiny Llama (`LlamaForCausalLM`, about 3.3M parameters: hidden 256, 4 layers, 4 query heads /
 2 KV heads of size 64, tied embeddings, context 512, weights stored in {dtype}) with a byte-level
 BPE tokenizer ({vocab} tokens, `<|bos|>` prepended to every input, `<|eos|>` ends a document),
 both trained from scratch on CPU by `examples/make_demo_checkpoint.py`. It exists so that
@@ -332,7 +338,7 @@ distributed under the same terms.
 {seed}, {threads} CPU threads) in {minutes:.1f} minutes. Training loss: {loss_first:.2f} at the
 start, {loss_last:.2f} at the end (mean of the last 50 steps); held-out loss {val_loss:.2f}.
 
-## Samples (transformers `generate`, 24 new tokens)
+## Samples (transformers `generate` on the stored weights in float32, 24 new tokens)
 
 {samples}
 
@@ -379,43 +385,68 @@ def train_settings(args: argparse.Namespace) -> TrainSettings:
 
 
 def build(args: argparse.Namespace) -> None:
+    """Fetch, tokenize, train, save, then sample from the saved folder as a user would."""
     settings = train_settings(args)
     torch.set_num_threads(settings.threads)
     corpus = load_corpus(fetch_packages(args.cache_dir, args.debian_version))
     print(f"corpus: {len(corpus.fortunes)} fortunes, sha256 {corpus.sha256[:16]}...", flush=True)
     train_texts, val_texts = split_held_out(corpus.fortunes, settings.seed)
     tokenizer = train_tokenizer(train_texts, args.vocab_size)
-    check_round_trip(tokenizer, corpus.fortunes[:200] + ("Hello, world!  Tabs\tand ünïcödé ✓",))
     stream, val_stream = encode_stream(tokenizer, train_texts), encode_stream(tokenizer, val_texts)
     print(f"tokens: {len(stream):,} train, {len(val_stream):,} held out", flush=True)
+    model, losses, seconds = train_model(stream, len(tokenizer), settings)
+    write_checkpoint(args.out, model, tokenizer, args.dtype)
+    model, tokenizer = reload(args.out)
+    check_round_trip(tokenizer, corpus.fortunes[:200] + ("Hello, world!  Tabs\tand \u00fcn\u00efc\u00f6d\u00e9 \u2713",))
+    report = TrainReport(tuple(losses), held_out_loss(model, val_stream, settings.seq_len), seconds)
+    rows = sample_generations(model, tokenizer, settings.seed)
+    print_samples(rows)
+    write_readme(args, corpus, report, rows, token_count=len(stream) + len(val_stream))
+    write_word_list(args.words_out, corpus)
+    size = sum(f.stat().st_size for f in args.out.iterdir())
+    print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.words_out}")
 
+
+def train_model(stream: torch.Tensor, vocab_size: int, settings: TrainSettings) -> tuple[LlamaForCausalLM, list[float], float]:
+    """A freshly seeded demo Llama trained on the stream; returns it, its losses and seconds taken."""
     torch.manual_seed(settings.seed)
-    model = LlamaForCausalLM(demo_config(len(tokenizer)))
+    model = LlamaForCausalLM(demo_config(vocab_size))
     print(f"model: {count_parameters(model):,} parameters", flush=True)
     start = time.monotonic()
     losses, stopped_early = train(model, stream, settings)
-    report = TrainReport(tuple(losses), held_out_loss(model, val_stream, settings.seq_len),
-                         time.monotonic() - start, stopped_early)
-    if report.stopped_early:
+    if stopped_early:
         print(f"warning: --minutes {settings.minutes} ended training after {len(losses)} of "
               f"{settings.steps} steps; the weights are not reproducible", flush=True)
-    rows = sample_generations(model, tokenizer, settings.seed)
+    return model, losses, time.monotonic() - start
+
+
+def write_checkpoint(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, dtype: str) -> None:
+    """config.json, generation_config.json, model.safetensors and the tokenizer files."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(getattr(torch, dtype)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def reload(out: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """The saved folder loaded back through the Auto classes, computing in float32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32), AutoTokenizer.from_pretrained(out)
+
+
+def print_samples(rows: list[tuple[str, str, str]]) -> None:
     for prompt, greedy, sampled in rows:
         print(f"{prompt!r}\n  greedy:  {greedy!r}\n  sampled: {sampled!r}")
-    save(args, model, tokenizer, corpus, report, rows, len(stream) + len(val_stream))
 
 
-def save(args, model, tokenizer, corpus, report, rows, token_count) -> None:
-    """Write the checkpoint folder, its README and licence, and the corpus word list."""
+def write_readme(args: argparse.Namespace, corpus: Corpus, report: TrainReport,
+                 rows: list[tuple[str, str, str]], token_count: int) -> None:
+    """README.md (what, corpus, licence, loss, samples, how to rebuild) and LICENSE.fortunes."""
     settings = train_settings(args)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    model.to(getattr(torch, args.dtype)).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "LICENSE.fortunes").write_text(corpus.copyright, encoding="utf-8")
+    (args.out / "LICENSE.fortunes").write_text(corpus.copyright, encoding="utf-8")
     recent = report.losses[-50:]
     readme = README_TEMPLATE.format(
-        params=count_parameters(model), dtype=args.dtype, vocab=len(tokenizer),
+        dtype=args.dtype, vocab=args.vocab_size,
         fortune_count=len(corpus.fortunes), token_count=token_count, version=args.debian_version,
         files=", ".join(f"`{n}`" for n in FORTUNE_FILES), sha256=corpus.sha256,
         steps=len(report.losses), batch=settings.batch_size, seq_len=settings.seq_len, lr=settings.lr,
@@ -423,10 +454,12 @@ def save(args, model, tokenizer, corpus, report, rows, token_count) -> None:
         loss_first=report.losses[0], loss_last=sum(recent) / len(recent), val_loss=report.val_loss,
         samples=render_samples(rows),
     )
-    (out / "README.md").write_text(readme, encoding="utf-8")
-    args.words_out.parent.mkdir(parents=True, exist_ok=True)
-    args.words_out.write_text("\n".join(corpus_words(corpus.fortunes, 5000)) + "\n", encoding="utf-8")
-    print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB) and {args.words_out}")
+    (args.out / "README.md").write_text(readme, encoding="utf-8")
+
+
+def write_word_list(path: Path, corpus: Corpus) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(corpus_words(corpus.fortunes, 5000)) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
