@@ -1,0 +1,103 @@
+"""Custom module dirs: files by path, folders as packages, external precedence, precise errors."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from kernelbay.errors import CustomModuleDirError
+from kernelbay.registry import load_custom_module_dirs
+
+
+@pytest.fixture
+def cleanup_modules():
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("my_", "kb_")):
+            del sys.modules[name]
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_file_registrations_are_custom_dir_and_take_external_slots(make_registry, tmp_path, cleanup_modules):
+    """A .py file's registration carries origin custom-dir and its path, and wins over a pip plugin."""
+    reg = make_registry(KERNELBAY_PREFER="GoodForCausalLM=my_override")
+    f = _write(tmp_path / "my_override.py", """
+        from kernelbay import register_model
+
+        @register_model("GoodForCausalLM", "MyNewForCausalLM")
+        class MyGood:
+            pass
+    """)
+    assert load_custom_module_dirs([f]) == ["my_override"]
+    slot = reg.slot("model", "MyNewForCausalLM")
+    assert slot.winner.provider.origin == "custom-dir" and slot.winner.provider.path == str(f)
+    assert reg.resolve("model", "GoodForCausalLM").__name__ == "MyGood"
+    assert [r.provider.distribution for r in reg.slot("model", "GoodForCausalLM").displaced] == ["kb-fixture-good"]
+
+
+def test_directory_is_imported_as_a_package_and_loading_twice_is_a_noop(make_registry, tmp_path, cleanup_modules):
+    """A folder with __init__.py is a package (relative imports work); a second load imports nothing."""
+    reg = make_registry()
+    pkg = tmp_path / "my_models"
+    _write(pkg / "__init__.py", "from . import arch\n")
+    _write(pkg / "arch.py", """
+        from kernelbay import register_model
+
+        @register_model("MyPkgForCausalLM")
+        class MyPkg:
+            pass
+    """)
+    assert load_custom_module_dirs([str(pkg)]) == ["my_models"]
+    assert load_custom_module_dirs([str(pkg)]) == []
+    assert reg.resolve("model", "MyPkgForCausalLM").__module__ == "my_models.arch"
+    assert reg.slot("model", "MyPkgForCausalLM").winner.provider.module == "my_models"
+
+
+def test_missing_path_is_named(make_registry, tmp_path):
+    """A custom dir that does not exist names the path as given and as resolved."""
+    make_registry()
+    with pytest.raises(CustomModuleDirError, match="custom module dir 'nope/here' does not exist"):
+        load_custom_module_dirs(["nope/here"])
+
+
+def test_import_error_names_file_and_line_and_registers_nothing(make_registry, tmp_path, cleanup_modules):
+    """A failing custom module names its file and line; its earlier registrations are dropped."""
+    reg = make_registry()
+    f = _write(tmp_path / "my_broken.py", """
+        from kernelbay import register_model
+
+        @register_model("HalfForCausalLM")
+        class Half:
+            pass
+
+        raise RuntimeError("boom")
+    """)
+    with pytest.raises(CustomModuleDirError) as err:
+        load_custom_module_dirs([f])
+    assert f"{f}:8" in str(err.value) and "RuntimeError: boom" in str(err.value)
+    assert reg.slot("model", "HalfForCausalLM") is None
+    assert "my_broken" not in sys.modules
+
+
+def test_folder_without_init_is_refused_with_the_fix(make_registry, tmp_path):
+    """A plain folder (no __init__.py) is an error that says to add one."""
+    make_registry()
+    (tmp_path / "my_plain").mkdir()
+    with pytest.raises(CustomModuleDirError, match="has no __init__.py; add one"):
+        load_custom_module_dirs([tmp_path / "my_plain"])
+
+
+def test_name_clash_with_a_loaded_module_is_refused(make_registry, tmp_path):
+    """A custom file named like an already-imported module is refused instead of shadowing it."""
+    make_registry()
+    f = _write(tmp_path / "json.py", "x = 1\n")
+    with pytest.raises(CustomModuleDirError, match="would be imported as 'json', but a module of that name"):
+        load_custom_module_dirs([f])

@@ -1,0 +1,42 @@
+"""`import kernelbay` and `kernelbay plugins` stay light: no torch, no transformers, no plugin module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .conftest import env_with_site
+
+HEAVY = ("torch", "transformers", "kernelbay_", "kb_")
+PROBE = """
+import json, sys
+{body}
+print(json.dumps(sorted(m for m in sys.modules if m.startswith({heavy!r}))))
+"""
+
+
+def _heavy_modules_after(body: str, env=None) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(body=body, heavy=HEAVY)], capture_output=True,
+                         text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_kernelbay_imports_no_torch_transformers_or_plugin():
+    """A fresh interpreter importing kernelbay has none of torch, transformers or any plugin module."""
+    assert _heavy_modules_after("import kernelbay") == []
+
+
+def test_plugins_command_imports_no_plugin_module(fixture_site):
+    """`kernelbay plugins --json` (with fixture plugins installed) imports no plugin module and no torch."""
+    body = "import contextlib, io\nfrom kernelbay.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    main(['plugins', '--json', '--log'])"
+    assert _heavy_modules_after(body, env_with_site(fixture_site)) == []
+
+
+def test_public_names_resolve_lazily_and_are_cached():
+    """kernelbay.register_model is found through PEP 562 and cached in the module afterwards."""
+    import kernelbay
+
+    first = kernelbay.register_model
+    assert "register_model" in vars(kernelbay) and kernelbay.register_model is first
+    assert "AutoModelForCausalLM" in dir(kernelbay)
