@@ -1,0 +1,9 @@
+"""kernelbay-acme: an example hardware-vendor plugin.
+
+- `kernelbay_acme.platform.AcmePlatform` (entry point `kernelbay.platforms: acme`): current when
+  `ACME_VISIBLE_DEVICES` names at least one device; prefers ACME_INT8, then SDPA, then VANILLA.
+- `kernelbay_acme.backend.AcmeInt8Backend` (entry point `kernelbay.attention_backends: ACME_INT8`):
+  paged attention over an int8 KV cache with one scale per (block, kv head).
+
+Nothing here is imported by `import kernelbay`; the registry imports a module when its slot is resolved.
+"""
