@@ -69,14 +69,14 @@ def _auto_config(folder: Path, trust_remote_code: bool):
 
     try:
         return AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, ImportError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a config problem, chained for the cause
         raise ConfigError(f"transformers could not parse {folder / CONFIG_FILE}: {exc}") from exc
 
 
 def _from_class(cls, folder: Path):
     try:
         return cls.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - as above
         raise ConfigError(f"{cls.__module__}.{cls.__qualname__} could not parse {folder / CONFIG_FILE}: {exc}") from exc
 
 

@@ -1,0 +1,21 @@
+"""Model configs: a checkpoint's config.json read once, every default resolved, frozen.
+
+    from kernelbay.config import ModelConfig
+    cfg = ModelConfig.from_pretrained("path/to/checkpoint")   # folder code runs only if trusted
+    cfg.head_dim, cfg.layer_types, cfg.mla, cfg.rope, cfg.kv_bytes_per_token("fp8_e4m3")
+
+Imported lazily (it imports transformers); `import kernelbay` never loads it.
+"""
+
+from ._dtypes import KV_CACHE_DTYPE_BYTES
+from ._layers import (BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING)
+from ._loading import config_class_for, read_config_json
+from ._model_config import MODEL_KINDS, ModelConfig
+from ._naming import draft_architecture
+from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
+
+__all__ = [
+    "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "KV_CACHE_DTYPE_BYTES", "LAYER_KINDS", "MODEL_KINDS",
+    "NO_ATTENTION", "ROPE_TYPES", "SLIDING", "BlockSparseGeometry", "MLAGeometry", "ModelConfig", "QuantConfig",
+    "RopeConfig", "config_class_for", "draft_architecture", "read_config_json",
+]

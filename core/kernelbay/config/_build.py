@@ -1,0 +1,152 @@
+"""Assemble a `ModelConfig` from config.json (as written) and transformers' parse of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from . import _geometry as geo
+from ._dtypes import resolve_dtype
+from ._fields import Fields
+from ._layers import BLOCKSPARSE, ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
+from ._loading import CONFIG_FILE, load_hf_config, read_config_json
+from ._model_config import ModelConfig
+from ._naming import resolve_naming
+from ._quant import resolve_quantization
+from ._records import BlockSparseGeometry
+from ._rope import resolve_position_embedding, resolve_rope, rope_parameters
+
+# Nemotron-NAS FFN width: ffn_mult x 2/3 x hidden, rounded up to a multiple of this.
+NAS_FFN_MULTIPLE = 256
+
+
+def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
+    folder, raw = read_config_json(path)
+    hf_config = load_hf_config(folder, raw, trust_remote_code)
+    fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE))
+    return _build(fields, hf_config, folder, encoder_only)
+
+
+def build_from_hf_config(hf_config, encoder_only: bool) -> ModelConfig:
+    parsed = _parsed(hf_config)
+    fields = Fields(parsed, parsed, source=f"{type(hf_config).__name__}")
+    return _build(fields, hf_config, None, encoder_only)
+
+
+def _parsed(hf_config) -> dict[str, Any]:
+    """transformers' view of the config, legacy attribute names (`n_embd`) included."""
+    parsed = hf_config.to_dict()
+    for alias, attribute in getattr(hf_config, "attribute_map", {}).items():
+        parsed.setdefault(alias, getattr(hf_config, attribute, None))
+    return parsed
+
+
+def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
+    model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
+    naming = resolve_naming(f, model_type, encoder_only)
+    if naming.model_kind == "vision_encoder":
+        f = _vision_fields(f, hf_config)
+    return _assemble(f, hf_config, folder, model_type, naming)
+
+
+def _assemble(f: Fields, hf_config, folder: Path | None, model_type: str, naming) -> ModelConfig:
+    encoder = naming.model_kind == "vision_encoder"
+    hidden, n_layers, heads, vocab = _sizes(f, encoder)
+    mla = geo.resolve_mla(f)
+    head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
+    max_positions = _max_positions(f, encoder)
+    plan = _layer_plan(f, model_type, n_layers, heads, max_positions, type(hf_config), encoder)
+    kv_heads = _layer_kv_heads(f, plan, heads)
+    position_embedding = resolve_position_embedding(f, model_type, mla)
+    rope = resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None
+    return ModelConfig(
+        architecture=naming.architecture, architectures=naming.architectures, model_type=model_type,
+        hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=heads,
+        num_key_value_heads=max(kv_heads) or heads, head_dim=head_dim, vocab_size=vocab,
+        intermediate_size=_intermediate_size(f, hidden, model_type), max_position_embeddings=max_positions,
+        rms_norm_eps=geo.resolve_norm_eps(f), tie_word_embeddings=f.get_bool("tie_word_embeddings"),
+        dtype=resolve_dtype(f), layer_types=plan.kinds, layer_num_kv_heads=kv_heads,
+        sliding_window=plan.sliding_window, attention_chunk_size=plan.attention_chunk_size, mla=mla, rope=rope,
+        position_embedding=position_embedding,
+        attention_scale=geo.resolve_attention_scale(f, head_dim, mla, rope_parameters(f)),
+        v_head_dim=mla.v_head_dim if mla else head_dim,
+        attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
+        final_logit_softcapping=f.get_float("final_logit_softcapping"),
+        quantization=resolve_quantization(f, folder), blocksparse=_blocksparse(f, plan),
+        model_kind=naming.model_kind, draft_vocab_size=naming.draft_vocab_size, notes=tuple(f.notes),
+        source=str(folder) if folder else None, hf_config=hf_config)
+
+
+def _sizes(f: Fields, encoder: bool) -> tuple[int, int, int, int]:
+    if not encoder:
+        return geo.core_sizes(f)
+    sizes = [f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS)]
+    return (*sizes, f.get_int(*geo.VOCAB, default=0))
+
+
+def _max_positions(f: Fields, encoder: bool) -> int:
+    if encoder and f.get("max_position_embeddings") is None and f.get("image_size") and f.get("patch_size"):
+        return (f.get_int("image_size") // f.get_int("patch_size")) ** 2  # one position per patch
+    return geo.resolve_max_positions(f)
+
+
+def _layer_plan(f: Fields, model_type: str, n_layers: int, heads: int, max_positions: int,
+                config_class: type, encoder: bool) -> LayerPlan:
+    if encoder:
+        return LayerPlan((ENCODER,) * n_layers)
+    return resolve_layers(f, model_type, n_layers, heads, max_positions, config_class)
+
+
+def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
+    if plan.kv_heads is not None:
+        return plan.kv_heads
+    if ENCODER in plan.kinds:
+        return (0,) * len(plan.kinds)
+    kv = geo.resolve_kv_heads(f, heads)
+    return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
+
+
+def _intermediate_size(f: Fields, hidden: int, model_type: str) -> int:
+    blocks = f.get("block_configs")
+    if blocks is None:
+        return geo.resolve_intermediate_size(f, hidden, model_type)
+    widths = [_nas_ffn_width(f, i, block, hidden) for i, block in enumerate(blocks)]
+    return max(widths) if any(widths) else geo.resolve_intermediate_size(f, hidden, model_type)
+
+
+def _nas_ffn_width(f: Fields, index: int, block: dict, hidden: int) -> int:
+    ffn = block.get("ffn") or {}
+    if ffn.get("no_op") or ffn.get("replace_with_linear"):
+        return 0
+    mult = ffn.get("ffn_mult")
+    if not isinstance(mult, (int, float)) or mult <= 0:
+        raise ConfigError(f"{f.source}: block_configs[{index}].ffn.ffn_mult={mult!r} must be a positive number.")
+    width = int(2 * mult * hidden / 3)
+    return -(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE
+
+
+def _blocksparse(f: Fields, plan: LayerPlan) -> BlockSparseGeometry | None:
+    if BLOCKSPARSE not in plan.kinds:
+        return None
+    return BlockSparseGeometry(
+        block_size=f.required_int("blocksparse_block_size"),
+        num_local_blocks=f.required_int("blocksparse_num_local_blocks"),
+        vert_stride=f.required_int("blocksparse_vert_stride"),
+        homo_head_pattern=f.get_bool("blocksparse_homo_head_pattern"))
+
+
+def _vision_fields(f: Fields, hf_config) -> Fields:
+    """Encoder-only deployment of a vision-language model: the geometry is the vision tower's."""
+    sub_raw = f.raw.get("vision_config")
+    sub_config = getattr(hf_config, "vision_config", None)
+    if sub_raw is None and sub_config is None:
+        return f  # a standalone vision tower: its own keys are the geometry
+    parsed = sub_config.to_dict() if sub_config is not None else {}
+    raw = dict(sub_raw) if isinstance(sub_raw, dict) else parsed
+    for key in ("torch_dtype", "dtype"):  # the checkpoint dtype lives at the top level
+        if key in f.raw and key not in raw:
+            raw[key] = f.raw[key]
+    vision = Fields(raw, parsed, source=f"{f.source} (vision_config)")
+    vision.notes = f.notes
+    return vision

@@ -1,0 +1,138 @@
+"""Sizes, heads, MLA and attention scale: every spelling and legacy default, resolved once."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import ConfigError
+from ._fields import Fields
+from ._records import MLAGeometry
+
+HIDDEN = ("hidden_size", "n_embd", "d_model")
+LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
+HEADS = ("num_attention_heads", "n_head", "num_heads")
+VOCAB = ("vocab_size",)
+MAX_POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+FFN = ("intermediate_size", "ffn_dim", "ff_intermediate_size", "ffn_hidden_size", "n_inner")
+NORM_EPS = ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_epsilon", "norm_eps")
+# Families whose FFN width is 4 x hidden when config.json leaves it out (their documented default).
+FFN_IS_4X_HIDDEN = frozenset({"gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"})
+DEFAULT_LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which OPT relies on
+
+
+def core_sizes(f: Fields) -> tuple[int, int, int, int]:
+    """hidden_size, num_hidden_layers, num_attention_heads, vocab_size: each must be written down."""
+    missing = [" / ".join(names) for names in (HIDDEN, LAYERS, HEADS, VOCAB) if not _has(f, names)]
+    if missing:
+        raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
+    return tuple(f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
+
+
+def _has(f: Fields, names: tuple[str, ...]) -> bool:
+    where = f.raw if f.raw else f.parsed
+    return any(where.get(name) is not None for name in names)
+
+
+def resolve_mla(f: Fields) -> MLAGeometry | None:
+    """DeepSeek-style latent attention when `kv_lora_rank` is set; None for ordinary attention."""
+    kv_lora_rank = f.get_int("kv_lora_rank")
+    if kv_lora_rank is None:
+        return None
+    fields = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    missing = [name for name in fields if f.get_int(name) is None]
+    if missing:
+        raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
+    return MLAGeometry(kv_lora_rank=kv_lora_rank, q_lora_rank=_q_lora_rank(f),
+                       qk_nope_head_dim=f.get_int("qk_nope_head_dim"), qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
+                       v_head_dim=f.get_int("v_head_dim"), index_head_dim=f.get_int("index_head_dim"))
+
+
+def _q_lora_rank(f: Fields) -> int | None:
+    # Copies of configs often drop null keys, and transformers then defaults q_lora_rank to 1536:
+    # a checkpoint without query compression (DeepSeek-V2-Lite) would silently get the wrong layers.
+    if f.raw and not f.written("q_lora_rank"):
+        raise ConfigError(
+            f"{f.source}: 'q_lora_rank' is missing. It decides whether queries are compressed "
+            f"(transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3) or projected "
+            "directly (null, as in DeepSeek-V2-Lite); add \"q_lora_rank\": null or the published rank.")
+    return f.get_int("q_lora_rank")
+
+
+def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None) -> int:
+    """Query/key head width: MLA's nope+rope, an explicit head_dim (Qwen3, Gemma), else hidden / heads."""
+    if mla is not None:
+        return mla.qk_head_dim
+    explicit = f.get_int("head_dim")
+    if explicit is not None:
+        return explicit
+    if hidden % heads:
+        raise ConfigError(f"{f.source}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; "
+                          "add an explicit head_dim.")
+    return hidden // heads
+
+
+def resolve_kv_heads(f: Fields, heads: int) -> int:
+    """KV heads of an attention layer, from every spelling HF configs have used."""
+    if f.get_bool("new_decoder_architecture"):  # Falcon-40B style: grouped KV heads
+        kv = f.get_int("num_kv_heads", "n_head_kv", default=heads)
+    elif f.get_bool("multi_query"):  # Falcon-7B, GPT-BigCode: one KV head shared by all
+        kv = 1
+    elif f.get_bool("multi_query_attention"):  # ChatGLM
+        kv = f.get_int("multi_query_group_num", default=1)
+    else:  # absent or null means multi-head attention
+        kv = f.get_int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    check_kv_heads(f, heads, kv)
+    return kv
+
+
+def check_kv_heads(f: Fields, heads: int, kv: int) -> None:
+    if kv <= 0 or heads % kv:
+        raise ConfigError(f"{f.source}: {kv} KV heads cannot serve {heads} query heads; "
+                          "num_attention_heads must be a positive multiple of num_key_value_heads.")
+
+
+def resolve_intermediate_size(f: Fields, hidden: int, model_type: str) -> int:
+    """Dense FFN width; the 4 x hidden default only for families that document it."""
+    width = f.get_int(*FFN) if (f.written(*FFN) or not f.raw) else None
+    if width:
+        return width
+    if model_type in FFN_IS_4X_HIDDEN:
+        return f.get_int(*FFN) or 4 * hidden
+    raise f.missing(FFN)
+
+
+def resolve_max_positions(f: Fields) -> int:
+    value = f.get_int(*MAX_POSITIONS)
+    if value is None:
+        raise f.missing(MAX_POSITIONS)
+    return value
+
+
+def resolve_norm_eps(f: Fields) -> float:
+    eps = f.get_float(*NORM_EPS)
+    if eps is None:
+        f.notes.append(f"no norm epsilon in config.json: using torch.nn.LayerNorm's default {DEFAULT_LAYER_NORM_EPS}")
+        return DEFAULT_LAYER_NORM_EPS
+    return eps
+
+
+def resolve_attention_scale(f: Fields, head_dim: int, mla: MLAGeometry | None, rope_scaling: dict) -> float:
+    """The softmax scale q·k is multiplied by, with each family's rule."""
+    if mla is not None:
+        return head_dim ** -0.5 * _deepseek_yarn_mscale(rope_scaling) ** 2
+    if f.get("query_pre_attn_scalar") is not None:  # Gemma 2/3
+        return f.get_float("query_pre_attn_scalar") ** -0.5
+    if f.get("attention_multiplier") is not None:  # Granite gives the scale itself
+        return f.get_float("attention_multiplier")
+    if f.get_bool("mup_use_scaling"):  # Phi-3-small: muP scales by 1/d, not 1/sqrt(d)
+        return f.get_float("mup_attn_multiplier", default=1.0) / head_dim
+    return head_dim ** -0.5
+
+
+def _deepseek_yarn_mscale(rope_scaling: dict) -> float:
+    """DeepSeek multiplies the MLA softmax scale by mscale² under YaRN (`mscale_all_dim`)."""
+    factor = rope_scaling.get("factor") or 1.0
+    mscale_all_dim = rope_scaling.get("mscale_all_dim") or 0
+    if not mscale_all_dim or factor <= 1:
+        return 1.0
+    return 0.1 * mscale_all_dim * math.log(factor) + 1.0

@@ -1,0 +1,97 @@
+"""Position embedding: RoPE (every spelling of its parameters), ALiBi, or learned positions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConfigError
+from ._fields import Fields
+from ._layers import FULL, SLIDING
+from ._records import MLAGeometry, RopeConfig, frozen_json
+
+THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
+PARTIAL = ("partial_rotary_factor", "rotary_pct")
+ROPE_HINTS = THETA + PARTIAL + ("rope_scaling", "rope_parameters", "rotary_dim")
+ROPE_TYPE_ALIASES = {"su": "longrope"}  # early Phi-3 128k checkpoints
+ALIBI_MODEL_TYPES = frozenset({"bloom"})
+DEFAULT_THETA = 10000.0
+
+
+def resolve_position_embedding(f: Fields, model_type: str, mla: MLAGeometry | None) -> str:
+    """"rope", "alibi" or "learned" (GPT-2, OPT: a position table, nothing to rotate)."""
+    if f.get_bool("alibi") or model_type in ALIBI_MODEL_TYPES:
+        return "alibi"
+    if mla is not None or any(f.get(name) for name in ROPE_HINTS):
+        return "rope"
+    return "learned"
+
+
+def rope_parameters(f: Fields) -> dict[str, Any]:
+    """The RoPE dict as written: `rope_parameters` (transformers 5) or `rope_scaling`, else {}."""
+    for layer in (f.raw, f.parsed):
+        for name in ("rope_parameters", "rope_scaling"):
+            value = layer.get(name)
+            if isinstance(value, Mapping):
+                return dict(value)
+            if value is not None:
+                raise ConfigError(f"{f.source}: {name} must be an object, got {value!r}.")
+    return {}
+
+
+def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry | None) -> RopeConfig:
+    params = rope_parameters(f)
+    main, local = _split_per_layer_kind(params)
+    rope_type = _rope_type(main)
+    original = main.get("original_max_position_embeddings") or f.get_int("original_max_position_embeddings")
+    return RopeConfig(
+        theta=_theta(f, main), rope_type=rope_type, factor=_factor(f, main, rope_type, max_positions, original),
+        rotary_dim=_rotary_dim(f, main, head_dim, mla), scaling=frozen_json(params),
+        original_max_position_embeddings=original if rope_type != "default" else None,
+        local_theta=f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta"))
+
+
+def _split_per_layer_kind(params: dict) -> tuple[dict, dict | None]:
+    """Gemma 3 under transformers 5 nests one dict per layer kind; the full-attention one is the main."""
+    if isinstance(params.get(FULL), Mapping):
+        return dict(params[FULL]), dict(params.get(SLIDING) or {})
+    return params, None
+
+
+def _rope_type(params: dict) -> str:
+    rope_type = params.get("rope_type") or params.get("type") or "default"
+    return ROPE_TYPE_ALIASES.get(rope_type, rope_type)
+
+
+def _theta(f: Fields, params: dict) -> float:
+    theta = f.get_float(*THETA)
+    if theta is None:
+        theta = params.get("rope_theta")
+    if theta is None:
+        f.notes.append(f"rope_theta not in config.json: using the RoPE default {DEFAULT_THETA}")
+        return DEFAULT_THETA
+    return float(theta)
+
+
+def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, original: int | None) -> float | None:
+    factor = params.get("factor")
+    if factor is None and rope_type == "longrope" and original:
+        # LongRoPE derives its factor from the context extension, as transformers does.
+        f.notes.append(f"longrope factor = max_position_embeddings / original = {max_positions}/{original}")
+        return max_positions / original
+    return float(factor) if factor is not None else None
+
+
+def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLAGeometry | None) -> int:
+    """Channels rotated per head: MLA's rope part, an explicit rotary_dim, or a partial fraction."""
+    if mla is not None:
+        return mla.qk_rope_head_dim
+    explicit = f.get_int("rotary_dim")
+    if explicit is not None:
+        return explicit
+    fraction = f.get_float(*PARTIAL)
+    if fraction is None:
+        fraction = float(params.get("partial_rotary_factor") or 1.0)
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"{f.source}: partial_rotary_factor/rotary_pct must be in (0, 1], got {fraction}.")
+    return int(head_dim * fraction)
