@@ -1,13 +1,20 @@
-"""`KERNELBAY_TRACE=1` logging: discovery, imports, registrations, decisions."""
+"""`KERNELBAY_TRACE=1` logging: discovery, imports, registrations, decisions.
+
+`logging` is imported only when something is actually logged, to keep `kernelbay plugins` fast.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-logger = logging.getLogger("kernelbay")
 _configured = False
+
+
+def _logger():
+    import logging
+
+    return logging.getLogger("kernelbay")
 
 
 def enable_trace() -> None:
@@ -15,14 +22,30 @@ def enable_trace() -> None:
     global _configured
     if _configured:
         return
+    import logging
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[kernelbay] %(message)s"))
+    logger = _logger()
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     _configured = True
 
 
-def trace(msg: str, *args: object) -> None:
-    if not _configured and os.environ.get("KERNELBAY_TRACE", "") not in ("", "0"):
+def _tracing() -> bool:
+    if _configured:
+        return True
+    if os.environ.get("KERNELBAY_TRACE", "") not in ("", "0"):
         enable_trace()
-    logger.debug(msg, *args)
+        return True
+    # a host application may have turned kernelbay's debug log on itself
+    return "logging" in sys.modules and _logger().isEnabledFor(10)
+
+
+def trace(msg: str, *args: object) -> None:
+    if _tracing():
+        _logger().debug(msg, *args)
+
+
+def warn(msg: str, *args: object) -> None:
+    _logger().warning(msg, *args)

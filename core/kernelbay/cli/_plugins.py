@@ -73,5 +73,5 @@ def render(doc: dict) -> str:
 def run(args) -> int:
     load_custom_dirs(args)
     doc = report(args.log)
-    print(json.dumps(doc, indent=2) if args.json else render(doc))
+    print(json.dumps(doc) if args.json else render(doc))
     return 0

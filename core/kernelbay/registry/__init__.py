@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-from ._custom_dirs import load_custom_module_dirs
 from ._records import KINDS, Origin, Provider, Registration, Slot
 from ._registry import Registry
 
@@ -66,6 +65,13 @@ def register_platform(*names: str, target=None):
 def register_config(*names: str, target=None):
     """A transformers config class for an HF `model_type` transformers does not know."""
     return _register("config", names, target)
+
+
+def load_custom_module_dirs(paths, registry: Registry | None = None) -> list[str]:
+    """Import `.py` files by path and folders as packages; what they register is custom-dir (external)."""
+    from ._custom_dirs import load_custom_module_dirs as load
+
+    return load(paths, registry=registry)
 
 
 def resolve(kind: str, name: str):

@@ -74,57 +74,148 @@ def _split_names(text: str | None) -> set[str] | None:
     return {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
 
 
-def _kernelbay_requirement(dist) -> str | None:
-    for req_text in dist.requires or ():
-        from packaging.requirements import Requirement
+@dataclass(frozen=True)
+class _InstalledDist:
+    """The few facts discovery needs from one installed distribution's metadata directory."""
 
-        req = Requirement(req_text)
-        if normalize_dist(req.name) == "kernelbay" and (req.marker is None or req.marker.evaluate({"extra": ""})):
-            return str(req.specifier)
+    name: str
+    version: str
+    requires: tuple[str, ...]
+    entry_points: tuple[tuple[str, str, str], ...]  # (group, name, value)
+    location: str
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _parse_entry_points(text: str) -> list[tuple[str, str, str]]:
+    """The INI format of entry_points.txt (PyPA spec), kernelbay groups only."""
+    out, group = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+        elif group in GROUPS and "=" in line:
+            name, _, value = line.partition("=")
+            out.append((group, name.strip(), value.strip()))
+    return out
+
+
+def _parse_metadata(text: str) -> tuple[str, str, list[str]]:
+    """Name, Version and Requires-Dist from the METADATA/PKG-INFO header block."""
+    name = version = ""
+    requires = []
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if key == "name":
+            name = value
+        elif key == "version":
+            version = value
+        elif key == "requires-dist":
+            requires.append(value)
+    return name, version, requires
+
+
+def _load_dist(meta_dir: str) -> _InstalledDist | None:
+    text = _read(os.path.join(meta_dir, "entry_points.txt"))
+    if not text or "[kernelbay." not in text:
+        return None
+    egg = meta_dir.endswith(".egg-info")
+    header = _read(os.path.join(meta_dir, "PKG-INFO" if egg else "METADATA")) or ""
+    name, version, requires = _parse_metadata(header)
+    if egg:
+        requires = [r for r in (_read(os.path.join(meta_dir, "requires.txt")) or "").split("[")[0].splitlines() if r]
+    if not name:
+        return None
+    return _InstalledDist(normalize_dist(name), version, tuple(requires), tuple(_parse_entry_points(text)), meta_dir)
+
+
+def _iter_kernelbay_distributions(path: list[str] | None):
+    """Distributions with `[kernelbay.*]` entry points, first on sys.path wins (as for imports).
+
+    Reads `*.dist-info` / `*.egg-info` directories directly (the PyPA on-disk format): scanning
+    stays cheap with thousands of installed distributions and imports nothing heavy.
+    """
+    seen: set[str] = set()
+    for entry in path if path is not None else sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for item in names:
+            if not item.endswith((".dist-info", ".egg-info")):
+                continue
+            dist = _load_dist(os.path.join(entry or ".", item))
+            if dist is not None and dist.name not in seen:
+                seen.add(dist.name)
+                yield dist
+
+
+def _kernelbay_requirement(requires) -> str | None:
+    for req_text in requires:
+        spec, _, marker = req_text.partition(";")
+        head = spec.strip()
+        name = head.split("[")[0]
+        for i, ch in enumerate(head):
+            if ch in "<>=!~ ([":
+                name = head[:i]
+                break
+        if normalize_dist(name.strip()) != "kernelbay" or "extra" in marker:
+            continue
+        return head[len(name):].strip().strip("()").strip()
     return None
 
 
-def _version_refusal(name: str, version: str, spec: str | None) -> str | None:
-    if spec is None or name == "kernelbay":
-        return None
+_SIMPLE_OPS = {">=": "__ge__", "<=": "__le__", ">": "__gt__", "<": "__lt__", "==": "__eq__", "!=": "__ne__"}
+
+
+def _satisfies(spec: str) -> bool:
+    """PEP 440 check of the core version against `spec`, with `packaging`.
+
+    Plain comparison clauses (the usual `>=0.1,<0.2`) use only `packaging.version`, which is
+    cheap to import; anything else (`~=`, wildcards, `===`) goes through `SpecifierSet`.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        clauses = [c.strip() for c in spec.split(",") if c.strip()]
+        ops = [next((op for op in (">=", "<=", "==", "!=", ">", "<") if c.startswith(op)), None) for c in clauses]
+        if all(ops) and not any("*" in c or c.startswith(("===", "~=")) for c in clauses):
+            current = Version(__version__)
+            return all(getattr(current, _SIMPLE_OPS[op])(Version(c[len(op):].strip())) for op, c in zip(ops, clauses))
+    except InvalidVersion:
+        pass
     from packaging.specifiers import SpecifierSet
 
-    if SpecifierSet(spec).contains(__version__, prereleases=True):
+    return SpecifierSet(spec).contains(__version__, prereleases=True)
+
+
+def _version_refusal(name: str, version: str, spec: str | None) -> str | None:
+    if not spec or name == "kernelbay":
+        return None
+    if _satisfies(spec):
         return None
     return (f"{name} {version} requires kernelbay{spec}, but kernelbay {__version__} is installed; "
             f"install a {name} release built for kernelbay {__version__}, or a kernelbay matching {spec}")
 
 
-def _iter_kernelbay_distributions(path: list[str] | None):
-    """Distributions with `[kernelbay.*]` entry points, first on sys.path wins (as for imports)."""
-    from importlib import metadata
-
-    seen: set[str] = set()
-    for dist in metadata.distributions(path=path if path is not None else sys.path):
-        text = dist.read_text("entry_points.txt")
-        if not text or "[kernelbay." not in text:
-            continue
-        name = normalize_dist(dist.metadata["Name"] or "")
-        if not name or name in seen:
-            continue
-        seen.add(name)
-        yield name, dist
-
-
-def _plugin_info(name: str, dist) -> tuple[PluginInfo, list[EntryPointRecord]]:
-    location = getattr(dist, "_path", None)
-    info = PluginInfo(
-        distribution=name,
-        version=dist.version,
-        origin=origin_of(name),
-        requires_kernelbay=_kernelbay_requirement(dist),
-        location=str(location) if location else None,
-    )
+def _plugin_info(dist: _InstalledDist) -> tuple[PluginInfo, list[EntryPointRecord]]:
+    origin = origin_of(dist.name)
+    info = PluginInfo(dist.name, dist.version, origin, _kernelbay_requirement(dist.requires) or None, dist.location)
     records = []
-    for ep in dist.entry_points:
-        if ep.group in GROUPS:
-            info.groups.setdefault(ep.group, []).append(ep.name)
-            records.append(EntryPointRecord(ep.group, ep.name, ep.value, name, dist.version, info.origin))
+    for group, name, value in dist.entry_points:
+        info.groups.setdefault(group, []).append(name)
+        records.append(EntryPointRecord(group, name, value, dist.name, dist.version, origin))
     return info, records
 
 
@@ -144,8 +235,9 @@ def discover(environ: dict | None = None, path: list[str] | None = None) -> Disc
     allow = _split_names(env.get("KERNELBAY_PLUGINS"))
     deny = _split_names(env.get("KERNELBAY_DISABLE_PLUGINS"))
     found = Discovery()
-    for name, dist in _iter_kernelbay_distributions(path):
-        info, eps = _plugin_info(name, dist)
+    for dist in _iter_kernelbay_distributions(path):
+        name = dist.name
+        info, eps = _plugin_info(dist)
         info.refused = _filter_refusal(name, allow, deny) or _version_refusal(
             name, info.version, info.requires_kernelbay)
         found.plugins[name] = info

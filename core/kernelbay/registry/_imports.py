@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import traceback
 from dataclasses import dataclass
 
 from ..errors import MissingDependencyError, PluginImportError
@@ -35,6 +34,8 @@ def _where(exc: BaseException) -> str:
     """`file:line` of the innermost frame, or of the SyntaxError itself."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}:{exc.lineno}"
+    import traceback
+
     frames = traceback.extract_tb(exc.__traceback__)
     frames = [f for f in frames if "importlib._bootstrap" not in f.filename] or frames
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .._trace import logger, trace
+from .._trace import trace, warn
 from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
 from ._discovery import Discovery, EntryPointRecord, discover
 from ._imports import BrokenProvider, import_module, load_attribute
@@ -173,7 +172,7 @@ class Registry:
             mark = (slot.kind, slot.name, slot.winner.provider.module)
             if loser.provider.is_builtin and mark not in self._warned:
                 self._warned.add(mark)
-                logger.warning("%s %r: external %s takes the slot from built-in %s", KIND_LABEL[slot.kind],
+                warn("%s %r: external %s takes the slot from built-in %s", KIND_LABEL[slot.kind],
                                slot.name, slot.winner.provider.describe(), loser.provider.describe())
 
     # ---- importing providers --------------------------------------------------------------
@@ -407,5 +406,3 @@ def _conflict_message(slot: Slot) -> str:
             f"KERNELBAY_PREFER=\"{slot.name}={dists[0]}\" (or kernelbay.registry.prefer({slot.name!r}, "
             f"{dists[0]!r})), or uninstall/disable one of them.")
 
-
-logging.getLogger("kernelbay").addHandler(logging.NullHandler())
