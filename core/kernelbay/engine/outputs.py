@@ -1,0 +1,39 @@
+"""What `LLM.generate` returns and what `LLM.stream` yields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """One finished completion."""
+
+    index: int
+    """Position of the prompt in the list passed to generate()."""
+    prompt: str | None
+    """The prompt text (None when the prompt was given as token ids)."""
+    prompt_token_ids: list[int]
+    text: str
+    """The generated text (special tokens skipped, cut before a stop string)."""
+    token_ids: list[int]
+    """Every generated token id, including an end-of-sequence token that ended it."""
+    finish_reason: str
+    """"length" (max_tokens or the model's context) or "stop" (end-of-sequence token or stop string)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDelta:
+    """One new token of one request, as soon as it is sampled."""
+
+    index: int
+    """Position of the prompt in the list passed to stream()."""
+    token_id: int
+    text: str
+    """Text this token completes ("" while a multi-byte character or a possible stop string is pending)."""
+    finish_reason: str | None
+    """None while the request runs; "length" or "stop" on its last delta."""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
