@@ -14,7 +14,7 @@ from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
 from ._options import NoOptions, parse_options
 from ._requirements import AttentionRequirements
-from ._types import MODEL_DTYPES, SPARSE_NONE, KVLayout, normalize_kv_cache_dtype, storage_dtype
+from ._types import MODEL_DTYPES, AttentionType, SPARSE_NONE, KVLayout, normalize_kv_cache_dtype, storage_dtype
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
 _GEOMETRY_KEYS = ("scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
@@ -37,6 +37,7 @@ class AttentionBackend(Generic[TMetadata]):
     kv_layouts: ClassVar[frozenset[KVLayout]] = frozenset(KVLayout)
     mla: ClassVar[bool] = False
     sliding_window: ClassVar[bool] = False
+    encoder: ClassVar[bool] = False
     chunked_attention: ClassVar[bool] = False
     logit_softcap: ClassVar[bool] = False
     fused_rope: ClassVar[bool] = False
@@ -79,6 +80,11 @@ class AttentionBackend(Generic[TMetadata]):
     @classmethod
     def supports_sliding_window(cls) -> bool:
         return cls.sliding_window
+
+    @classmethod
+    def supports_encoder(cls) -> bool:
+        """Bidirectional (non-causal) encoder layers."""
+        return cls.encoder
 
     @classmethod
     def supports_chunked_attention(cls) -> bool:
@@ -230,6 +236,10 @@ class AttentionBackend(Generic[TMetadata]):
             return entry.split([self.geometry.mla.kv_lora_rank, self.geometry.mla.qk_rope_head_dim], dim=-1)
         return (ops.read_plane(self.kv_cache[0], slots, layout, dtype, self.k_scale),
                 ops.read_plane(self.kv_cache[1], slots, layout, dtype, self.v_scale))
+
+    def is_causal(self, args: AttentionForwardArgs) -> bool:
+        """Encoder layers never mask the future, whatever the call says."""
+        return args.causal and self.geometry.attn_type is not AttentionType.ENCODER
 
     def _attend(self, q: torch.Tensor, metadata: TMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _attend(q, metadata, args)")

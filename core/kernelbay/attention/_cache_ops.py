@@ -33,10 +33,16 @@ def _to_storage(x: torch.Tensor, storage: torch.dtype, scale: float) -> torch.Te
     return x.to(storage)
 
 
+def _bytes_view(x: torch.Tensor) -> torch.Tensor:
+    """fp8 tensors lack index kernels on CPU; move their bytes as uint8 instead."""
+    return x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x
+
+
 def write_plane(plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, layout: KVLayout,
                 scale: float = 1.0) -> None:
     """Store `values` [T, kv_heads, dim] at flat `slots` [T] of one cache plane."""
-    stored = _to_storage(values, plane.dtype, scale)
+    stored = _bytes_view(_to_storage(values, plane.dtype, scale))
+    plane = _bytes_view(plane)
     if layout is KVLayout.NHD:
         nb, bs, h, d = plane.shape
         plane.view(nb * bs, h, d).index_copy_(0, slots, stored)
@@ -48,6 +54,9 @@ def write_plane(plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, 
 def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype,
                scale: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
     """Gather `slots` [N] of one cache plane as [N, kv_heads, dim] in `dtype` (fp8 dequantised)."""
+    if plane.dtype == torch.float8_e4m3fn:
+        raw = read_plane(plane.view(torch.uint8), slots, layout, torch.uint8)
+        return raw.view(torch.float8_e4m3fn).to(dtype).mul_(scale)
     if layout is KVLayout.NHD:
         nb, bs, h, d = plane.shape
         flat = plane.view(nb * bs, h, d)

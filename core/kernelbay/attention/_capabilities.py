@@ -17,6 +17,8 @@ def geometry_failures(cls, req: AttentionRequirements) -> list[str]:
         failures.append(f"head_size: {req.head_size} is not supported{sizes}")
     flags = [(req.use_mla, cls.supports_mla, "mla: multi-head latent attention is not supported"),
              (req.sliding_window, cls.supports_sliding_window, "sliding_window: sliding-window attention is not supported"),
+             (req.attn_type.value == "encoder_attention", cls.supports_encoder,
+              "encoder: bidirectional encoder attention is not supported"),
              (req.chunked_attention, cls.supports_chunked_attention, "chunked_attention: chunked attention is not supported"),
              (req.logit_softcap, cls.supports_logit_softcap, "logit_softcap: attention logit soft-capping is not supported")]
     failures += [line for needed, supports, line in flags if needed and not supports()]

@@ -11,6 +11,8 @@ class AttentionType(str, enum.Enum):
     FULL = "full_attention"
     SLIDING = "sliding_attention"
     CHUNKED = "chunked_attention"
+    ENCODER = "encoder_attention"
+    """Bidirectional (vision encoders): no causal mask."""
 
     def __str__(self) -> str:
         return self.value

@@ -117,6 +117,7 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
     head_sizes = frozenset({16, 32, 64, 80, 96, 128, 256})
     sliding_window = True
     chunked_attention = True
+    encoder = True
     logit_softcap = True
 
     def _attend(self, q: torch.Tensor, md: FlexMetadata, args: AttentionForwardArgs) -> torch.Tensor:
@@ -124,7 +125,7 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
         k, v = self.read_kv(md.kv_index, md.layout, q.dtype)
         q_pad = q.new_zeros(md.q_doc.numel(), g.num_heads, g.head_dim)
         q_pad[: q.shape[0]] = q
-        mask = md.block_mask(args.causal, g.sliding_window, g.chunk_size)
+        mask = md.block_mask(self.is_causal(args), g.sliding_window, g.chunk_size)
         out = self._kernel()(_bhsd(q_pad), _bhsd(k), _bhsd(v), block_mask=mask, scale=g.scale,
                              score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None,
                              enable_gqa=g.num_heads != g.num_kv_heads)

@@ -49,17 +49,19 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
     sliding_window = True
     chunked_attention = True
+    encoder = True
 
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         if md.decode_index is not None:
             return self._decode(q, md, args)
         g = self.geometry
         out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
+        causal = self.is_causal(args)
         for q0, q1, k0, k1 in request_spans(md):
             k, v = self.read_kv(md.kv_gather_index[k0:k1], md.layout, q.dtype)
-            mask = self._prefill_mask(md.positions[q0:q1], k1 - k0, q1 - q0, args.causal)
+            mask = self._prefill_mask(md.positions[q0:q1], k1 - k0, q1 - q0, causal)
             out[q0:q1] = self._sdpa(q[q0:q1].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), mask,
-                                    is_causal=mask is None and args.causal).transpose(0, 1)
+                                    is_causal=mask is None and causal).transpose(0, 1)
         return out
 
     def _prefill_mask(self, q_pos, seq_len: int, q_len: int, causal: bool):
@@ -76,7 +78,7 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         v = self._gather("v", 1, md.decode_index, md.layout, q.dtype, self.v_scale)
         k = k.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
         v = v.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
-        mask = self._decode_mask(md, args.causal)
+        mask = self._decode_mask(md)
         out = self._sdpa(q.unsqueeze(2), k, v, mask, is_causal=False)
         return out.squeeze(2)
 
@@ -86,7 +88,7 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         buf = scratch(f"sdpa-{purpose}", (index.numel(), g.num_kv_heads, g.head_dim), dtype, index.device)
         return ops.read_plane(self.kv_cache[plane], index.reshape(-1), layout, dtype, scale, out=buf)
 
-    def _decode_mask(self, md: SdpaMetadata, causal: bool):
+    def _decode_mask(self, md: SdpaMetadata):
         """[B, 1, 1, width] bool, or None when every padded key is visible."""
         g = self.geometry
         needs = md.decode_key_pos is not None or g.sliding_window is not None or g.chunk_size is not None

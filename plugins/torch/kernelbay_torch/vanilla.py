@@ -18,15 +18,17 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
     mla = True
     sliding_window = True
     chunked_attention = True
+    encoder = True
     logit_softcap = True
 
     def _attend(self, q: torch.Tensor, md: AttentionMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         g = self.geometry
         out = q.new_empty(q.shape[0], g.num_heads, g.v_head_dim)
+        causal = self.is_causal(args)
         for q0, q1, k0, k1 in request_spans(md):
             keys, values = self._keys_values(md.kv_gather_index[k0:k1], md, q.dtype)
             k_pos = torch.arange(k1 - k0, device=q.device)
-            mask = allowed_keys(md.positions[q0:q1], k_pos, g, args.causal)
+            mask = allowed_keys(md.positions[q0:q1], k_pos, g, causal)
             out[q0:q1] = self._attend_one(q[q0:q1], keys, values, mask).to(q.dtype)
         return out
 
