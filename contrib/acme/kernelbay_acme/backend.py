@@ -54,7 +54,7 @@ class AcmeInt8Backend(AttentionBackend):
         for r, (q_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host)):
             slots = metadata.kv_gather_index[kv_starts[r]:kv_starts[r + 1]]
             rows = slice(starts[r], starts[r] + q_len)
-            out[rows] = self._attend_one(q[rows], slots, seq_len - q_len, args.causal).to(q.dtype)
+            out[rows] = self._attend_one(q[rows], slots, seq_len - q_len, self.is_causal(args)).to(q.dtype)
         return out
 
     def _attend_one(self, q: torch.Tensor, slots: torch.Tensor, context_len: int, causal: bool) -> torch.Tensor:
