@@ -184,9 +184,13 @@ class RotaryEmbedding(nn.Module):
             rotated = x_rot * cos + _rotate_half(x_rot) * sin
         return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.cos_sin(positions, q.dtype)
+    def apply(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+              sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q and k with tables from `cos_sin` (computed once per step, shared by all layers)."""
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.apply(q, k, *self.cos_sin(positions, q.dtype))
 
     def extra_repr(self) -> str:
         p = self.params

@@ -1,0 +1,122 @@
+"""The llama-family decoder, one code path for every member; what differs is a `Features` record.
+
+Member differences handled here (each a field of `Features`):
+- Llama / Mistral: the base shape (optional `attention_bias` / `mlp_bias`);
+- Qwen2: q/k/v bias without an o_proj bias;
+- Qwen3: per-head RMSNorm on q and k before RoPE, head_dim independent of hidden/heads;
+- Phi-3: checkpoints store fused `qkv_proj` / `gate_up_proj` (loaded directly: our layers are fused anyway),
+  partial rotary and longrope come from the config;
+- Gemma-2: (1 + w) norms, a norm after attention and around the MLP, embeddings scaled by sqrt(hidden),
+  attention scale from `query_pre_attn_scalar`, attention and final logit soft-capping,
+  alternating sliding-window layers (from `config.layer_types`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from kernelbay.attention import Attention, AttentionMetadata
+from kernelbay.models.base import VocabEmbedding, rope_params
+from kernelbay.models.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """How one family member departs from Llama. Derived from the config by each architecture class."""
+
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
+    gemma: bool = False  # Gemma-2: (1 + w) norms, sandwich norms, scaled embeddings
+    activation: str = "silu"
+    query_pre_attn_scalar: float | None = None  # attention scale is its -0.5 power when set (Gemma-2)
+
+    def __post_init__(self):
+        if self.query_pre_attn_scalar is not None and not self.query_pre_attn_scalar > 0:
+            raise ValueError(f"query_pre_attn_scalar must be > 0, got {self.query_pre_attn_scalar}")
+
+
+class LlamaAttention(nn.Module):
+    """Fused q/k/v projection, optional q/k norm, RoPE, paged attention, output projection."""
+
+    def __init__(self, config, features: Features, layer_idx: int, rotary: RotaryEmbedding):
+        super().__init__()
+        heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.shape = (heads, kv_heads, head_dim)
+        self.qkv_proj = MergedLinear(config.hidden_size, {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim,
+                                                          "v_proj": kv_heads * head_dim}, bias=features.qkv_bias)
+        self.o_proj = Linear(heads * head_dim, config.hidden_size, bias=features.o_bias)
+        if features.qk_norm:
+            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
+        self.qk_norm = features.qk_norm
+        self.rotary = rotary  # shared with every layer; holds no parameters
+        kind = config.layer_types[layer_idx]
+        scale = (features.query_pre_attn_scalar or head_dim) ** -0.5
+        self.attn = Attention(layer_idx, heads, head_dim, kv_heads, scale=scale, attn_type=kind,
+                              sliding_window=config.sliding_window if kind == "sliding_attention" else None,
+                              logit_softcap=config.attn_logit_softcapping,
+                              prefix=f"model.layers.{layer_idx}.self_attn.attn")
+
+    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
+                metadata: AttentionMetadata) -> torch.Tensor:
+        heads, kv_heads, head_dim = self.shape
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # x: [T, hidden]
+        q, k, v = q.view(-1, heads, head_dim), k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary.apply(q, k, *cos_sin)
+        out = self.attn(q, k, v, metadata)  # [T, heads, head_dim]
+        return self.o_proj(out.reshape(out.shape[0], heads * head_dim))
+
+
+class LlamaDecoderLayer(nn.Module):
+    """Pre-norm attention and MLP blocks with residuals; Gemma-2 adds a norm after each block."""
+
+    def __init__(self, config, features: Features, layer_idx: int, rotary: RotaryEmbedding):
+        super().__init__()
+        norm = _norm_factory(config, features)
+        self.self_attn = LlamaAttention(config, features, layer_idx, rotary)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, features.activation, bias=features.mlp_bias)
+        self.input_layernorm = norm()
+        self.post_attention_layernorm = norm()  # Gemma-2: after attention; others: before the MLP
+        self.sandwich = features.gemma
+        if self.sandwich:
+            self.pre_feedforward_layernorm = norm()
+            self.post_feedforward_layernorm = norm()
+
+    def forward(self, x: torch.Tensor, cos_sin, metadata: AttentionMetadata) -> torch.Tensor:
+        h = self.self_attn(self.input_layernorm(x), cos_sin, metadata)
+        if self.sandwich:
+            x = x + self.post_attention_layernorm(h)
+            return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def _norm_factory(config, features: Features):
+    return lambda: RMSNorm(config.hidden_size, config.rms_norm_eps, unit_offset=features.gemma)
+
+
+class LlamaModel(nn.Module):
+    """Embeddings, decoder layers and the final norm (the checkpoint's `model.` prefix)."""
+
+    def __init__(self, config, features: Features):
+        super().__init__()
+        scale = config.hidden_size ** 0.5 if features.gemma else None
+        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, scale=scale)
+        self.rotary_emb = RotaryEmbedding(rope_params(config))
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, features, i, self.rotary_emb)
+                                    for i in range(config.num_hidden_layers))
+        self.norm = _norm_factory(config, features)()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)  # [T, hidden]
+        cos_sin = self.rotary_emb.cos_sin(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos_sin, metadata)
+        return self.norm(x)

@@ -1,0 +1,85 @@
+"""Architectures of the llama family, registered with kernelbay; each only says how its config maps to `Features`."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbay import register_model
+from kernelbay.attention import AttentionMetadata
+from kernelbay.models.base import CausalLM
+from kernelbay.models.loading import NameRules
+
+from .layers import Features, LlamaModel
+
+
+def _hf(config, name: str, default=None):
+    value = getattr(config.hf_config, name, default)
+    return default if value is None else value
+
+
+class LlamaFamilyForCausalLM(CausalLM):
+    """The shared implementation; subclasses override `features`."""
+
+    # Old checkpoints store rotary tables; they are recomputed, never loaded.
+    name_rules = NameRules(ignore=(r".*\.rotary_emb\.inv_freq",))
+
+    @classmethod
+    def features(cls, config) -> Features:
+        bias = bool(_hf(config, "attention_bias", False))
+        return Features(qkv_bias=bias, o_bias=bias, mlp_bias=bool(_hf(config, "mlp_bias", False)),
+                        activation=_hf(config, "hidden_act", "silu"))
+
+    def __init__(self, config):
+        super().__init__(config)
+        features = self.features(config)
+        self.model = LlamaModel(config, features)
+        self.lm_head = self.make_lm_head()
+        self.final_logit_softcap = config.final_logit_softcapping
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+        return self.model(input_ids, positions, metadata)
+
+
+@register_model("LlamaForCausalLM", "MistralForCausalLM")
+class LlamaForCausalLM(LlamaFamilyForCausalLM):
+    """Llama 2/3/3.1/3.2 and Mistral (sliding window comes from the config's layer types)."""
+
+
+@register_model("Qwen2ForCausalLM")
+class Qwen2ForCausalLM(LlamaFamilyForCausalLM):
+    """Qwen2 / Qwen2.5: bias on q, k and v only."""
+
+    @classmethod
+    def features(cls, config) -> Features:
+        return Features(qkv_bias=True, activation=_hf(config, "hidden_act", "silu"))
+
+
+@register_model("Qwen3ForCausalLM")
+class Qwen3ForCausalLM(LlamaFamilyForCausalLM):
+    """Qwen3: RMSNorm on each q and k head before RoPE."""
+
+    @classmethod
+    def features(cls, config) -> Features:
+        base = LlamaFamilyForCausalLM.features(config)
+        return Features(qkv_bias=base.qkv_bias, o_bias=base.o_bias, qk_norm=True, activation=base.activation)
+
+
+@register_model("Phi3ForCausalLM")
+class Phi3ForCausalLM(LlamaFamilyForCausalLM):
+    """Phi-3 / Phi-3.5 / Phi-4-mini: fused qkv_proj and gate_up_proj in the checkpoint, no biases."""
+
+    @classmethod
+    def features(cls, config) -> Features:
+        return Features(activation=_hf(config, "hidden_act", "silu"))
+
+
+@register_model("Gemma2ForCausalLM")
+class Gemma2ForCausalLM(LlamaFamilyForCausalLM):
+    """Gemma-2: (1 + w) norms, sandwich norms, scaled embeddings, soft-capping, alternating windows."""
+
+    @classmethod
+    def features(cls, config) -> Features:
+        bias = bool(_hf(config, "attention_bias", False))
+        return Features(qkv_bias=bias, o_bias=bias, gemma=True,
+                        activation=_hf(config, "hidden_activation", None) or _hf(config, "hidden_act", "gelu_pytorch_tanh"),
+                        query_pre_attn_scalar=float(_hf(config, "query_pre_attn_scalar", config.head_dim)))
