@@ -23,8 +23,8 @@ def resolve_quantization(f: Fields, folder: Path | None) -> QuantConfig | None:
         return None
     method = raw.get("quant_method") or _inferred_method(f, raw)
     return QuantConfig(
-        quant_method=str(method), fmt=_weight_format(raw), weight_block_size=_block_size(f, raw),
-        weight_granularity=_granularity(raw), activation_scheme=_activation_scheme(raw),
+        quant_method=str(method), fmt=_weight_format(raw, method), weight_block_size=_block_size(f, raw),
+        weight_granularity=_granularity(raw, method), activation_scheme=_activation_scheme(raw),
         modules_to_not_convert=_excluded(raw), kv_cache_dtype=_kv_cache_dtype(raw), raw=frozen_json(raw))
 
 
@@ -74,7 +74,7 @@ def _first_group(raw: dict) -> dict:
     return {}
 
 
-def _weight_format(raw: dict) -> str | None:
+def _weight_format(raw: dict, method: str) -> str | None:
     if raw.get("fmt"):
         return str(raw["fmt"])
     algo = str(raw.get("quant_algo") or "").upper()
@@ -83,9 +83,9 @@ def _weight_format(raw: dict) -> str | None:
     weights = _first_group(raw).get("weights") or {}
     if weights.get("type") == "float" and weights.get("num_bits") == 8:
         return "e4m3"
-    if raw.get("quant_method") == "fp8":
+    if method == "fp8":
         return "e4m3"  # transformers' FP8 default
-    if raw.get("quant_method") == "mxfp4":
+    if method == "mxfp4":
         return "e2m1"
     return None
 
@@ -102,15 +102,15 @@ def _block_size(f: Fields, raw: dict) -> tuple[int, int] | None:
         raise ConfigError(f"{f.source}: weight_block_size {value!r} is not a pair of integers.") from None
 
 
-def _granularity(raw: dict) -> str | None:
+def _granularity(raw: dict, method: str) -> str | None:
     if raw.get("weight_block_size"):
         return "block"
     strategy = (_first_group(raw).get("weights") or {}).get("strategy")
     if strategy:
         return str(strategy)
-    if raw.get("group_size") or raw.get("quant_method") == "mxfp4":
+    if raw.get("group_size") or method == "mxfp4":
         return "group"
-    if raw.get("quant_method") in ("fp8", "modelopt", "compressed-tensors"):
+    if method in ("fp8", "modelopt", "compressed-tensors"):
         return "tensor"
     return None
 

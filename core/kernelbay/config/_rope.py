@@ -46,9 +46,19 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
     original = main.get("original_max_position_embeddings") or f.get_int("original_max_position_embeddings")
     return RopeConfig(
         theta=_theta(f, main), rope_type=rope_type, factor=_factor(f, main, rope_type, max_positions, original),
-        rotary_dim=_rotary_dim(f, main, head_dim, mla), scaling=frozen_json(params),
+        rotary_dim=_rotary_dim(f, main, head_dim, mla), scaling=frozen_json(_scaling(main, rope_type, original)),
         original_max_position_embeddings=original if rope_type != "default" else None,
         local_theta=f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta"))
+
+
+def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
+    """The scaling parameters under one spelling, whichever of rope_scaling / rope_parameters held them."""
+    if rope_type == "default":
+        return {}
+    scaling = {k: v for k, v in params.items() if k not in ("type", "rope_type", "rope_theta", "partial_rotary_factor")}
+    if original:
+        scaling["original_max_position_embeddings"] = original
+    return {"rope_type": rope_type, **scaling}
 
 
 def _split_per_layer_kind(params: dict) -> tuple[dict, dict | None]:

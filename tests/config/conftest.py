@@ -1,0 +1,52 @@
+"""Fixtures for the config tests: the shared real configs and synthetic checkpoint folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The real configs live next to the checkout (../shared) or inside it (shared/).
+SHARED_CONFIGS = next((p for p in (REPO_ROOT.parent / "shared" / "configs", REPO_ROOT / "shared" / "configs")
+                       if p.is_dir()), REPO_ROOT.parent / "shared" / "configs")
+
+
+def shared_config_dirs() -> list[str]:
+    """Every folder under shared/configs (the real published configs kernelbay must handle)."""
+    if not SHARED_CONFIGS.is_dir():
+        return []
+    return sorted(p.name for p in SHARED_CONFIGS.iterdir() if p.is_dir())
+
+
+def load_shared(name: str) -> dict:
+    return json.loads((SHARED_CONFIGS / name / "config.json").read_text())
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """`write_config(dict_or_text, name=...)` -> a folder holding that config.json."""
+
+    def write(content, name: str = "model") -> Path:
+        folder = tmp_path / name
+        folder.mkdir(parents=True, exist_ok=True)
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        (folder / "config.json").write_text(text)
+        return folder
+
+    return write
+
+
+@pytest.fixture
+def shared_copy(write_config):
+    """`shared_copy("qwen3-8b", drop=[...], **changes)`: a shared config with keys changed or removed."""
+
+    def copy(name: str, drop: tuple[str, ...] = (), **changes) -> Path:
+        data = load_shared(name)
+        for key in drop:
+            data.pop(key, None)
+        data.update(changes)
+        return write_config(data, name=name)
+
+    return copy
