@@ -37,18 +37,18 @@ def select_for_layer_groups(groups: Mapping[str, AttentionRequirements], request
     items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     from ..registry import names
 
-    return _select_groups(items, _requested_name(requested), plat.name, tuple(names("attention_backend")))
+    return _select_groups(items, _requested_name(requested), plat.name, tuple(plat.backend_priority()),
+                          tuple(names("attention_backend")))
 
 
 @functools.lru_cache(maxsize=64)
-def _select_groups(items, requested, platform_name, installed) -> LayerGroupSelection:
-    plat = _resolve_platform(platform_name)
-    verdicts = {name: evaluate_candidates(req, plat) for name, req in items}
+def _select_groups(items, requested, platform_name, priority, installed) -> LayerGroupSelection:
+    verdicts = {name: evaluate_candidates(req, priority, installed) for name, req in items}
     if requested is not None:
         for name, req in items:
             _check_group(name, requested, verdicts[name], req)
     shared = requested or _first_capable_everywhere(verdicts)
-    results = tuple((name, _group_result(name, req, verdicts, shared, requested, plat.name)) for name, req in items)
+    results = tuple((name, _group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items)
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
 
 

@@ -107,12 +107,10 @@ class _Verdict:
     failures: tuple[str, ...]
 
 
-def evaluate_candidates(req: AttentionRequirements, platform) -> list[_Verdict]:
+def evaluate_candidates(req: AttentionRequirements, priority: tuple[str, ...],
+                        installed: tuple[str, ...]) -> list[_Verdict]:
     """Every candidate (platform priority first, then every installed backend) with its failures."""
-    from ..registry import names
-
-    installed = names("attention_backend")
-    order = _candidate_order(platform.backend_priority(), installed)
+    order = _candidate_order(list(priority), list(installed))
     return [_Verdict(n, s, *_with_tuple(_ask(n, set(installed), req))) for n, s in order]
 
 
@@ -135,24 +133,24 @@ def select_attention_backend(requirements: AttentionRequirements, requested: str
     req = requirements.with_platform(plat.name) if requirements.platform is None else requirements
     from ..registry import names
 
-    return _select_cached(req, _requested_name(requested), plat.name, tuple(names("attention_backend")))
+    return _select_cached(req, _requested_name(requested), plat.name, tuple(plat.backend_priority()),
+                          tuple(names("attention_backend")))
 
 
 @functools.lru_cache(maxsize=256)
 def _select_cached(req: AttentionRequirements, requested: str | None, platform_name: str,
-                   installed: tuple[str, ...]) -> SelectionResult:
-    plat = _resolve_platform(platform_name)
-    verdicts = evaluate_candidates(req, plat)
+                   priority: tuple[str, ...], installed: tuple[str, ...]) -> SelectionResult:
+    verdicts = evaluate_candidates(req, priority, installed)
     if requested is not None:
         winner = _check_requested(requested, verdicts, req)
     else:
         winner = next((v for v in verdicts if v.cls is not None and not v.failures), None)
         if winner is None:
-            raise NoCapableBackend(f"no installed attention backend can run {_describe(req)} on {plat.name}",
+            raise NoCapableBackend(f"no installed attention backend can run {_describe(req)} on {platform_name}",
                                    [f"{v.name}: {'; '.join(v.failures)}" for v in verdicts])
-    result = SelectionResult(winner.name, winner.cls, req, plat.name, requested,
+    result = SelectionResult(winner.name, winner.cls, req, platform_name, requested,
                              tuple(_report(v, winner.name, requested) for v in verdicts))
-    trace("select attention backend %s for %s on %s", winner.name, _describe(req), plat.name)
+    trace("select attention backend %s for %s on %s", winner.name, _describe(req), platform_name)
     return result
 
 

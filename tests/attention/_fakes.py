@@ -1,0 +1,23 @@
+"""Backends that exist only to be selected (never run): each has one distinctive capability."""
+
+from __future__ import annotations
+
+from kernelbay.attention import AttentionBackend
+
+
+class FusedRopeOnly(AttentionBackend):
+    """Claims fused RoPE, refuses sliding windows."""
+
+    name = "FAKE_ROPE"
+    fused_rope = True
+
+
+class UnavailableBackend(AttentionBackend):
+    """Capable of everything VANILLA is, but its kernels are missing."""
+
+    name = "FAKE_GONE"
+    mla = sliding_window = chunked_attention = logit_softcap = True
+
+    @classmethod
+    def is_available(cls):
+        return False, "libfake.so is not installed"

@@ -1,0 +1,154 @@
+"""The paged KV cache: spec sizes and the block manager's bookkeeping."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kernelbay.attention import KVCacheExhausted, KVCacheManager, KVCacheSpec, KVLayout, build_metadata
+
+
+def test_spec_bytes_standard_and_mla():
+    """Standard layers cache 2 x kv_heads x head_dim per token; MLA caches the latent once."""
+    assert KVCacheSpec(8, 128, "bfloat16").bytes_per_token == 2 * 8 * 128 * 2
+    mla = KVCacheSpec(1, 512 + 64, "bfloat16", mla=True)
+    assert mla.bytes_per_token == 576 * 2
+    assert KVCacheSpec(8, 128, "fp8_e4m3").bytes_per_token == 2 * 8 * 128
+    assert KVCacheSpec(8, 128, "float32", block_size=32).bytes_per_block == 32 * 2 * 8 * 128 * 4
+
+
+def test_spec_shapes_per_layout():
+    """NHD keeps [block, token, head, dim]; HND swaps token and head."""
+    spec = KVCacheSpec(4, 64, "float16", block_size=16)
+    assert spec.cache_shape(10) == (2, 10, 16, 4, 64)
+    assert spec.with_layout("HND").cache_shape(10) == (2, 10, 4, 16, 64)
+    assert spec.allocate(3).dtype == torch.float16
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_kv_heads=0, head_dim=8, dtype="float32"), "num_kv_heads must be >= 1"),
+    (dict(num_kv_heads=1, head_dim=8, dtype="auto"), "resolve 'auto' to the model dtype first"),
+    (dict(num_kv_heads=2, head_dim=8, dtype="float32", mla=True), "num_kv_heads must be 1"),
+    (dict(num_kv_heads=1, head_dim=8, dtype="float32", kv_scale_mode="per_tensor"), "only applies to an fp8_e4m3"),
+    (dict(num_kv_heads=1, head_dim=8, dtype="int4"), "unknown KV-cache dtype 'int4'"),
+])
+def test_spec_rejects_bad_fields(kwargs, message):
+    """Every bad spec field is a ValueError saying what to change."""
+    with pytest.raises(ValueError, match=message):
+        KVCacheSpec(**kwargs)
+
+
+def test_allocate_append_free_and_slot_mapping():
+    """Blocks grow one at a time as tokens are appended; slots follow the block table."""
+    mgr = KVCacheManager(num_blocks=8, block_size=4)
+    assert mgr.allocate("a", 5) == (0, 1)
+    assert mgr.append("a", 3) == ()
+    assert mgr.append("a", 1) == (2,)
+    assert mgr.num_tokens("a") == 9 and mgr.num_free_blocks == 5
+    assert mgr.slot_mapping("a", 2) == [7, 8]
+    row = mgr.step_request("a", 1)
+    assert (row.query_len, row.context_len, row.block_table) == (1, 8, (0, 1, 2))
+    assert mgr.free("a") == 3 and mgr.num_free_blocks == 8
+
+
+def test_exhaustion_names_needed_and_free_blocks_and_changes_nothing():
+    """Running out is an error naming needed vs free blocks; the failed call allocates nothing."""
+    mgr = KVCacheManager(num_blocks=4, block_size=16)
+    mgr.allocate("a", 40)
+    with pytest.raises(KVCacheExhausted, match=r"request 'b' needs 2 more block\(s\) for 20 tokens but only 1 of 4 "
+                                                r"are free; free or preempt a request"):
+        mgr.allocate("b", 20)
+    assert "b" not in mgr and mgr.num_free_blocks == 1
+    assert not mgr.can_append("a", 30) and mgr.can_append("a", 24)
+    with pytest.raises(KVCacheExhausted, match="needs 2 more block"):
+        mgr.append("a", 30)
+    assert mgr.num_tokens("a") == 40 and mgr.num_free_blocks == 1
+
+
+def test_misuse_is_an_error():
+    """Double allocation, unknown ids and double free are errors, not silent no-ops."""
+    mgr = KVCacheManager(num_blocks=4, block_size=4)
+    mgr.allocate("a", 1)
+    with pytest.raises(ValueError, match="already holds blocks; use append"):
+        mgr.allocate("a", 1)
+    with pytest.raises(KeyError, match="holds no blocks; allocate"):
+        mgr.append("zz")
+    mgr.free("a")
+    with pytest.raises(KeyError, match="never allocated or already freed"):
+        mgr.free("a")
+    with pytest.raises(ValueError, match="cannot map the last 3"):
+        mgr.allocate("b", 2) and mgr.slot_mapping("b", 3)
+
+
+def test_random_churn_never_shares_a_block():
+    """Under random allocate/append/free (continuous batching with preemption) no block has two owners."""
+    rng = random.Random(0)
+    mgr = KVCacheManager(num_blocks=32, block_size=4)
+    for step in range(2000):
+        live = mgr.request_ids()
+        action = rng.random()
+        try:
+            if action < 0.3:
+                mgr.allocate(step, rng.randint(0, 20))
+            elif action < 0.8 and live:
+                mgr.append(rng.choice(live), rng.randint(1, 6))
+            elif live:
+                mgr.free(rng.choice(live))
+        except KVCacheExhausted:
+            mgr.free(rng.choice(live)) if live else None
+        owned = [b for rid in mgr.request_ids() for b in mgr.block_table(rid)]
+        assert len(owned) == len(set(owned)), f"step {step}: a block is shared"
+        assert len(owned) + mgr.num_free_blocks == 32
+        assert all(len(mgr.block_table(r)) == mgr.blocks_needed(mgr.num_tokens(r)) for r in mgr.request_ids())
+
+
+def test_freed_blocks_are_reused():
+    """The free list hands freed blocks out again."""
+    mgr = KVCacheManager(num_blocks=2, block_size=4)
+    mgr.allocate("a", 8)
+    mgr.free("a")
+    assert sorted(mgr.allocate("b", 8)) == [0, 1]
+
+
+@pytest.mark.parametrize("layout", list(KVLayout))
+def test_slots_written_land_in_their_block_for_both_layouts(layout):
+    """A token written at its slot is found at (block, offset) in the layout's cache shape."""
+    from kernelbay.attention._cache_ops import read_plane, write_plane
+
+    mgr = KVCacheManager(num_blocks=6, block_size=4, layout=layout)
+    mgr.allocate("x", 1)
+    mgr.allocate("a", 6)
+    spec = KVCacheSpec(2, 3, "float32", block_size=4, layout=layout)
+    cache = spec.allocate(6)
+    values = torch.arange(6 * 2 * 3, dtype=torch.float32).view(6, 2, 3)
+    slots = torch.tensor(mgr.slot_mapping("a", 6))
+    write_plane(cache[0], values, slots, layout)
+    block, offset = mgr.block_table("a")[1], 1  # token 5 of request a
+    stored = cache[0, block, offset] if layout is KVLayout.NHD else cache[0, block, :, offset]
+    assert torch.equal(stored, values[5])
+    assert torch.equal(read_plane(cache[0], slots, layout, torch.float32), values)
+
+
+def test_metadata_fields_for_a_mixed_step():
+    """build_metadata derives offsets, positions, slots and the gather index from the block tables."""
+    md = build_metadata([(2, 3, (5, 1)), (1, 0, (2,))], block_size=4)
+    assert md.query_start_loc.tolist() == [0, 2, 3]
+    assert md.context_lens.tolist() == [3, 0] and md.seq_lens.tolist() == [5, 1]
+    assert md.positions.tolist() == [3, 4, 0]
+    assert md.slot_mapping.tolist() == [23, 4, 8]
+    assert md.kv_gather_index.tolist() == [20, 21, 22, 23, 4, 8]
+    assert md.block_tables.tolist() == [[5, 1], [2, -1]]
+    assert not md.is_decode_only and md.max_seq_len == 5
+
+
+@pytest.mark.parametrize("requests, message", [
+    ([(3, 20, (0,))], r"request #0 needs 2 block\(s\) for 23 tokens .* block table has 1"),
+    ([(0, 2, (0,))], "query_len must be >= 1"),
+    ([], "at least one request"),
+])
+def test_metadata_rejects_inconsistent_requests(requests, message):
+    """A block table too short for its tokens (or an empty step) is refused with the fix."""
+    with pytest.raises(ValueError, match=message):
+        build_metadata(requests, block_size=16)
