@@ -1,0 +1,95 @@
+"""First-party and contrib plugin packages, built and installed for real (pip --target) once per session.
+
+Two site dirs: `first_party` (kernelbay-torch, -llama, -deepseek, -flashinfer) and `acme` (kernelbay-acme),
+so a registry or a subprocess can be given the environment with or without the vendor plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernelbay.attention import clear_selection_cache
+from kernelbay.hooks import reset_hooks
+from kernelbay.registry import Registry, default_registry, reset_registry
+from kernelbay.registry._discovery import discover
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST_PARTY = ("plugins/torch", "plugins/llama", "plugins/deepseek", "plugins/flashinfer")
+CONTRIB = ("contrib/acme",)
+ACME_PACKAGES = ("kernelbay_acme",)
+
+
+@dataclass(frozen=True)
+class Sites:
+    first_party: Path
+    acme: Path
+
+    def path(self, with_acme: bool = True) -> list[str]:
+        return [str(self.acme)] * with_acme + [str(self.first_party)]
+
+
+def pip_install(target: Path, *package_dirs: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+           "--target", str(target), *(str(REPO / d) for d in package_dirs)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
+
+
+def _move_out(src: Path, dst: Path, packages: tuple[str, ...]) -> None:
+    """Split one pip --target install in two sites (one pip run builds every wheel: half the time)."""
+    dst.mkdir()
+    for item in src.iterdir():
+        if item.name.split("-")[0] in packages:
+            shutil.move(str(item), dst / item.name)
+
+
+@pytest.fixture(scope="session")
+def sites(tmp_path_factory) -> Sites:
+    """Every first-party and contrib plugin installed from its own pyproject; importable for the session."""
+    root = tmp_path_factory.mktemp("eco")
+    pip_install(root / "first_party", *FIRST_PARTY, *CONTRIB)
+    _move_out(root / "first_party", root / "acme", ACME_PACKAGES)
+    found = Sites(root / "first_party", root / "acme")
+    # Appended, not prepended: the editable first-party installs keep serving their imports in this process.
+    sys.path.extend(found.path())
+    yield found
+    for entry in found.path():
+        sys.path.remove(entry)
+
+
+def clean_environ(**extra: str) -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("KERNELBAY_", "ACME_"))} | extra
+
+
+@pytest.fixture
+def make_registry(sites):
+    """Install a process registry discovered over the real environment plus the installed sites."""
+    previous = default_registry()
+
+    def make(with_acme: bool = True, **env: str) -> Registry:
+        environ = clean_environ(**env)
+        registry = Registry(environ=environ, discovery=discover(environ, path=[*sites.path(with_acme), *sys.path]))
+        reset_registry(registry)
+        reset_hooks()
+        clear_selection_cache()
+        return registry
+
+    yield make
+    reset_registry(previous)
+    reset_hooks()
+    clear_selection_cache()
+
+
+def run_kernelbay(sites: Sites, *args: str, with_acme: bool = True, **env: str) -> subprocess.CompletedProcess:
+    """`kernelbay ARGS` in a fresh process whose only plugins are the installed sites' (and the editable core's)."""
+    environ = clean_environ(**env)
+    environ["PYTHONPATH"] = os.pathsep.join(sites.path(with_acme))
+    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
+                          env=environ, cwd=REPO, timeout=300)
