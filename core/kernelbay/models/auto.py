@@ -33,13 +33,12 @@ IMPLEMENTATION_MODES = ("auto", "require")
 
 
 def resolution_target(config) -> tuple[str, str]:
-    """(slot kind, slot name) this config resolves to (steps 1-3)."""
-    arch = config.architecture
-    if getattr(config.hf_config, "draft_vocab_size", None) is not None:
-        return "draft_model", arch if arch.startswith("EAGLE3") else f"EAGLE3{arch}"
-    if getattr(config, "is_encoder_only", False):
-        return "vision_encoder", arch
-    return "model", arch
+    """(slot kind, slot name) this config resolves to (steps 1-3).
+
+    `ModelConfig` has already applied the naming rules: `architecture` is `architectures[0]`, or
+    `EAGLE3<TargetArch>` for a draft, and `model_kind` is "model", "draft_model" or "vision_encoder".
+    """
+    return config.model_kind, config.architecture
 
 
 def _import_target(target: str):
@@ -119,13 +118,14 @@ class AutoModelForCausalLM:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None,
                         attention_backend: str | None = None, trust_remote_code: bool = False,
-                        allow_pickle: bool = False, implementation: str = "auto",
+                        allow_pickle: bool = False, implementation: str = "auto", encoder_only: bool = False,
                         progress: bool | None = None) -> nn.Module:
         """Load a checkpoint folder. `attention_backend` is recorded for the runner's backend selection;
-        `allow_pickle=True` is needed for `.bin` weights (pickle can run code)."""
+        `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the
+        vision encoder of a multimodal checkpoint (the `vision_encoder` slot)."""
         from kernelbay.config import ModelConfig
 
-        config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
         model = cls.from_config(config, dtype=dtype, implementation=implementation)
         load_weights(model, checkpoint, model.checkpoint_rules(), progress=progress)

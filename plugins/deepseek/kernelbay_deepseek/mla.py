@@ -1,7 +1,8 @@
 """Multi-head latent attention (DeepSeek-V2/V3): queries per head, keys and values from a shared latent.
 
 Per token the cache holds the normalised latent [kv_lora_rank] and the rotated shared key [qk_rope_head_dim];
-the attention backend expands the latent with `kv_b_proj` (latent -> per-head k_nope ‖ v).
+the attention backend expands the latent with `kv_b_proj` (latent -> per-head k_nope ‖ v). The softmax scale
+(`config.attention_scale`) already includes YaRN's mscale² when the RoPE is scaled.
 """
 
 from __future__ import annotations
@@ -11,17 +12,7 @@ from torch import nn
 
 from kernelbay.attention import Attention, AttentionMetadata
 from kernelbay.models.base import rope_params
-from kernelbay.models.layers import Linear, RMSNorm, RotaryEmbedding, yarn_mscale
-
-
-def mla_scale(config) -> float:
-    """qk_head_dim^-0.5, times yarn's mscale(factor, mscale_all_dim)^2 when the RoPE is scaled."""
-    scale = config.mla.qk_head_dim ** -0.5
-    rope = config.rope
-    mscale_all_dim = (rope.scaling or {}).get("mscale_all_dim")
-    if rope.rope_type != "default" and mscale_all_dim:
-        scale *= yarn_mscale(rope.factor, mscale_all_dim) ** 2
-    return scale
+from kernelbay.models.layers import Linear, RMSNorm, RotaryEmbedding
 
 
 def mla_rotary(config, interleaved: bool) -> RotaryEmbedding:
@@ -47,7 +38,7 @@ class MLAAttention(nn.Module):
         self.kv_b_proj = Linear(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim))
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, bias=bias)
         self.rotary = rotary  # shared, parameter-free
-        self.attn = Attention(layer_idx, heads, mla.qk_head_dim, heads, scale=mla_scale(config), mla=mla,
+        self.attn = Attention(layer_idx, heads, mla.qk_head_dim, heads, scale=config.attention_scale, mla=mla,
                               kv_b_proj=self.kv_b_proj, prefix=f"model.layers.{layer_idx}.self_attn.attn")
 
     def _queries(self, x: torch.Tensor) -> torch.Tensor:

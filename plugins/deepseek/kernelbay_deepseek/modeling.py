@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -16,6 +18,14 @@ from .mla import MLAAttention, mla_rotary
 from .moe import MoE
 
 
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """What V2 and V3 do differently beyond what config.json states."""
+
+    interleaved_rope: bool = True  # RoPE rotates (x0, x1), (x2, x3) pairs
+    default_routing: tuple[str, str] = ("softmax", "greedy")  # (scoring_func, topk_method) when not written
+
+
 def _is_moe_layer(hf, layer_idx: int) -> bool:
     freq = getattr(hf, "moe_layer_freq", None) or 1
     return getattr(hf, "n_routed_experts", None) is not None and layer_idx >= (hf.first_k_dense_replace or 0) \
@@ -23,12 +33,12 @@ def _is_moe_layer(hf, layer_idx: int) -> bool:
 
 
 class DeepseekDecoderLayer(nn.Module):
-    def __init__(self, config, layer_idx: int, rotary):
+    def __init__(self, config, variant: Variant, layer_idx: int, rotary):
         super().__init__()
         hf = config.hf_config
         self.self_attn = MLAAttention(config, layer_idx, rotary)
         if _is_moe_layer(hf, layer_idx):
-            self.mlp = MoE(config)
+            self.mlp = MoE(config, variant.default_routing)
         else:
             self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, getattr(hf, "hidden_act", "silu"),
                                 bias=bool(getattr(hf, "mlp_bias", False)))
@@ -41,11 +51,11 @@ class DeepseekDecoderLayer(nn.Module):
 
 
 class DeepseekModel(nn.Module):
-    def __init__(self, config, interleaved_rope: bool):
+    def __init__(self, config, variant: Variant):
         super().__init__()
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
-        self.rotary_emb = mla_rotary(config, interleaved_rope)
-        self.layers = nn.ModuleList(DeepseekDecoderLayer(config, i, self.rotary_emb)
+        self.rotary_emb = mla_rotary(config, variant.interleaved_rope)
+        self.layers = nn.ModuleList(DeepseekDecoderLayer(config, variant, i, self.rotary_emb)
                                     for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -58,19 +68,19 @@ class DeepseekModel(nn.Module):
 
 
 class DeepseekForCausalLM(CausalLM):
-    """Shared by V2 and V3; subclasses say whether RoPE rotates interleaved pairs."""
+    """Shared by V2 and V3; subclasses give their `Variant`."""
 
     def __init__(self, config):
         super().__init__(config)
         if config.mla is None:
             raise ConfigError(f"{config.architecture} needs MLA geometry (kv_lora_rank, qk_nope_head_dim, "
                               f"qk_rope_head_dim, v_head_dim) in config.json")
-        self.model = DeepseekModel(config, self.interleaved_rope(config))
+        self.model = DeepseekModel(config, self.variant(config))
         self.lm_head = self.make_lm_head()
 
     @classmethod
-    def interleaved_rope(cls, config) -> bool:
-        return True
+    def variant(cls, config) -> Variant:
+        return Variant()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         return self.model(input_ids, positions, metadata)
@@ -94,6 +104,7 @@ class DeepseekV3ForCausalLM(DeepseekForCausalLM):
     """DeepSeek-V3 / R1: sigmoid `noaux_tc` grouped routing, FP8 block-scaled checkpoints."""
 
     @classmethod
-    def interleaved_rope(cls, config) -> bool:
-        value = getattr(config.hf_config, "rope_interleave", None)
-        return True if value is None else bool(value)
+    def variant(cls, config) -> Variant:
+        interleave = getattr(config.hf_config, "rope_interleave", None)
+        return Variant(interleaved_rope=True if interleave is None else bool(interleave),
+                       default_routing=("sigmoid", "noaux_tc"))

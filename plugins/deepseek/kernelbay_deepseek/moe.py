@@ -45,10 +45,11 @@ class Routing:
                               f"topk_group={self.top_groups} must be in 1..n_group")
 
     @classmethod
-    def from_config(cls, hf) -> "Routing":
+    def from_config(cls, hf, default: tuple[str, str]) -> "Routing":
+        """`default`: (scoring, method) when config.json leaves them out (transformers' V3 config does)."""
         return cls(num_experts=hf.n_routed_experts, top_k=hf.num_experts_per_tok,
-                   scoring=getattr(hf, "scoring_func", None) or "softmax",
-                   method=getattr(hf, "topk_method", None) or "greedy", num_groups=getattr(hf, "n_group", None) or 1,
+                   scoring=getattr(hf, "scoring_func", None) or default[0],
+                   method=getattr(hf, "topk_method", None) or default[1], num_groups=getattr(hf, "n_group", None) or 1,
                    top_groups=getattr(hf, "topk_group", None) or 1, normalize=bool(getattr(hf, "norm_topk_prob", False)),
                    scaling=float(getattr(hf, "routed_scaling_factor", None) or 1.0))
 
@@ -127,11 +128,11 @@ class Experts(nn.Module):
 class MoE(nn.Module):
     """Routed experts plus shared experts (one wider MLP), summed."""
 
-    def __init__(self, config):
+    def __init__(self, config, default_routing: tuple[str, str]):
         super().__init__()
         hf = config.hf_config
         act = getattr(hf, "hidden_act", "silu")
-        routing = Routing.from_config(hf)
+        routing = Routing.from_config(hf, default_routing)
         self.gate = Router(config.hidden_size, routing)
         self.experts = Experts(config.hidden_size, hf.moe_intermediate_size, routing.num_experts, act)
         shared = getattr(hf, "n_shared_experts", None) or 0

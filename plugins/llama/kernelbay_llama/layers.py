@@ -6,8 +6,9 @@ Member differences handled here (each a field of `Features`):
 - Qwen3: per-head RMSNorm on q and k before RoPE, head_dim independent of hidden/heads;
 - Phi-3: checkpoints store fused `qkv_proj` / `gate_up_proj` (loaded directly: our layers are fused anyway),
   partial rotary and longrope come from the config;
+- the attention scale is always `config.attention_scale` (Gemma-2's `query_pre_attn_scalar` included);
 - Gemma-2: (1 + w) norms, a norm after attention and around the MLP, embeddings scaled by sqrt(hidden),
-  attention scale from `query_pre_attn_scalar`, attention and final logit soft-capping,
+  attention and final logit soft-capping,
   alternating sliding-window layers (from `config.layer_types`).
 """
 
@@ -33,11 +34,6 @@ class Features:
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
     gemma: bool = False  # Gemma-2: (1 + w) norms, sandwich norms, scaled embeddings
     activation: str = "silu"
-    query_pre_attn_scalar: float | None = None  # attention scale is its -0.5 power when set (Gemma-2)
-
-    def __post_init__(self):
-        if self.query_pre_attn_scalar is not None and not self.query_pre_attn_scalar > 0:
-            raise ValueError(f"query_pre_attn_scalar must be > 0, got {self.query_pre_attn_scalar}")
 
 
 class LlamaAttention(nn.Module):
@@ -56,8 +52,7 @@ class LlamaAttention(nn.Module):
         self.qk_norm = features.qk_norm
         self.rotary = rotary  # shared with every layer; holds no parameters
         kind = config.layer_types[layer_idx]
-        scale = (features.query_pre_attn_scalar or head_dim) ** -0.5
-        self.attn = Attention(layer_idx, heads, head_dim, kv_heads, scale=scale, attn_type=kind,
+        self.attn = Attention(layer_idx, heads, head_dim, kv_heads, scale=config.attention_scale, attn_type=kind,
                               sliding_window=config.sliding_window if kind == "sliding_attention" else None,
                               logit_softcap=config.attn_logit_softcapping,
                               prefix=f"model.layers.{layer_idx}.self_attn.attn")

@@ -80,6 +80,5 @@ class Gemma2ForCausalLM(LlamaFamilyForCausalLM):
     @classmethod
     def features(cls, config) -> Features:
         bias = bool(_hf(config, "attention_bias", False))
-        return Features(qkv_bias=bias, o_bias=bias, gemma=True,
-                        activation=_hf(config, "hidden_activation", None) or _hf(config, "hidden_act", "gelu_pytorch_tanh"),
-                        query_pre_attn_scalar=float(_hf(config, "query_pre_attn_scalar", config.head_dim)))
+        act = _hf(config, "hidden_activation", None) or _hf(config, "hidden_act", "gelu_pytorch_tanh")
+        return Features(qkv_bias=bias, o_bias=bias, gemma=True, activation=act)
