@@ -70,5 +70,10 @@ def probe() -> CudaEnvironment:
     return env
 
 
+def current_availability() -> tuple[bool, str]:
+    """What the backends' `is_available()` answers in this process."""
+    return availability(probe())
+
+
 def _fields(env: CudaEnvironment) -> dict:
     return {name: getattr(env, name) for name in CudaEnvironment.__dataclass_fields__}

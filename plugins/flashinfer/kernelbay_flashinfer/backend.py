@@ -6,7 +6,7 @@ import torch
 
 from kernelbay.attention import AttentionBackend, KVLayout
 
-from .availability import availability, probe
+from .availability import current_availability
 from .metadata import FlashInferMetadata
 from .plans import PlanKey, planned_wrapper
 
@@ -27,7 +27,7 @@ class FlashInferBackend(AttentionBackend[FlashInferMetadata]):
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
-        return availability(probe())
+        return current_availability()
 
     def plan_key(self, q: torch.Tensor, metadata: FlashInferMetadata, causal: bool) -> PlanKey:
         g = self.geometry

@@ -11,7 +11,7 @@ import torch
 
 from kernelbay.attention import AttentionBackend, KVLayout
 
-from .availability import availability, probe
+from .availability import current_availability
 from .metadata import FlashInferMetadata
 from .plans import MLA_ROPE_DIM, PlanKey, planned_wrapper
 
@@ -30,7 +30,7 @@ class FlashInferMLABackend(AttentionBackend[FlashInferMetadata]):
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
-        return availability(probe())
+        return current_availability()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
