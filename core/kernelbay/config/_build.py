@@ -45,26 +45,29 @@ def _parsed(hf_config) -> dict[str, Any]:
 def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
     model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
     naming = resolve_naming(f, model_type, encoder_only)
-    if naming.model_kind == "vision_encoder":
-        f = _vision_fields(f, hf_config)
-    return _assemble(f, hf_config, folder, model_type, naming)
+    section = "vision_config" if naming.model_kind == "vision_encoder" else "text_config"
+    f, geometry_config = _section(f, hf_config, section)
+    return _assemble(f, hf_config, geometry_config, folder, model_type, naming)
 
 
-def _assemble(f: Fields, hf_config, folder: Path | None, model_type: str, naming) -> ModelConfig:
+def _assemble(f: Fields, hf_config, geometry_config, folder: Path | None, model_type: str,
+              naming) -> ModelConfig:
+    """`geometry_config` is the (sub-)config the sizes come from: the text or vision part of a composite."""
     encoder = naming.model_kind == "vision_encoder"
+    layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
     hidden, n_layers, heads, vocab = _sizes(f, encoder)
     mla = geo.resolve_mla(f)
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
     max_positions = _max_positions(f, encoder)
-    plan = _layer_plan(f, model_type, n_layers, heads, max_positions, type(hf_config), encoder)
+    plan = _layer_plan(f, layer_model_type, n_layers, heads, max_positions, type(geometry_config), encoder)
     kv_heads = _layer_kv_heads(f, plan, heads)
-    position_embedding = resolve_position_embedding(f, model_type, mla)
+    position_embedding = resolve_position_embedding(f, layer_model_type, mla)
     rope = resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None
     return ModelConfig(
         architecture=naming.architecture, architectures=naming.architectures, model_type=model_type,
         hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=heads,
         num_key_value_heads=max(kv_heads) or heads, head_dim=head_dim, vocab_size=vocab,
-        intermediate_size=_intermediate_size(f, hidden, model_type), max_position_embeddings=max_positions,
+        intermediate_size=_intermediate_size(f, hidden, layer_model_type), max_position_embeddings=max_positions,
         rms_norm_eps=geo.resolve_norm_eps(f), tie_word_embeddings=f.get_bool("tie_word_embeddings"),
         dtype=resolve_dtype(f), layer_types=plan.kinds, layer_num_kv_heads=kv_heads,
         sliding_window=plan.sliding_window, attention_chunk_size=plan.attention_chunk_size, mla=mla, rope=rope,
@@ -82,7 +85,7 @@ def _sizes(f: Fields, encoder: bool) -> tuple[int, int, int, int]:
     if not encoder:
         return geo.core_sizes(f)
     sizes = [f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS)]
-    return (*sizes, f.get_int(*geo.VOCAB, default=0))
+    return (*sizes, 0)  # a vision encoder has no vocabulary
 
 
 def _max_positions(f: Fields, encoder: bool) -> int:
@@ -136,17 +139,24 @@ def _blocksparse(f: Fields, plan: LayerPlan) -> BlockSparseGeometry | None:
         homo_head_pattern=f.get_bool("blocksparse_homo_head_pattern"))
 
 
-def _vision_fields(f: Fields, hf_config) -> Fields:
-    """Encoder-only deployment of a vision-language model: the geometry is the vision tower's."""
-    sub_raw = f.raw.get("vision_config")
-    sub_config = getattr(hf_config, "vision_config", None)
-    if sub_raw is None and sub_config is None:
-        return f  # a standalone vision tower: its own keys are the geometry
+# Keys a composite config keeps at the top level that describe its parts too.
+INHERITED_KEYS = ("torch_dtype", "dtype", "quantization_config")
+
+
+def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
+    """The part of a composite config the geometry lives in (`text_config` of a VLM, or its
+    `vision_config` for an encoder-only deployment); the config itself when it is not composite."""
+    sub_config = getattr(hf_config, name, None)
+    sub_raw = f.raw.get(name)
+    if sub_config is None and not isinstance(sub_raw, dict):
+        return f, hf_config
+    if name == "text_config" and any(f.get(key) is not None for key in geo.HIDDEN):
+        return f, hf_config  # the text sizes are already at the top level
     parsed = sub_config.to_dict() if sub_config is not None else {}
     raw = dict(sub_raw) if isinstance(sub_raw, dict) else parsed
-    for key in ("torch_dtype", "dtype"):  # the checkpoint dtype lives at the top level
-        if key in f.raw and key not in raw:
+    for key in INHERITED_KEYS:
+        if f.raw.get(key) is not None and key not in raw:
             raw[key] = f.raw[key]
-    vision = Fields(raw, parsed, source=f"{f.source} (vision_config)")
-    vision.notes = f.notes
-    return vision
+    part = Fields(raw, parsed, source=f"{f.source} ({name})")
+    part.notes = f.notes
+    return part, sub_config if sub_config is not None else hf_config

@@ -39,7 +39,8 @@ def resolve_mla(f: Fields) -> MLAGeometry | None:
     if kv_lora_rank is None:
         return None
     fields = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    missing = [name for name in fields if f.get_int(name) is None]
+    written = f.raw if f.raw else f.parsed  # class defaults do not count: a copy may have dropped them
+    missing = [name for name in fields if written.get(name) is None]
     if missing:
         raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
     return MLAGeometry(kv_lora_rank=kv_lora_rank, q_lora_rank=_q_lora_rank(f),
