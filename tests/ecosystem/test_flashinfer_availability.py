@@ -116,7 +116,8 @@ def test_requesting_unavailable_flashinfer_is_an_error(make_registry, avail, mon
 
 
 def test_runtime_registration_behaves_like_the_distribution(make_registry, avail, monkeypatch):
-    """Registered at runtime instead of installed, FLASHINFER is external, selectable, and refused the same way."""
+    """Registered at runtime (its distribution's entry points disabled), FLASHINFER is selectable and refused
+    for the same reason."""
     from kernelbay import register_attention_backend
     from kernelbay.registry import slot_info
     from kernelbay_flashinfer.backend import FlashInferBackend
@@ -124,6 +125,7 @@ def test_runtime_registration_behaves_like_the_distribution(make_registry, avail
     monkeypatch.setattr(avail, "probe", lambda: avail.CudaEnvironment(False, torch_version="2.13.0+cpu"))
     make_registry(with_acme=False, KERNELBAY_DISABLE_PLUGINS="kernelbay-flashinfer")
     register_attention_backend("FLASHINFER", target=FlashInferBackend)
-    assert slot_info("attention_backend", "FLASHINFER")["winner"]["provider"]["origin"] == "external"
+    winner = slot_info("attention_backend", "FLASHINFER")["winner"]
+    assert winner["target"] == "kernelbay_flashinfer.backend:FlashInferBackend"
     result = select_attention_backend(BF16_128, platform="cuda")
     assert _report(result, "FLASHINFER").failures == (f"available: flashinfer is not installed: {avail.INSTALL_HINT}",)
