@@ -56,6 +56,7 @@ SPECS = {
     "block_64": BatchSpec("block_64", MIXED + ((1, 70),), block_size=64),
     "hnd": BatchSpec("hnd", MIXED, layout="HND"),
     "hnd_decode": BatchSpec("hnd_decode", ((1, 12), (1, 30)), layout="HND"),
+    "encoder": BatchSpec("encoder", ((5, 0), (7, 0)), attn_type="encoder_attention"),
     "bf16": BatchSpec("bf16", MIXED, dtype="bfloat16"),
     "fp16": BatchSpec("fp16", MIXED, dtype="float16"),
 }

@@ -12,7 +12,8 @@ from ._harness import SPECS, assert_close, run_backend
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
 # is checked in test_flex_compiled.py.
 FLEX_SPECS = ("small_prefill", "mixed_prefill_decode", "gqa", "sliding_window", "chunked", "softcap", "fp8_kv",
-              "hnd", "block_32")
+              "hnd", "block_64", "small_decode", "mqa", "bf16", "fp16", "head_80", "head_128", "head_256", "encoder")
+SWEEPS = {"SDPA": tuple(SPECS), "FLEX": FLEX_SPECS}
 
 
 def requirements_of(spec) -> AttentionRequirements:
@@ -22,10 +23,9 @@ def requirements_of(spec) -> AttentionRequirements:
 
 
 def _cases():
-    for name in SPECS:
-        yield pytest.param("SDPA", name, None, id=f"SDPA-{name}")
-    for name in FLEX_SPECS:
-        yield pytest.param("FLEX", name, {"compile": False}, id=f"FLEX-{name}")
+    for backend, names in SWEEPS.items():
+        for name in names:
+            yield pytest.param(backend, name, {"compile": False} if backend == "FLEX" else None, id=f"{backend}-{name}")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from ._harness import MLA_SPECS, SPECS, BatchSpec, assert_close, make_data, run_
 
 
 def _visible(p: int, j: int, spec: BatchSpec) -> bool:
+    if spec.attn_type == "encoder_attention":
+        return True
     if j > p:
         return False
     if spec.sliding_window is not None and p - j >= spec.sliding_window:
@@ -48,7 +50,7 @@ def dense_attention(spec: BatchSpec, data) -> torch.Tensor:
         for p in range(ctx, ctx + q_len):
             q = data.queries[t].float()
             t += 1
-            vis = [j for j in range(p + 1) if _visible(p, j, spec)]
+            vis = [j for j in range(ctx + q_len) if _visible(p, j, spec)]
             scores = torch.einsum("hd,jhd->hj", q, keys[vis].float()) * scale
             if spec.logit_softcap is not None:
                 scores = spec.logit_softcap * torch.tanh(scores / spec.logit_softcap)

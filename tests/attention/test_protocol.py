@@ -1,0 +1,177 @@
+"""The AttentionBackend protocol: construction, forward args, options, cache binding, the Attention layer."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from kernelbay import resolve
+from kernelbay.attention import (Attention, AttentionForwardArgs, AttentionType, KVCacheSpec, attention_layers,
+                                 collect_attention_layers, create_attention)
+from kernelbay.errors import ConfigError
+
+from ._harness import SPECS, assert_close, make_data, run_backend
+
+MLA = {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": None}
+
+
+def test_capabilities_are_answerable_without_an_instance():
+    """Every capability question is a classmethod."""
+    sdpa = resolve("attention_backend", "SDPA")
+    assert sdpa.supports_head_size(80) and sdpa.supports_dtype("bfloat16")
+    assert sdpa.supports_kv_cache_dtype("fp8") and not sdpa.supports_logit_softcap()
+    assert not sdpa.supports_mla() and sdpa.supports_sliding_window() and sdpa.supports_chunked_attention()
+    assert sdpa.supported_block_sizes() is None and sdpa.supports_kv_layout("HND")
+    assert not sdpa.supports_fused_rope() and not sdpa.supports_fused_qkv() and sdpa.supports_sparse("none")
+    assert sdpa.supports_platform("cpu") and sdpa.is_available() == (True, "available")
+
+
+def test_mla_accepts_null_q_lora_rank():
+    """DeepSeek-V2-Lite geometry (q_lora_rank null) builds; the layer's cache is the latent."""
+    layer = create_attention(0, 4, 24, 4, backend="VANILLA", mla=MLA, kv_b_proj=torch.nn.Linear(32, 4 * 32))
+    spec = layer.kv_cache_spec("bfloat16")
+    assert (spec.mla, spec.num_kv_heads, spec.head_dim, spec.bytes_per_token) == (True, 1, 40, 80)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mla={**MLA, "kv_lora_rank": None}), "MLA geometry is incomplete: missing kv_lora_rank"),
+    (dict(mla={**MLA, "qk_rope_head_dim": -1}), "qk_rope_head_dim must be an int >= 0, got -1"),
+    (dict(mla={k: v for k, v in MLA.items() if k != "v_head_dim"}), "missing v_head_dim"),
+    (dict(mla={**MLA, "qk_nope_head_dim": 8}), "MLA head_dim must be qk_nope_head_dim \\+ qk_rope_head_dim = 16"),
+    (dict(mla=MLA, kv_b_proj=None), "an MLA layer needs kv_b_proj"),
+])
+def test_mla_geometry_is_validated_at_construction(kwargs, message):
+    """Incomplete or inconsistent MLA geometry is a ValueError naming the field."""
+    kwargs.setdefault("kv_b_proj", torch.nn.Linear(32, 4 * 32))
+    with pytest.raises(ValueError, match=message):
+        create_attention(0, 4, 24, 4, backend="VANILLA", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_heads=6, num_kv_heads=4), r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"),
+    (dict(attn_type="sliding_attention"), "a sliding_attention layer needs sliding_window >= 1, got None"),
+    (dict(attn_type="chunked_attention", chunk_size=0), "needs chunk_size >= 1, got 0"),
+    (dict(sliding_window=4), "sliding_window=4 given for a full_attention layer"),
+    (dict(attn_type="diagonal"), "unknown attention type 'diagonal'; use one of: full_attention"),
+    (dict(logit_softcap=-1.0), "logit_softcap must be > 0 or None"),
+])
+def test_bad_geometry_is_a_value_error(kwargs, message):
+    """Geometry mistakes are caught when the layer is built, with what to change."""
+    args = dict(num_heads=4, num_kv_heads=2) | kwargs
+    with pytest.raises(ValueError, match=message):
+        create_attention(0, args.pop("num_heads"), 16, args.pop("num_kv_heads"), backend="VANILLA", **args)
+
+
+def test_chunked_attention_on_an_incapable_backend_is_refused(fresh_registry):
+    """A backend without chunked attention refuses a chunked layer instead of attending fully."""
+    from kernelbay.attention import AttentionBackend
+
+    class NoChunks(AttentionBackend):
+        name = "NOCHUNK"
+
+    with pytest.raises(ValueError, match="attention backend NOCHUNK cannot build layer 3: chunked_attention: "
+                                         "chunked attention is not supported"):
+        create_attention(3, 4, 16, 2, backend=NoChunks, attn_type="chunked_attention", chunk_size=8)
+    with pytest.raises(ValueError, match="logit_softcap: attention logit soft-capping is not supported"):
+        create_attention(3, 4, 16, 2, backend="SDPA", logit_softcap=30.0)
+
+
+def test_forward_args_and_legacy_keywords_never_merge():
+    """Passing AttentionForwardArgs and keyword options together is an error; unknown keywords too."""
+    spec = SPECS["small_decode"]
+    with pytest.raises(TypeError, match="pass either forward_args=AttentionForwardArgs\\(...\\) or keyword options "
+                                        "\\(causal\\), not both"):
+        _forward(spec, forward_args=AttentionForwardArgs(), causal=True)
+    with pytest.raises(TypeError, match="unknown attention forward option\\(s\\) casual; known: causal"):
+        _forward(spec, casual=True)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        AttentionForwardArgs(causal="yes")
+
+
+def _forward(spec, **kwargs):
+    data = make_data(spec)
+    cls, layer = resolve("attention_backend", "VANILLA"), create_attention(0, 4, 64, 2, backend="VANILLA")
+    layer.attach_kv_cache(layer.kv_cache_spec("float32").allocate(8))
+    md = cls.prepare([(1, 0, (0,))], 16)
+    return layer.forward(data.queries[:1], data.keys[0][:1], data.values[0][:1], md, **kwargs)
+
+
+def test_forward_args_output_and_legacy_form_agree():
+    """causal=False via the record or the keyword gives the same result, written into `output`."""
+    spec = SPECS["small_decode"]
+    out = torch.empty(1, 4, 64)
+    via_record = _forward(spec, forward_args=AttentionForwardArgs(causal=False, output=out))
+    assert via_record is out
+    assert torch.equal(_forward(spec, causal=False), out)
+
+
+def test_forward_refuses_missing_cache_and_wrong_metadata():
+    """No cache bound, another backend's metadata, or a q of the wrong shape: clear errors."""
+    layer = create_attention(0, 4, 64, 2, backend="FLEX")
+    q = torch.zeros(1, 4, 64)
+    md = resolve("attention_backend", "VANILLA").prepare([(1, 0, (0,))], 16)
+    with pytest.raises(RuntimeError, match="no KV cache attached; the engine must call Attention.bind"):
+        layer.forward(q, q[:, :2], q[:, :2], md)
+    layer.attach_kv_cache(layer.kv_cache_spec("float32").allocate(2))
+    with pytest.raises(TypeError, match="FLEX needs FlexMetadata \\(build it with FlexBackend.prepare\\)"):
+        layer.forward(q, q[:, :2], q[:, :2], md)
+    sdpa = create_attention(0, 4, 64, 2, backend="SDPA")
+    sdpa.attach_kv_cache(sdpa.kv_cache_spec("float32").allocate(2))
+    with pytest.raises(ValueError, match=r"q must be \[T=1, 4, 64\], got \(1, 4, 32\)"):
+        sdpa.forward(torch.zeros(1, 4, 32), q[:, :2], q[:, :2], resolve("attention_backend", "SDPA").prepare(
+            [(1, 0, (0,))], 16))
+
+
+def test_attach_checks_cache_shape_and_dtype():
+    """A cache of the wrong rank or dtype is refused at bind time."""
+    layer = create_attention(0, 4, 64, 2, backend="SDPA", kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match="kv_cache must be 5-D with 2 plane"):
+        layer.attach_kv_cache(torch.zeros(4, 16, 2, 64))
+    with pytest.raises(ValueError, match="kv_cache_dtype is fp8_e4m3 but the cache tensor is torch.float32"):
+        layer.attach_kv_cache(KVCacheSpec(2, 64, "float32").allocate(2))
+
+
+def test_typed_options(fresh_registry):
+    """Backend.Options parses mappings and CLI strings; unknown keys are errors."""
+    flex = resolve("attention_backend", "FLEX")
+    assert flex.parse_options({"compile": "false"}).compile is False
+    assert flex.parse_options(None).compile is True
+    with pytest.raises(ConfigError, match="unknown option\\(s\\) for attention backend FLEX: fast"):
+        create_attention(0, 4, 64, 2, backend="FLEX", options={"fast": True})
+    with pytest.raises(ConfigError, match="must be a mapping or FlexOptions, got list"):
+        flex.parse_options(["compile"])
+
+
+def test_unknown_geometry_argument_is_a_type_error():
+    """Backends are built from geometry only; an unknown argument is named."""
+    cls = resolve("attention_backend", "VANILLA")
+    with pytest.raises(TypeError, match="unknown geometry argument\\(s\\) rope_theta"):
+        cls(0, 4, 64, 2, rope_theta=1e4)
+
+
+def test_attention_layer_binds_and_runs_like_the_backend():
+    """The nn.Module layer binds a backend by name and gives the same output as driving the backend."""
+    spec = SPECS["mixed_prefill_decode"]
+    layer = Attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, scale=spec.head_dim ** -0.5)
+    with pytest.raises(RuntimeError, match="attention layer 0 \\(attention\\) is not bound"):
+        layer(torch.zeros(1, 4, 64), torch.zeros(1, 2, 64), torch.zeros(1, 2, 64), None)
+    backend = layer.bind("SDPA", KVCacheSpec(2, 64, "float32").allocate(4))
+    assert layer.backend is backend and backend.name == "SDPA" and "backend=SDPA" in repr(layer)
+    assert layer.attn_type is AttentionType.FULL
+    want = run_backend("SDPA", spec)
+    assert_close("SDPA", spec, run_backend(type(backend), spec), want)
+
+
+def test_layer_registry_keys_and_weakrefs():
+    """Layers register by index with _0/_1 on collision, and a dropped layer disappears."""
+    with collect_attention_layers() as registry:
+        a, b, c = (Attention(i, 2, 8, 2, scale=1.0) for i in (0, 1, 1))
+        extra = Attention(2, 2, 8, 2, scale=1.0)
+    assert list(registry.layers()) == ["0", "1_0", "1_1", "2"]
+    del extra
+    gc.collect()
+    assert list(registry.layers()) == ["0", "1_0", "1_1"]
+    model = torch.nn.ModuleList([a, b, c])
+    assert list(attention_layers(model)) == ["0", "1_0", "1_1"]
