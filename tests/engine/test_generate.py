@@ -1,0 +1,164 @@
+"""LLM.generate against transformers' generate() on one checkpoint, plus batching, preemption, streaming."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from kernelbay.engine.errors import IncapableBackend, PromptTooLong, RequestTooLarge
+from kernelbay.engine.sampling import SamplingParams
+from kernelbay.engine.scheduler import Scheduler
+from kernelbay.engine.tokenizer import TokenizerError
+from kernelbay.registry import names
+
+PROMPTS = [
+    "the",
+    "the quick brown fox",
+    "a fortune cookie says you will write many tests and kernelbay runs models over a paged cache",
+    "greedy decoding always picks",
+    "continuous batching lets new requests join while others decode, and the lazy dog sleeps",
+]
+MAX_TOKENS = 24
+GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0)
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(make_llm):
+    ids = [make_llm().encode(p) for p in PROMPTS]
+    assert max(len(i) for i in ids) + MAX_TOKENS <= 128, "prompts must leave room in the tiny model's context"
+    return ids
+
+
+@pytest.fixture(scope="session")
+def reference(hf_tiny_llama, prompt_ids):
+    """transformers' greedy tokens for each prompt, run alone (no padding)."""
+    out = []
+    for ids in prompt_ids:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            y = hf_tiny_llama.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_TOKENS,
+                                       do_sample=False, pad_token_id=0)
+        out.append(y[0, len(ids):].tolist())
+    return out
+
+
+
+@pytest.mark.parametrize("backend", names("attention_backend"))
+def test_greedy_matches_transformers_on_every_backend(backend, make_llm, prompt_ids, reference, tiny_llama):
+    """A batch of mixed-length prompts: greedy tokens equal transformers' on each backend that can run it."""
+    try:
+        llm = make_llm(attention_backend=backend)
+    except IncapableBackend as err:
+        pytest.skip(f"{backend} cannot run this model: {err}")
+    outputs = llm.generate(prompt_ids, GREEDY)
+    assert llm.attention_backends == {"full_attention": backend}
+    for i, (out, ref) in enumerate(zip(outputs, reference)):
+        assert out.token_ids == ref, f"[{backend}] prompt {i}"
+
+
+def test_text_prompts_and_outputs(make_llm, reference):
+    """Text in, text out: the prompt is encoded by the folder's tokenizer and the ids decode to the text."""
+    llm = make_llm()
+    outputs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outputs] == reference
+    assert outputs[1].prompt == PROMPTS[1]
+    assert outputs[1].text == llm.tokenizer.decode(reference[1])
+
+
+def test_stream_yields_the_same_tokens(make_llm, reference):
+    """stream() yields each request's tokens in order, the same as generate(); deltas join to the text."""
+    llm = make_llm()
+    tokens = {i: [] for i in range(len(PROMPTS))}
+    texts = {i: "" for i in range(len(PROMPTS))}
+    finished = set()
+    for delta in llm.stream(PROMPTS, GREEDY):
+        assert delta.index not in finished, "no delta after a request's last one"
+        tokens[delta.index].append(delta.token_id)
+        texts[delta.index] += delta.text
+        if delta.finished:
+            finished.add(delta.index)
+    assert [tokens[i] for i in range(len(PROMPTS))] == reference
+    assert [texts[i] for i in range(len(PROMPTS))] == [o.text for o in llm.generate(PROMPTS, GREEDY)]
+
+
+def test_continuous_batching_matches_running_alone(make_llm, prompt_ids):
+    """Two slots for five prompts: requests join as others finish; each gets its solo tokens."""
+    llm = make_llm(max_num_seqs=2)
+    solo = [llm.generate([ids], GREEDY)[0].token_ids for ids in prompt_ids]
+    together = [o.token_ids for o in llm.generate(prompt_ids, GREEDY)]
+    assert together == solo
+
+
+def test_preemption_under_tiny_kv_budget_keeps_tokens(make_llm, prompt_ids, reference, monkeypatch):
+    """A cache of 6 blocks of 4 tokens for 5 prompts forces preemption; the tokens stay transformers'."""
+    bytes_per_token = make_llm().config.kv_bytes_per_token()
+    llm = make_llm(kv_cache_memory=bytes_per_token * 4 * 24, block_size=4)
+    preemptions = []
+    original = Scheduler._preempt
+    monkeypatch.setattr(Scheduler, "_preempt", lambda self, r, plan: (preemptions.append(r.request_id),
+                                                                        original(self, r, plan)))
+    fitting = [i for i, ids in enumerate(prompt_ids) if len(ids) + MAX_TOKENS <= 24 * 4]
+    outputs = llm.generate([prompt_ids[i] for i in fitting], GREEDY)
+    assert preemptions, "the budget was meant to force at least one preemption"
+    assert [o.token_ids for o in outputs] == [reference[i] for i in fitting]
+
+
+def test_seeded_sampling_is_reproducible(make_llm):
+    """Same seed, same tokens (alone or in a batch); another seed gives other tokens."""
+    llm = make_llm()
+    params = SamplingParams(max_tokens=16, temperature=1.0, top_k=50, top_p=0.95, seed=42, ignore_eos=True)
+    first = llm.generate("the quick brown fox", params)[0].token_ids
+    batched = llm.generate(["the quick brown fox", "the"], params)[0].token_ids
+    other = llm.generate("the quick brown fox", SamplingParams(max_tokens=16, temperature=1.0, seed=43,
+                                                               ignore_eos=True))[0].token_ids
+    assert first == batched
+    assert first != other
+
+
+def test_stop_string_cuts_the_text(make_llm):
+    """A stop string ends the request ("stop") and is cut from the text, streamed or not."""
+    llm = make_llm()
+    full = llm.generate(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))[0].text
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    out = llm.generate(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True, stop=stop))[0]
+    assert out.finish_reason == "stop" and out.text == full[:full.find(stop)]
+    streamed = "".join(d.text for d in llm.stream(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0,
+                                                                             ignore_eos=True, stop=stop)))
+    assert streamed == out.text
+
+
+def test_prompt_longer_than_context_is_an_error(make_llm):
+    """A prompt with no room left in max_position_embeddings is refused before anything runs."""
+    llm = make_llm()
+    with pytest.raises(PromptTooLong, match="128 tokens"):
+        llm.generate([[5] * 200])
+
+
+def test_request_larger_than_cache_is_an_error(make_llm):
+    """prompt + max_tokens beyond the whole KV cache is a clear error, not a hang."""
+    llm = make_llm(kv_cache_memory=make_llm().config.kv_bytes_per_token() * 16 * 2)
+    with pytest.raises(RequestTooLarge, match="whole cache has 2"):
+        llm.generate([[5] * 20], SamplingParams(max_tokens=40, temperature=0))
+    assert llm.generate([[5] * 4], SamplingParams(max_tokens=4, temperature=0))[0].token_ids, "engine still usable"
+
+
+def test_chat_template_when_the_folder_has_one(tiny_llama, tmp_path):
+    """LLM.chat renders messages with the folder's chat template; without one it is a clear error."""
+    from kernelbay import LLM
+
+    folder = tmp_path / "chat"
+    shutil.copytree(tiny_llama, folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["chat_template"] = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    config_file.write_text(json.dumps(config))
+    llm = LLM(folder, progress=False, kv_cache_memory="1MiB")
+    reply = llm.chat([{"role": "user", "content": "the quick"}], GREEDY)
+    assert reply.prompt_token_ids == llm.tokenizer.encode_chat([{"role": "user", "content": "the quick"}])
+    assert llm.tokenizer.hf.decode(reply.prompt_token_ids).endswith("user: the quick\nassistant:")
+    plain = LLM(tiny_llama, progress=False, kv_cache_memory="1MiB")
+    with pytest.raises(TokenizerError, match="no chat template"):
+        plain.chat([{"role": "user", "content": "hi"}])

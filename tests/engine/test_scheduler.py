@@ -1,0 +1,148 @@
+"""Continuous batching, block accounting and preemption, on a model-free runner (fast, exact)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kernelbay.engine.core import EngineCore
+from kernelbay.engine.errors import RequestTooLarge
+from kernelbay.engine.request import Request
+from kernelbay.engine.sampling import SamplingParams
+from kernelbay.engine.scheduler import Scheduler, SchedulerConfig
+
+from .fakes import VOCAB, FakeRunner, reference_tokens
+
+MAX_LEN = 512
+
+
+def make_engine(num_blocks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64):
+    runner = FakeRunner(num_blocks, block_size)
+    config = SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens)
+    return EngineCore(runner, Scheduler(config), eos_token_ids=(), max_model_len=MAX_LEN), runner
+
+
+def make_request(rid: int, prompt: list[int], max_tokens: int) -> Request:
+    return Request(rid, prompt, SamplingParams(max_tokens=max_tokens, temperature=0), MAX_LEN)
+
+
+def random_prompts(count: int, seed: int = 0) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(VOCAB) for _ in range(rng.randint(1, 20))], rng.randint(1, 24)) for _ in range(count)]
+
+
+def run_to_end(core: EngineCore, runner: FakeRunner, check_ledger: bool = True) -> int:
+    steps = 0
+    while core.has_unfinished:
+        core.step()
+        steps += 1
+        if check_ledger:
+            assert core.scheduler.ledger.num_free == runner.kv.num_free_blocks, "ledger and allocator disagree"
+    return steps
+
+
+def test_batched_requests_match_running_alone():
+    """Twelve requests through 4 slots (joining as others finish) get the tokens each gets alone."""
+    core, runner = make_engine(max_num_seqs=4)
+    specs = random_prompts(12)
+    requests = [make_request(i, p, n) for i, (p, n) in enumerate(specs)]
+    for r in requests:
+        core.add(r)
+    run_to_end(core, runner)
+    for r, (prompt, n) in zip(requests, specs):
+        assert r.output_token_ids == reference_tokens(prompt, n), f"request {r.request_id}"
+        assert r.finish_reason.value == "length"
+
+
+def test_request_joins_while_others_decode():
+    """A request added mid-generation is prefilled in the same step as the others' decodes."""
+    core, runner = make_engine()
+    first = make_request(0, [1, 2, 3], 10)
+    core.add(first)
+    for _ in range(3):
+        core.step()
+    late = make_request(1, [4, 5, 6, 7], 5)
+    core.add(late)
+    core.step()
+    assert runner.steps[-1] == [(0, 1), (1, 4)], "decode and prefill share the step"
+    run_to_end(core, runner)
+    assert first.output_token_ids == reference_tokens([1, 2, 3], 10)
+    assert late.output_token_ids == reference_tokens([4, 5, 6, 7], 5)
+
+
+def test_finished_request_frees_its_blocks_at_once():
+    """After the last token every block is back in the free list, in the ledger and in the allocator."""
+    core, runner = make_engine(num_blocks=16)
+    core.add(make_request(0, list(range(9)), 3))
+    run_to_end(core, runner)
+    assert core.scheduler.ledger.num_free == 16 and runner.kv.num_free_blocks == 16
+    assert not runner.cache
+
+
+@pytest.mark.parametrize("num_blocks", [8, 11, 16])
+def test_preemption_under_tiny_cache_keeps_outputs(num_blocks):
+    """With a cache far too small for the batch, requests are preempted and recomputed; tokens unchanged."""
+    core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=8)
+    specs = [(p, n) for p, n in random_prompts(10, seed=num_blocks) if len(p) + n <= num_blocks * 4]
+    requests = [make_request(i, p, n) for i, (p, n) in enumerate(specs)]
+    for r in requests:
+        core.add(r)
+    run_to_end(core, runner)
+    for r, (prompt, n) in zip(requests, specs):
+        assert r.output_token_ids == reference_tokens(prompt, n), f"request {r.request_id}"
+    assert max(runner.prefills.values()) > 1, "the cache was meant to be too small to avoid preemption"
+
+
+def test_request_that_can_never_fit_is_refused():
+    """prompt + max_tokens beyond the whole cache is a clear error when the request is added."""
+    core, _ = make_engine(num_blocks=4, block_size=4)
+    with pytest.raises(RequestTooLarge, match="whole cache has 4"):
+        core.add(make_request(0, list(range(10)), 10))
+
+
+def test_request_filling_the_whole_cache_runs():
+    """A request needing exactly every block runs to the end (alone)."""
+    core, runner = make_engine(num_blocks=4, block_size=4)
+    core.add(make_request(0, [3] * 6, 10))
+    run_to_end(core, runner)
+    assert core.scheduler.ledger.num_free == 4
+
+
+def test_context_limit_ends_generation():
+    """A request stops with "length" when the sequence reaches max_model_len."""
+    runner = FakeRunner(64, 4)
+    core = EngineCore(runner, Scheduler(SchedulerConfig(64, 4)), eos_token_ids=(), max_model_len=12)
+    request = Request(0, [1] * 10, SamplingParams(max_tokens=50, temperature=0), 12)
+    core.add(request)
+    run_to_end(core, runner)
+    assert len(request.output_token_ids) == 2 and request.finish_reason.value == "length"
+
+
+def test_eos_stops_unless_ignored():
+    """The end-of-sequence token finishes a request ("stop") unless ignore_eos is set."""
+    prompt = [5, 6, 7]
+    eos = reference_tokens(prompt, 3)[2]
+    results = {}
+    for ignore in (False, True):
+        runner = FakeRunner(64, 4)
+        core = EngineCore(runner, Scheduler(SchedulerConfig(64, 4)), eos_token_ids={eos}, max_model_len=MAX_LEN)
+        params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=ignore)
+        request = Request(0, prompt, params, MAX_LEN)
+        core.add(request)
+        run_to_end(core, runner)
+        results[ignore] = request
+    assert len(results[False].output_token_ids) == 3 and results[False].finish_reason.value == "stop"
+    assert len(results[True].output_token_ids) == 6
+
+
+def test_step_token_budget_limits_prefills():
+    """Prefills beyond max_num_batched_tokens wait for a later step (a long prompt still runs alone)."""
+    core, runner = make_engine(max_num_batched_tokens=10)
+    for i in range(3):
+        core.add(make_request(i, [i] * 6, 2))
+    core.step()
+    assert runner.steps[0] == [(0, 6)]
+    core.add(make_request(9, [1] * 30, 1))
+    run_to_end(core, runner)
+    assert (9, 30) in [entry for step in runner.steps for entry in step]
