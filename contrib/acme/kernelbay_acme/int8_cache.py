@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbay.attention import KVCacheSpec
+from kernelbay.attention import KVCacheSpec, KVLayout
 
 QMAX = 127.0
 
@@ -29,6 +29,9 @@ class Int8KVCacheSpec(KVCacheSpec):
             raise ValueError(f"Int8KVCacheSpec stores int8; got dtype {self.dtype!r} (use KVCacheSpec for others)")
         if self.mla:
             raise ValueError("Int8KVCacheSpec does not cache MLA latents; ACME_INT8 declares supports_mla() False")
+        object.__setattr__(self, "layout", KVLayout.parse(self.layout))
+        if self.layout is not KVLayout.NHD:
+            raise ValueError("Int8KVCacheSpec pages are NHD ([block_size, kv_heads, head_dim] per block); got HND")
 
     @property
     def bytes_per_block(self) -> int:
