@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import _geometry as geo
+from ._checkpoint import Checkpoint
 from ._dtypes import resolve_dtype
 from ._fields import Fields
 from ._layers import BLOCKSPARSE, ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
@@ -24,7 +25,7 @@ NAS_FFN_MULTIPLE = 256
 def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
     folder, raw = read_config_json(path)
     hf_config = load_hf_config(folder, raw, trust_remote_code)
-    fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE))
+    fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), checkpoint=Checkpoint(folder))
     return _build(fields, hf_config, folder, encoder_only)
 
 
@@ -157,6 +158,6 @@ def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
     for key in INHERITED_KEYS:
         if f.raw.get(key) is not None and key not in raw:
             raw[key] = f.raw[key]
-    part = Fields(raw, parsed, source=f"{f.source} ({name})")
+    part = Fields(raw, parsed, source=f"{f.source} ({name})", checkpoint=f.checkpoint)
     part.notes = f.notes
     return part, sub_config if sub_config is not None else hf_config

@@ -15,8 +15,12 @@ KV_CACHE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "f
 
 
 def resolve_dtype(f: Fields) -> str:
-    """"float32" | "bfloat16" | "float16" from torch_dtype / dtype; absent means float32 (HF convention)."""
+    """"float32" | "bfloat16" | "float16" from torch_dtype / dtype, else from the weights' headers, else
+    float32 (HF's convention for configs that omit it)."""
     value = f.get("torch_dtype", "dtype")
+    if value is None and f.weights() is not None and f.weights().float_dtype():
+        value = f.weights().float_dtype()
+        f.notes.append(f"no torch_dtype/dtype in config.json: {value}, read from the safetensors headers")
     if value is None:
         f.notes.append("no torch_dtype/dtype in config.json: float32 assumed (transformers' convention)")
         return "float32"

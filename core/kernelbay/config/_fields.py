@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ._checkpoint import Checkpoint
 
 
 class Fields:
@@ -15,11 +16,17 @@ class Fields:
     `parsed` fills class defaults and legacy spellings (`n_embd`, `rope_parameters`, ...).
     """
 
-    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str):
+    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str,
+                 checkpoint: Checkpoint | None = None):
         self.raw = raw
         self.parsed = parsed
         self.source = source  # where the keys came from, for error messages
+        self.checkpoint = checkpoint  # the folder's safetensors headers: evidence for keys left out
         self.notes: list[str] = []  # how a default or a quirk was resolved, in words
+
+    def weights(self) -> Checkpoint | None:
+        """The checkpoint's tensors when the folder has safetensors files, else None."""
+        return self.checkpoint if self.checkpoint is not None and self.checkpoint.has_weights() else None
 
     def written(self, *names: str) -> bool:
         """True when config.json itself has one of these keys (even with a null value)."""

@@ -51,12 +51,21 @@ def resolve_mla(f: Fields) -> MLAGeometry | None:
 def _q_lora_rank(f: Fields) -> int | None:
     # Copies of configs often drop null keys, and transformers then defaults q_lora_rank to 1536:
     # a checkpoint without query compression (DeepSeek-V2-Lite) would silently get the wrong layers.
-    if f.raw and not f.written("q_lora_rank"):
-        raise ConfigError(
-            f"{f.source}: 'q_lora_rank' is missing. It decides whether queries are compressed "
-            f"(transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3) or projected "
-            "directly (null, as in DeepSeek-V2-Lite); add \"q_lora_rank\": null or the published rank.")
-    return f.get_int("q_lora_rank")
+    if not f.raw or f.written("q_lora_rank"):
+        return f.get_int("q_lora_rank")
+    weights = f.weights()
+    if weights is not None:
+        compressed = weights.find("self_attn.q_a_proj.weight")
+        if compressed is not None:
+            f.notes.append(f"q_lora_rank missing: {compressed[1]['shape'][0]}, the rows of {compressed[0]}")
+            return int(compressed[1]["shape"][0])
+        if weights.find("self_attn.q_proj.weight") is not None:
+            f.notes.append("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
+            return None
+    raise ConfigError(
+        f"{f.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
+        f"queries are compressed (transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3)"
+        " or projected directly (null, as in DeepSeek-V2-Lite); add \"q_lora_rank\": null or the published rank.")
 
 
 def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None) -> int:
