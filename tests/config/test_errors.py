@@ -77,7 +77,8 @@ def test_missing_intermediate_size(write_config):
 
 def test_unknown_model_type_without_auto_map(write_config):
     """A model_type nobody provides says what to install."""
-    with pytest.raises(ConfigError, match="(?s)'acme_lm' is unknown to transformers.*no auto_map.*'kernelbay.configs' entry point"):
+    expected = "(?s)'acme_lm' is unknown to transformers.*no auto_map.*'kernelbay.configs' entry point"
+    with pytest.raises(ConfigError, match=expected):
         ModelConfig.from_pretrained(write_config(tiny(model_type="acme_lm")))
 
 

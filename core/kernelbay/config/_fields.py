@@ -45,7 +45,7 @@ class Fields:
         value = self.get(*names)
         if value is None:
             return default
-        return self._as_int(names[0], value)
+        return self.as_int(names[0], value)
 
     def required_int(self, *names: str) -> int:
         """A positive integer that must be written down, under any of its spellings."""
@@ -72,7 +72,7 @@ class Fields:
         spellings = " / ".join(repr(n) for n in names)
         return ConfigError(f"{self.source}: required field {spellings} is missing (or null); add it to config.json.")
 
-    def _as_int(self, name: str, value: Any) -> int:
+    def as_int(self, name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
             raise ConfigError(f"{self.source}: {name} must be an integer, got {value!r}.")
         return int(value)

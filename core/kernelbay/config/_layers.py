@@ -106,8 +106,9 @@ def _qwen2_kinds(f: Fields, n_layers: int) -> tuple[str, ...]:
 
 
 def _class_uses_sliding_window(config_class: type | None) -> bool:
-    """A config class that takes `sliding_window` as a parameter applies it (LlamaConfig does not)."""
-    if config_class is None:
+    """A transformers config class applies `sliding_window` only if it takes it as a parameter
+    (MistralConfig does, LlamaConfig does not); a plugin's or the folder's class is taken at its word."""
+    if config_class is None or not config_class.__module__.startswith("transformers."):
         return True
     try:
         return "sliding_window" in inspect.signature(config_class.__init__).parameters
@@ -124,7 +125,7 @@ def _sliding_window(f: Fields) -> int | None:
                           "keep one.")
     if written is None and renamed is not None and not f.written("sliding_window"):
         f.notes.append(f"sliding_window_size={renamed} read as sliding_window (a converted copy's spelling)")
-        return f._as_int("sliding_window_size", renamed)
+        return f.as_int("sliding_window_size", renamed)
     if not f.written("sliding_window") and f.parsed.get("sliding_window") and f.raw:
         f.notes.append(f"sliding_window not in config.json: the config class default "
                        f"{f.parsed['sliding_window']} applies")

@@ -112,7 +112,8 @@ class ModelConfig:
         """A JSON-safe summary (what `kernelbay explain --json` prints)."""
         return {
             "architecture": self.architecture, "architectures": list(self.architectures),
-            "model_type": self.model_type, "model_kind": self.model_kind, "source": self.source,
+            "model_type": self.model_type, "model_kind": self.model_kind, "is_draft": self.is_draft,
+            "is_encoder_only": self.is_encoder_only, "source": self.source,
             **{name: getattr(self, name) for name in _PLAIN_FIELDS},
             "layer_groups": [{"kind": kind, "layers": list(idx)} for kind, idx in self.layer_groups()],
             "layer_num_kv_heads": list(self.layer_num_kv_heads),
