@@ -166,14 +166,14 @@ def encode_stream(tokenizer: PreTrainedTokenizerFast, texts: tuple[str, ...]) ->
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrainSettings:
-    """How long and how hard to train; the defaults take ~4 minutes on one idle CPU core."""
+    """How long and how hard to train; the defaults take ~12 minutes on one idle CPU core."""
 
-    steps: int = 400
-    minutes: float = 8.0  # wall-time cap; hitting it ends training early (and breaks determinism)
+    steps: int = 1200
+    minutes: float = 60.0  # wall-time cap; hitting it ends training early (and breaks determinism)
     batch_size: int = 8
     seq_len: int = 128
-    lr: float = 3e-3
-    warmup: int = 50
+    lr: float = 4e-3
+    warmup: int = 60
     seed: int = 0
     threads: int = 1
 
@@ -317,19 +317,23 @@ def count_parameters(model: LlamaForCausalLM) -> int:
 README_TEMPLATE = """\
 # kernelbay demo checkpoint
 
-A tiny Llama (`LlamaForCausalLM`, about 3.3M parameters: hidden 256, 4 layers, 4 query heads /
+A tiny Llama (`LlamaForCausalLM`, {params:,} parameters: hidden 256, 4 layers, 4 query heads /
 2 KV heads of size 64, tied embeddings, context 512, weights stored in {dtype}) with a byte-level
 BPE tokenizer ({vocab} tokens, `<|bos|>` prepended to every input, `<|eos|>` ends a document),
 both trained from scratch on CPU by `examples/make_demo_checkpoint.py`. It exists so that
 `kernelbay run` has a real model to run out of the box; it knows fortune cookies, not facts.
 
+Files: `config.json`, `generation_config.json`, `model.safetensors` (no `lm_head.weight`: it is
+tied to `model.embed_tokens.weight`), `tokenizer.json`, `tokenizer_config.json`,
+`LICENSE.fortunes`, this README.
+
 ## Corpus and licence
 
 {fortune_count:,} fortunes ({token_count:,} tokens) from Debian's `fortunes-min` and `fortunes`
-packages, version `{version}` (Debian 12), files: {files}. Cleaned text sha256 `{sha256}`.
-These packages are in Debian `main`; their copyright file states the BSD licence of the
-Regents of the University of California (clauses 1, 2 and 4; clause 3 deleted), reproduced in
-`LICENSE.fortunes`. The model weights and tokenizer are derived from that text and are
+packages, version `{version}` (Debian 12, section `main`), files: {files}.
+Cleaned text sha256 `{sha256}`. The packages' copyright file, reproduced in `LICENSE.fortunes`,
+puts them under the BSD licence of the Regents of the University of California (the
+advertising clause deleted). The weights and tokenizer are derived from that text and are
 distributed under the same terms.
 
 ## Training
@@ -370,7 +374,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--debian-version", default=DEBIAN_VERSION, help="version of fortunes/fortunes-min")
     parser.add_argument("--words-out", type=Path, default=Path(__file__).resolve().parents[1] / "tests/demo/corpus_words.txt",
                         help="where to write the corpus word list the demo test checks against")
-    parser.add_argument("--vocab-size", type=int, default=2048)
+    parser.add_argument("--vocab-size", type=int, default=3072)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
                         help="dtype the weights are stored in (training is always float32)")
     defaults = TrainSettings()
@@ -401,7 +405,8 @@ def build(args: argparse.Namespace) -> None:
     report = TrainReport(tuple(losses), held_out_loss(model, val_stream, settings.seq_len), seconds)
     rows = sample_generations(model, tokenizer, settings.seed)
     print_samples(rows)
-    write_readme(args, corpus, report, rows, token_count=len(stream) + len(val_stream))
+    write_readme(args, corpus, report, rows, token_count=len(stream) + len(val_stream),
+                 params=count_parameters(model))
     write_word_list(args.words_out, corpus)
     size = sum(f.stat().st_size for f in args.out.iterdir())
     print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.words_out}")
@@ -440,13 +445,13 @@ def print_samples(rows: list[tuple[str, str, str]]) -> None:
 
 
 def write_readme(args: argparse.Namespace, corpus: Corpus, report: TrainReport,
-                 rows: list[tuple[str, str, str]], token_count: int) -> None:
+                 rows: list[tuple[str, str, str]], token_count: int, params: int) -> None:
     """README.md (what, corpus, licence, loss, samples, how to rebuild) and LICENSE.fortunes."""
     settings = train_settings(args)
     (args.out / "LICENSE.fortunes").write_text(corpus.copyright, encoding="utf-8")
     recent = report.losses[-50:]
     readme = README_TEMPLATE.format(
-        dtype=args.dtype, vocab=args.vocab_size,
+        params=params, dtype=args.dtype, vocab=args.vocab_size,
         fortune_count=len(corpus.fortunes), token_count=token_count, version=args.debian_version,
         files=", ".join(f"`{n}`" for n in FORTUNE_FILES), sha256=corpus.sha256,
         steps=len(report.losses), batch=settings.batch_size, seq_len=settings.seq_len, lr=settings.lr,
