@@ -1,0 +1,44 @@
+"""Run a kernelbay model through `ModelRunner` and transformers side by side, token for token."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbay.engine.runner import ModelRunner, StepRequest
+
+# Different lengths: longer than the tiny sliding windows (5-7) and than a cache block (4 tokens).
+PROMPTS = ([1, 5, 9, 22, 7, 3, 8, 90, 4, 17, 33], [2, 30], [11, 12, 13, 14, 15, 16], [40])
+DECODE_STEPS = 8
+TOLERANCE = 1e-4
+
+
+@torch.no_grad()
+def reference_logits(hf_model, sequences: list[list[int]]) -> torch.Tensor:
+    """transformers' last-token logits of each full sequence, no cache: [len(sequences), vocab]."""
+    return torch.stack([hf_model(torch.tensor([seq])).logits[0, -1] for seq in sequences])
+
+
+def compare_generation(hf_model, runner: ModelRunner, tag: str, prompts=PROMPTS, steps: int = DECODE_STEPS) -> float:
+    """Prefill all prompts in one step, then decode greedily; returns the worst logit difference seen.
+
+    Asserts, at every step, logits within TOLERANCE and identical greedy tokens; messages carry `tag`.
+    """
+    sequences = [list(p) for p in prompts]
+    logits = runner.step([StepRequest(i, p, 0) for i, p in enumerate(prompts)])
+    worst = 0.0
+    for step in range(steps + 1):
+        expected = reference_logits(hf_model, sequences)
+        diff = (logits - expected).abs().max().item()
+        worst = max(worst, diff)
+        assert diff <= TOLERANCE, f"[{tag}] step {step}: max |logit diff| {diff:.3g} > {TOLERANCE}"
+        tokens = logits.argmax(-1).tolist()
+        assert tokens == expected.argmax(-1).tolist(), f"[{tag}] step {step}: greedy tokens differ"
+        if step == steps:
+            break
+        requests = [StepRequest(i, [t], len(sequences[i])) for i, t in enumerate(tokens)]
+        for seq, t in zip(sequences, tokens):
+            seq.append(t)
+        logits = runner.step(requests)
+    for i in range(len(prompts)):
+        runner.free(i)
+    return worst

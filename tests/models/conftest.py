@@ -1,0 +1,56 @@
+"""Session-scoped tiny checkpoints: each transformers model is built once (fixed seed) and saved once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from ._tiny import TINY
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """The CI machine has two shared cores: threads only add contention for models this small."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def perturb_(model: torch.nn.Module, seed: int = 0) -> None:
+    """Noise on every saved tensor (weights, biases, norms, router biases), so that each of them matters."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.state_dict(keep_vars=True).values():  # persistent only: not Gemma's embed_scale
+            if tensor.is_floating_point():
+                tensor.add_(torch.randn(tensor.shape, generator=gen, dtype=tensor.dtype) * 0.05)
+
+
+def build_reference(name: str, seed: int = 0) -> transformers.PreTrainedModel:
+    torch.manual_seed(seed)
+    config = TINY[name].build()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    perturb_(model, seed)
+    return model.eval()
+
+
+class TinyCheckpoints:
+    """`get(name)` -> (folder, transformers model); built on first request, kept for the session."""
+
+    def __init__(self, root):
+        self.root = root
+        self._cache: dict[str, tuple] = {}
+
+    def get(self, name: str):
+        if name not in self._cache:
+            model = build_reference(name)
+            folder = self.root / name
+            model.save_pretrained(folder)
+            self._cache[name] = (folder, model)
+        return self._cache[name]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory) -> TinyCheckpoints:
+    return TinyCheckpoints(tmp_path_factory.mktemp("tiny-checkpoints"))
