@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("plugins/torch", "plugins/llama", "plugins/deepseek", "plugins/flashinfer")
 CONTRIB = ("contrib/acme",)
 ACME_PACKAGES = ("kernelbay_acme",)
+# Providers that register through decorators: a fresh registry only sees their registrations if their
+# modules run again, so each test gets them re-imported and the originals are put back afterwards.
+DECORATOR_PROVIDERS = ("kernelbay_acme", "kernelbay_llama", "kernelbay_deepseek")
 
 
 @dataclass(frozen=True)
@@ -68,20 +71,31 @@ def clean_environ(**extra: str) -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(("KERNELBAY_", "ACME_"))} | extra
 
 
+def _take_modules(tops: tuple[str, ...]) -> dict:
+    taken = {name: mod for name, mod in sys.modules.items() if name.split(".")[0] in tops}
+    for name in taken:
+        del sys.modules[name]
+    return taken
+
+
 @pytest.fixture
 def make_registry(sites):
     """Install a process registry discovered over the real environment plus the installed sites."""
     previous = default_registry()
+    originals = _take_modules(DECORATOR_PROVIDERS)
 
     def make(with_acme: bool = True, **env: str) -> Registry:
         environ = clean_environ(**env)
-        registry = Registry(environ=environ, discovery=discover(environ, path=[*sites.path(with_acme), *sys.path]))
+        rest = [p for p in sys.path if p not in sites.path()]
+        registry = Registry(environ=environ, discovery=discover(environ, path=[*sites.path(with_acme), *rest]))
         reset_registry(registry)
         reset_hooks()
         clear_selection_cache()
         return registry
 
     yield make
+    _take_modules(DECORATOR_PROVIDERS)
+    sys.modules.update(originals)
     reset_registry(previous)
     reset_hooks()
     clear_selection_cache()
