@@ -190,3 +190,16 @@ def test_layer_groups_keep_first_appearance_order(write_config):
     cfg = resolve(write_config, model_type="qwen2", num_hidden_layers=3, use_sliding_window=True, sliding_window=8,
                   max_window_layers=1)
     assert cfg.layer_groups() == [(FULL, (0,)), (SLIDING, (1, 2))]
+
+
+def test_record_pickles_for_worker_processes(write_config):
+    """A resolved config (RoPE scaling and quantization included) survives pickling; its dicts stay read-only."""
+    import pickle
+
+    folder = write_config(tiny(rope_scaling={"rope_type": "linear", "factor": 2.0},
+                               quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]}))
+    cfg = ModelConfig.from_pretrained(folder)
+    clone = pickle.loads(pickle.dumps(cfg))
+    assert clone == cfg and clone.rope.scaling["factor"] == 2.0
+    with pytest.raises(TypeError, match="frozen config"):
+        clone.rope.scaling["factor"] = 3.0

@@ -4,7 +4,8 @@
     cfg = ModelConfig.from_pretrained("path/to/checkpoint")   # folder code runs only if trusted
     cfg.head_dim, cfg.layer_types, cfg.mla, cfg.rope, cfg.kv_bytes_per_token("fp8_e4m3")
 
-Imported lazily (it imports transformers); `import kernelbay` never loads it.
+Light to import: transformers is imported when a config is first read; `import kernelbay` never
+loads this package.
 """
 
 from ._dtypes import KV_CACHE_DTYPE_BYTES

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
@@ -12,10 +11,22 @@ from ..errors import ConfigError
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 
 
+class FrozenDict(dict):
+    """A dict that refuses changes but still pickles (a worker process receives configs by pickle)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("this mapping is part of a frozen config and cannot be changed")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
+
+
 def frozen_json(value: Any) -> Any:
-    """A read-only copy of JSON data: dicts become mapping proxies, lists become tuples."""
+    """A read-only copy of JSON data: dicts become FrozenDicts, lists become tuples."""
     if isinstance(value, Mapping):
-        return MappingProxyType({str(k): frozen_json(v) for k, v in value.items()})
+        return FrozenDict({str(k): frozen_json(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         return tuple(frozen_json(v) for v in value)
     return value
@@ -84,7 +95,7 @@ class RopeConfig:
     rope_type: str = "default"
     factor: float | None = None
     rotary_dim: int = 0  # rotated channels per head (< head_dim for partial rotary)
-    scaling: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    scaling: Mapping[str, Any] = field(default_factory=FrozenDict, hash=False)
     original_max_position_embeddings: int | None = None
     local_theta: float | None = None  # base for sliding-window layers when it differs (Gemma 3)
 
@@ -117,7 +128,7 @@ class QuantConfig:
     activation_scheme: str | None = None  # "dynamic" | "static"
     modules_to_not_convert: tuple[str, ...] = ()  # names/patterns kept in the checkpoint dtype
     kv_cache_dtype: str | None = None  # e.g. "fp8_e4m3" when the checkpoint ships KV scales
-    raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False, repr=False)
+    raw: Mapping[str, Any] = field(default_factory=FrozenDict, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.quant_method:
