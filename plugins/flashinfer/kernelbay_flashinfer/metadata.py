@@ -14,10 +14,16 @@ _STEP_IDS = itertools.count()
 
 @dataclass(frozen=True, slots=True)
 class FlashInferMetadata(AttentionMetadata):
-    page_table: FlashInferPageTable
+    # Defaults only because the base class's last fields have them; `build` always sets both.
+    page_table: FlashInferPageTable | None = None
     """The step's block tables as FlashInfer's CSR page table, on the host."""
-    step_id: int
+    step_id: int = -1
     """Unique per built metadata: a wrapper planned for another step id is planned again before it runs."""
+
+    def __post_init__(self):
+        if self.page_table is None or self.step_id < 0:
+            raise ValueError("FlashInferMetadata needs its page table and step id: build it with "
+                             "FlashInferBackend.prepare(requests, block_size), not from the common fields alone")
 
     @classmethod
     def _extras(cls, common: AttentionMetadata) -> dict:
