@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass
 
 import torch
 
 from kernelbay import resolve
-from kernelbay.attention import KVCacheManager, MLASpec, create_attention
+from kernelbay.attention import MLASpec, create_attention
 from kernelbay.attention._cache_ops import torch_dtype
 
 
@@ -30,6 +31,8 @@ class BatchSpec:
     chunk_size: int | None = None
     logit_softcap: float | None = None
     mla: MLASpec | None = None
+    contiguous_blocks: bool = False
+    """True: each request's blocks are one run of consecutive ids (zero-copy paths); False: scattered."""
 
     def but(self, **changes) -> "BatchSpec":
         return dataclasses.replace(self, **changes)
@@ -56,6 +59,13 @@ SPECS = {
     "block_64": BatchSpec("block_64", MIXED + ((1, 70),), block_size=64),
     "hnd": BatchSpec("hnd", MIXED, layout="HND"),
     "hnd_decode": BatchSpec("hnd_decode", ((1, 12), (1, 30)), layout="HND"),
+    "runs_decode": BatchSpec("runs_decode", ((1, 600), (1, 530)), contiguous_blocks=True),
+    "runs_uniform_decode": BatchSpec("runs_uniform_decode", ((1, 520), (1, 520)), contiguous_blocks=True),
+    "runs_sliding_decode": BatchSpec("runs_sliding_decode", ((1, 600), (1, 530)), contiguous_blocks=True,
+                                     attn_type="sliding_attention", sliding_window=64),
+    "runs_chunked_decode": BatchSpec("runs_chunked_decode", ((1, 600), (1, 530)), contiguous_blocks=True,
+                                     attn_type="chunked_attention", chunk_size=256),
+    "runs_mixed": BatchSpec("runs_mixed", MIXED, contiguous_blocks=True),
     "encoder": BatchSpec("encoder", ((5, 0), (7, 0)), attn_type="encoder_attention"),
     "bf16": BatchSpec("bf16", MIXED, dtype="bfloat16"),
     "fp16": BatchSpec("fp16", MIXED, dtype="float16"),
@@ -105,16 +115,18 @@ def make_data(spec: BatchSpec, seed: int = 0) -> StepData:
     return StepData(keys, values, rand(tokens, spec.num_heads, spec.head_dim), proj)
 
 
-def fragmented_manager(spec: BatchSpec) -> KVCacheManager:
-    """A manager whose requests get non-contiguous blocks (a one-block filler between allocations)."""
-    need = sum(-(-(q + c) // spec.block_size) + 1 for q, c in spec.requests) + 2
-    mgr = KVCacheManager(need, spec.block_size, spec.layout)
-    for i, (q, c) in enumerate(spec.requests):
-        mgr.allocate(("filler", i), 1)
-        mgr.allocate(i, c)
-    for i, (q, c) in enumerate(spec.requests):
-        mgr.append(i, q)
-    return mgr
+def block_tables(spec: BatchSpec, seed: int = 0) -> tuple[int, list[tuple[int, ...]]]:
+    """(num_blocks, per-request block tables): scattered at random, or runs with a free block between."""
+    counts = [-(-(q + c) // spec.block_size) for q, c in spec.requests]
+    num_blocks = sum(counts) + len(counts) + 1
+    order = list(range(num_blocks))
+    if not spec.contiguous_blocks:
+        random.Random(seed).shuffle(order)
+    tables, at = [], 1
+    for n in counts:
+        tables.append(tuple(order[at: at + n]))
+        at += n + 1
+    return num_blocks, tables
 
 
 def build_backend(backend, spec: BatchSpec, data: StepData, options=None):
@@ -129,15 +141,15 @@ def run_backend(backend, spec: BatchSpec, seed: int = 0, options=None, data: Ste
     """Cache every request's context, then run the step; returns [T, num_heads, v_head_dim]."""
     data = data or make_data(spec, seed)
     cls, layer = build_backend(backend, spec, data, options)
-    mgr = fragmented_manager(spec)
-    layer.attach_kv_cache(layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(mgr.num_blocks))
+    num_blocks, tables = block_tables(spec, seed)
+    layer.attach_kv_cache(layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(num_blocks))
     cached = [i for i, (_, c) in enumerate(spec.requests) if c > 0]
     if cached:
-        rows = [(spec.requests[i][1], 0, mgr.block_table(i)) for i in cached]
+        rows = [(spec.requests[i][1], 0, tables[i]) for i in cached]
         layer.write_kv(torch.cat([data.keys[i][: spec.requests[i][1]] for i in cached]),
                        torch.cat([data.values[i][: spec.requests[i][1]] for i in cached]),
                        cls.prepare(rows, spec.block_size, spec.layout))
-    md = cls.prepare(mgr.build_step([(i, q) for i, (q, _) in enumerate(spec.requests)]), spec.block_size, spec.layout)
+    md = cls.prepare([(q, c, t) for (q, c), t in zip(spec.requests, tables)], spec.block_size, spec.layout)
     new_k = torch.cat([k[c:] for k, (_, c) in zip(data.keys, spec.requests)])
     new_v = torch.cat([v[c:] for v, (_, c) in zip(data.values, spec.requests)])
     with torch.no_grad():

@@ -49,3 +49,13 @@ def test_sdpa_covers_every_spec_but_softcap():
     cls = resolve("attention_backend", "SDPA")
     refused = [n for n, s in SPECS.items() if cls.capability_failures(requirements_of(s))]
     assert refused == ["softcap"]
+
+
+def test_sdpa_reads_one_run_requests_without_copying(monkeypatch):
+    """Long one-run requests in an NHD cache take SDPA's zero-copy path, and still match VANILLA."""
+    import kernelbay_torch.sdpa as sdpa
+
+    monkeypatch.setattr(sdpa.SdpaBackend, "_decode_batched", lambda *a: pytest.fail("[SDPA] gathered a copy"))
+    monkeypatch.setattr(sdpa.SdpaBackend, "read_kv", lambda *a: pytest.fail("[SDPA] copied keys"))
+    for name in ("runs_decode", "runs_uniform_decode", "runs_sliding_decode", "runs_chunked_decode"):
+        assert_close("SDPA", SPECS[name], run_backend("SDPA", SPECS[name]), run_backend("VANILLA", SPECS[name]))

@@ -45,7 +45,7 @@ def test_allocate_append_free_and_slot_mapping():
     mgr = KVCacheManager(num_blocks=8, block_size=4)
     assert mgr.allocate("a", 5) == (0, 1)
     assert mgr.append("a", 3) == ()
-    assert mgr.append("a", 1) == (2,)
+    assert mgr.append("a", 1) == (2,)  # right after its last block: the request stays one run
     assert mgr.num_tokens("a") == 9 and mgr.num_free_blocks == 5
     assert mgr.slot_mapping("a", 2) == [7, 8]
     row = mgr.step_request("a", 1)
@@ -104,6 +104,18 @@ def test_random_churn_never_shares_a_block():
         assert all(len(mgr.block_table(r)) == mgr.blocks_needed(mgr.num_tokens(r)) for r in mgr.request_ids())
 
 
+def test_placement_keeps_requests_in_runs_while_it_can():
+    """A new request lands mid-way in the largest free run, so its left neighbour can still grow in place."""
+    mgr = KVCacheManager(num_blocks=16, block_size=1)
+    assert mgr.allocate("a", 2) == (0, 1)
+    assert mgr.allocate("b", 2) == (8, 9)
+    assert mgr.append("a", 3) == (2, 3, 4)
+    assert mgr.append("b", 1) == (10,)
+    mgr.allocate("c", 5)
+    assert mgr.block_table("c") == (11, 12, 13, 14, 15)
+    assert mgr.append("c", 2) == (5, 6)  # no room after c: any free blocks, capacity is never lost
+
+
 def test_freed_blocks_are_reused():
     """The free list hands freed blocks out again."""
     mgr = KVCacheManager(num_blocks=2, block_size=4)
@@ -140,6 +152,8 @@ def test_metadata_fields_for_a_mixed_step():
     assert md.slot_mapping.tolist() == [23, 4, 8]
     assert md.kv_gather_index.tolist() == [20, 21, 22, 23, 4, 8]
     assert md.block_tables.tolist() == [[5, 1], [2, -1]]
+    assert md.run_start_slots == (None, 8)
+    assert build_metadata([(1, 7, (3, 4, 9))], block_size=4).run_start_slots == (12,)  # block 9 is not needed
     assert not md.is_decode_only and md.max_seq_len == 5
 
 

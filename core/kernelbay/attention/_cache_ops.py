@@ -70,3 +70,13 @@ def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype
         return gathered
     result = gathered.to(dtype)
     return result.mul_(scale) if scale != 1.0 else result
+
+
+def plane_run(plane: torch.Tensor, layout: KVLayout, start_slot: int | None, length: int,
+              dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor | None:
+    """A zero-copy [length, kv_heads, dim] view of consecutive slots, or None when a copy is unavoidable
+    (HND layout, a non-run, or a cache dtype that needs converting)."""
+    if start_slot is None or layout is not KVLayout.NHD or plane.dtype != dtype or scale != 1.0:
+        return None
+    nb, bs, h, d = plane.shape
+    return plane.view(nb * bs, h, d)[start_slot: start_slot + length]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import deque
+import re
 from collections.abc import Hashable, Sequence
 
 from ..errors import KernelbayError
@@ -23,11 +23,20 @@ class _Request:
         self.num_tokens = 0
 
 
+_FREE, _USED = 0, 1
+_FREE_RUNS = re.compile(rb"\x00+")
+
+
 class KVCacheManager:
     """Hands out cache blocks to requests; a block belongs to at most one request at a time.
 
     Slots are logical (`block * block_size + offset`), the same for both layouts; the layout only
     decides the cache tensor's shape (see `KVCacheSpec.cache_shape`).
+
+    Placement keeps each request's blocks consecutive when it can (backends then read an NHD cache
+    without copying): a new request goes to the middle of the largest free run, leaving room on both
+    sides; a growing request takes the block right after its last one when that is free. Any free
+    block is used when no run fits, so placement never costs capacity.
     """
 
     def __init__(self, num_blocks: int, block_size: int = 16, layout: KVLayout | str = KVLayout.NHD):
@@ -38,18 +47,19 @@ class KVCacheManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.layout = KVLayout.parse(layout)
-        self._free: deque[int] = deque(range(num_blocks))
+        self._free_map = bytearray(num_blocks)  # _FREE / _USED per block
+        self._num_free = num_blocks
         self._owner: list[Hashable | None] = [None] * num_blocks
         self._requests: dict[Hashable, _Request] = {}
 
     # -- queries -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._num_free
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -82,10 +92,10 @@ class KVCacheManager:
         return StepRequest(num_new_tokens, req.num_tokens - num_new_tokens, tuple(req.blocks))
 
     def can_allocate(self, num_tokens: int) -> bool:
-        return self.blocks_needed(num_tokens) <= len(self._free)
+        return self.blocks_needed(num_tokens) <= self._num_free
 
     def can_append(self, request_id: Hashable, num_tokens: int = 1) -> bool:
-        return self._extra_blocks(self._get(request_id), num_tokens) <= len(self._free)
+        return self._extra_blocks(self._get(request_id), num_tokens) <= self._num_free
 
     # -- changes -------------------------------------------------------------------------------
     def allocate(self, request_id: Hashable, num_tokens: int) -> tuple[int, ...]:
@@ -117,7 +127,8 @@ class KVCacheManager:
             if self._owner[block] != request_id:
                 raise AssertionError(f"block {block} of {request_id!r} is owned by {self._owner[block]!r}")
             self._owner[block] = None
-            self._free.append(block)
+            self._free_map[block] = _FREE
+        self._num_free += len(req.blocks)
         return len(req.blocks)
 
     # -- internals -----------------------------------------------------------------------------
@@ -132,18 +143,41 @@ class KVCacheManager:
 
     def _take(self, request_id: Hashable, req: _Request, count: int, new_num_tokens: int) -> None:
         """All-or-nothing: either the request gets `count` more blocks or nothing changes."""
-        if count > len(self._free):
+        if count > self._num_free:
             raise KVCacheExhausted(
                 f"KV cache exhausted: request {request_id!r} needs {count} more block(s) for {new_num_tokens} "
-                f"tokens but only {len(self._free)} of {self.num_blocks} are free; free or preempt a request "
+                f"tokens but only {self._num_free} of {self.num_blocks} are free; free or preempt a request "
                 f"(KVCacheManager.free) or give the cache more blocks")
-        for _ in range(count):
-            block = self._free.popleft()
-            if self._owner[block] is not None:
+        for block in self._place(count, req.blocks[-1] if req.blocks else None):
+            if self._owner[block] is not None or self._free_map[block] != _FREE:
                 raise AssertionError(f"free block {block} is still owned by {self._owner[block]!r}")
             self._owner[block] = request_id
+            self._free_map[block] = _USED
             req.blocks.append(block)
+        self._num_free -= count
         req.num_tokens = new_num_tokens
+
+    def _place(self, count: int, last: int | None) -> list[int]:
+        """`count` free blocks: continuing after `last`, else centred in the largest free run, else any."""
+        picked: list[int] = []
+        nxt = None if last is None else last + 1
+        while nxt is not None and len(picked) < count and nxt < self.num_blocks and self._free_map[nxt] == _FREE:
+            picked.append(nxt)
+            nxt += 1
+        if len(picked) == count:
+            return picked
+        free_map = bytearray(self._free_map)
+        for block in picked:
+            free_map[block] = _USED
+        runs = sorted((m.span() for m in _FREE_RUNS.finditer(free_map)), key=lambda r: r[0] - r[1])
+        need = count - len(picked)
+        if runs and runs[0][1] - runs[0][0] >= need:
+            lo, hi = runs[0]
+            start = lo + (hi - lo - need) // 2 if lo > 0 else lo  # leave the left neighbour room to grow
+            return picked + list(range(start, start + need))
+        for lo, hi in runs:
+            picked += list(range(lo, hi))[: count - len(picked)]
+        return picked
 
     def build_step(self, batch: Sequence[tuple[Hashable, int]]) -> list[StepRequest]:
         """Metadata rows for `[(request_id, num_new_tokens), ...]` (tokens already appended/allocated)."""

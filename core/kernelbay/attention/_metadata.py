@@ -68,6 +68,9 @@ class AttentionMetadata:
     """Host copy of seq_lens."""
     max_query_len: int
     max_seq_len: int
+    run_start_slots: tuple[int | None, ...] = ()
+    """Per request, its first slot when all its blocks are one run of consecutive block ids (the keys are
+    then one contiguous stretch of an NHD cache and can be read without a copy), else None."""
 
     @property
     def context_lens_host(self) -> tuple[int, ...]:
@@ -147,6 +150,7 @@ def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str =
     kv_start = torch.cat([s_lens.new_zeros(1), s_lens.cumsum(0)])
     kv_pos = torch.arange(int(kv_start[-1])) - kv_start[kv_req]
     to = dict(device=device)
+    runs = _run_start_slots(tables, s_lens, block_size)
     return AttentionMetadata(
         num_reqs=len(reqs), num_tokens=sum(q_host), block_size=block_size, layout=KVLayout.parse(layout),
         query_start_loc=q_start.to(torch.int32).to(**to), query_lens=q_lens.to(torch.int32).to(**to),
@@ -154,4 +158,15 @@ def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str =
         block_tables=tables.to(**to), slot_mapping=_slots(q_req, positions, tables, block_size).to(**to),
         positions=positions.to(**to), kv_start_loc=kv_start.to(**to),
         kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(**to),
-        query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host))
+        query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host),
+        run_start_slots=runs)
+
+
+def _run_start_slots(tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> tuple[int | None, ...]:
+    """First slot of each request whose needed blocks have consecutive ids, else None (vectorised)."""
+    needed = (seq_lens + block_size - 1) // block_size
+    steps = tables[:, 1:].to(torch.int64) - tables[:, :-1].to(torch.int64)
+    inside = torch.arange(1, tables.shape[1]).unsqueeze(0) < needed.unsqueeze(1)
+    is_run = ((steps == 1) | ~inside).all(dim=1)
+    starts = (tables[:, 0].to(torch.int64) * block_size).tolist()
+    return tuple(start if run else None for start, run in zip(starts, is_run.tolist()))

@@ -8,11 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from kernelbay.attention import AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
-from kernelbay.attention._types import KV_CACHE_DTYPES
 from kernelbay.attention import _cache_ops as ops
+from kernelbay.attention._types import KV_CACHE_DTYPES
 
 from ._masks import allowed_keys, request_spans
 from ._workspace import scratch
+
+# Below this many keys per request, one batched SDPA over a gathered copy beats one call per request
+# on zero-copy views (per-call overhead dominates); see benchmarks/RESULTS-attention.md.
+MIN_KEYS_FOR_VIEWS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,9 @@ class SdpaMetadata(AttentionMetadata):
 
 
 class SdpaBackend(AttentionBackend[SdpaMetadata]):
-    """Batched decode in one SDPA call over a gathered (preallocated) buffer; prefill per request.
+    """Decode: one SDPA call over a gathered (preallocated) buffer, or one call per request on zero-copy
+    views when every request's blocks are one run of an NHD cache. Prefill: one call per request.
+    Decode folds the query heads sharing a KV head into the query length (reads each KV head once).
 
     Honest capabilities: no logit soft-cap (SDPA cannot apply tanh capping), no MLA.
     """
@@ -52,35 +58,72 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     encoder = True
 
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
-        if md.decode_index is not None:
-            return self._decode(q, md, args)
+        if md.decode_index is not None and not self._views_pay_off(md, q.dtype):
+            return self._decode_batched(q, md)
         g = self.geometry
         out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
         causal = self.is_causal(args)
-        for q0, q1, k0, k1 in request_spans(md):
-            k, v = self.read_kv(md.kv_gather_index[k0:k1], md.layout, q.dtype)
-            mask = self._prefill_mask(md.positions[q0:q1], k1 - k0, q1 - q0, causal)
-            out[q0:q1] = self._sdpa(q[q0:q1].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), mask,
-                                    is_causal=mask is None and causal).transpose(0, 1)
+        for i, (q0, q1, k0, k1) in enumerate(request_spans(md)):
+            k, v = self._request_kv(md, i, k0, k1, q.dtype)
+            if q1 - q0 == 1 and causal:
+                out[q0] = self._decode_one(q[q0], k, v, md.seq_lens_host[i] - 1)
+            else:
+                out[q0:q1] = self._prefill_one(q[q0:q1], k, v, md.positions[q0:q1], causal)
         return out
 
-    def _prefill_mask(self, q_pos, seq_len: int, q_len: int, causal: bool):
-        """None when plain causal from position 0 (SDPA's is_causal), else an explicit bool mask."""
-        g = self.geometry
-        if causal and seq_len == q_len and g.sliding_window is None and g.chunk_size is None:
-            return None
-        return allowed_keys(q_pos, torch.arange(seq_len, device=q_pos.device), g, causal)
+    def _views_pay_off(self, md: SdpaMetadata, dtype: torch.dtype) -> bool:
+        return (md.layout is KVLayout.NHD and None not in md.run_start_slots and self.kv_cache.dtype == dtype
+                and self.k_scale == self.v_scale == 1.0 and min(md.seq_lens_host) >= MIN_KEYS_FOR_VIEWS)
 
-    def _decode(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
+    def _request_kv(self, md: SdpaMetadata, i: int, k0: int, k1: int, dtype: torch.dtype):
+        """[S, kv_heads, D] keys and values: a zero-copy view when the request is one run, else a gather."""
+        start, length = md.run_start_slots[i], k1 - k0
+        k = ops.plane_run(self.kv_cache[0], md.layout, start, length, dtype, self.k_scale)
+        v = ops.plane_run(self.kv_cache[1], md.layout, start, length, dtype, self.v_scale)
+        if k is None or v is None:
+            return self.read_kv(md.kv_gather_index[k0:k1], md.layout, dtype)
+        return k, v
+
+    def _first_visible(self, pos: int) -> int:
+        """The oldest key a query at `pos` sees under this layer's window / chunk."""
+        g, first = self.geometry, 0
+        if g.sliding_window is not None:
+            first = max(first, pos - g.sliding_window + 1)
+        if g.chunk_size is not None:
+            first = max(first, pos // g.chunk_size * g.chunk_size)
+        return first
+
+    def _decode_one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int) -> torch.Tensor:
+        """q [H, D] of the request's last token over k/v [S, kv_heads, D] -> [H, D]."""
+        g = self.geometry
+        first = self._first_visible(pos)
+        k, v = k[first: pos + 1].transpose(0, 1), v[first: pos + 1].transpose(0, 1)
+        folded = q.view(g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
+        out = F.scaled_dot_product_attention(folded, k, v, scale=g.scale)
+        return out.reshape(g.num_heads, g.head_dim)
+
+    def _prefill_one(self, q, k, v, q_pos, causal: bool) -> torch.Tensor:
+        """q [Tq, H, D] over k/v [S, kv_heads, D] -> [Tq, H, D]; SDPA's is_causal when it means the same."""
+        g = self.geometry
+        seq_len, q_len = k.shape[0], q.shape[0]
+        plain_causal = causal and seq_len == q_len and g.sliding_window is None and g.chunk_size is None
+        mask = None if plain_causal else allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask,
+                                             is_causal=plain_causal, scale=g.scale,
+                                             enable_gqa=g.num_heads != g.num_kv_heads)
+        return out.transpose(0, 1)
+
+    def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata) -> torch.Tensor:
+        """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer."""
         g = self.geometry
         batch, width = md.decode_index.shape
         k = self._gather("k", 0, md.decode_index, md.layout, q.dtype, self.k_scale)
         v = self._gather("v", 1, md.decode_index, md.layout, q.dtype, self.v_scale)
         k = k.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
         v = v.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
-        mask = self._decode_mask(md)
-        out = self._sdpa(q.unsqueeze(2), k, v, mask, is_causal=False)
-        return out.squeeze(2)
+        folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
+        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=self._decode_mask(md), scale=g.scale)
+        return out.reshape(batch, g.num_heads, g.head_dim)
 
     def _gather(self, purpose: str, plane: int, index: torch.Tensor, layout: KVLayout, dtype, scale: float):
         """[B * width, kv_heads, head_dim] keys or values into a reused buffer."""
@@ -98,12 +141,6 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         key_pos = md.decode_key_pos
         if key_pos is None:
             key_pos = torch.arange(width, device=md.positions.device).expand(md.num_reqs, -1)
-        # decode queries are the last token, so "causal" only hides padding, whatever args.causal says
+        # decode queries are each request's last token, so "causal" only hides the padding
         mask = allowed_keys(md.positions.unsqueeze(1), key_pos, g, True)
         return mask.view(md.num_reqs, 1, 1, width)
-
-    def _sdpa(self, q, k, v, mask, is_causal: bool):
-        """q [..., H, Tq, D], k/v [..., Hkv, S, D]; GQA handled by SDPA itself."""
-        gqa = self.geometry.num_heads != self.geometry.num_kv_heads
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              scale=self.geometry.scale, enable_gqa=gqa)
