@@ -126,8 +126,8 @@ class AutoModelForCausalLM:
         from kernelbay.config import ModelConfig
 
         config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
+        model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
-        model = cls.from_config(config, dtype=dtype, implementation=implementation)
         load_weights(model, checkpoint, model.checkpoint_rules(), progress=progress)
         model.tie_weights()
         model.requested_attention_backend = attention_backend

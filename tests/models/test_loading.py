@@ -1,0 +1,125 @@
+"""Checkpoint loading: sharded files, dtype cast, tied embeddings, progress bar, and every load error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelbay.models import AutoModelForCausalLM
+from kernelbay.models.loading import CheckpointError
+
+from ._files import tensors, write_pickle, write_sharded, write_variant
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_checkpoints):
+    return tiny_checkpoints.get("llama3")[0]
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_sharded_checkpoint_loads_the_same_weights(llama, tmp_path):
+    """model.safetensors.index.json with three shards gives the same parameters as one file."""
+    single = AutoModelForCausalLM.from_pretrained(llama, progress=False)
+    sharded = AutoModelForCausalLM.from_pretrained(write_sharded(llama, tmp_path / "sharded"), progress=False)
+    a, b = _state(single), _state(sharded)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_index_naming_an_absent_shard_is_an_error(llama, tmp_path):
+    """A shard listed in the index but not on disk is named."""
+    folder = write_sharded(llama, tmp_path / "sharded")
+    (folder / "model-00002-of-00003.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model-00002-of-00003.safetensors"):
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+
+
+def test_loaded_values_are_the_checkpoint_values(llama):
+    """Fused q/k/v and gate/up rows hold exactly the checkpoint's separate tensors."""
+    model = AutoModelForCausalLM.from_pretrained(llama, progress=False)
+    state = tensors(llama)
+    attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    q, k, v = attn.qkv_proj.split(attn.qkv_proj.weight.T)
+    assert torch.equal(k.T, state["model.layers.1.self_attn.k_proj.weight"])
+    assert torch.equal(v.T, state["model.layers.1.self_attn.v_proj.weight"])
+    gate, up = mlp.gate_up_proj.split(mlp.gate_up_proj.weight.T)
+    assert torch.equal(up.T, state["model.layers.1.mlp.up_proj.weight"])
+    assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
+
+
+def test_dtype_cast_on_load(llama):
+    """dtype='bfloat16' loads a float32 checkpoint as bfloat16 (norms and embeddings included)."""
+    model = AutoModelForCausalLM.from_pretrained(llama, dtype="bfloat16", progress=False)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    expected = tensors(llama)["model.norm.weight"].to(torch.bfloat16)
+    assert torch.equal(model.model.norm.weight, expected)
+
+
+def test_bfloat16_checkpoint_into_float32_model(llama, tmp_path):
+    """A bf16 checkpoint loads into a float32 model by casting each tensor as it is read."""
+    state = {k: v.to(torch.bfloat16) for k, v in tensors(llama).items()}
+    folder = write_variant(llama, tmp_path / "bf16", state, dtype="bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
+    assert torch.equal(model.model.embed_tokens.weight, state["model.embed_tokens.weight"].float())
+
+
+def test_tied_embeddings_share_one_tensor(tiny_checkpoints):
+    """tie_word_embeddings: the LM head is the embedding table (one tensor, not a copy)."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoints.get("qwen2")[0], progress=False)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_progress_bar_goes_to_stderr(llama, capsys):
+    """progress=True shows a 'Loading weights' bar on stderr."""
+    AutoModelForCausalLM.from_pretrained(llama, progress=True)
+    assert "Loading weights" in capsys.readouterr().err
+
+
+def test_missing_tensors_are_named(llama, tmp_path):
+    """A checkpoint without some tensors fails before loading, naming each missing one."""
+    state = tensors(llama)
+    del state["model.layers.2.self_attn.v_proj.weight"], state["model.norm.weight"]
+    folder = write_variant(llama, tmp_path / "missing", state)
+    with pytest.raises(CheckpointError) as err:
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    assert "missing tensors (2)" in str(err.value)
+    assert "model.layers.2.self_attn.v_proj.weight" in str(err.value)
+    assert "model.norm.weight" in str(err.value)
+
+
+def test_unexpected_tensors_are_named(llama, tmp_path):
+    """Tensors the model has no place for are listed by name."""
+    state = tensors(llama)
+    state["model.layers.0.mlp.extra_proj.weight"] = torch.zeros(2, 2)
+    folder = write_variant(llama, tmp_path / "unexpected", state)
+    with pytest.raises(CheckpointError, match=r"unexpected tensors \(1\): model\.layers\.0\.mlp\.extra_proj\.weight"):
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+
+
+def test_shape_mismatch_names_the_tensor(llama, tmp_path):
+    """A tensor of the wrong shape is an error naming it and both shapes."""
+    state = tensors(llama)
+    state["model.norm.weight"] = torch.ones(3)
+    folder = write_variant(llama, tmp_path / "shape", state)
+    with pytest.raises(ValueError, match=r"model\.norm\.weight: checkpoint shape \[3\] != model shape \[64\]"):
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+
+
+def test_pickle_weights_refused_unless_opted_in(llama, tmp_path):
+    """pytorch_model.bin is refused (pickle runs code); allow_pickle=True loads the same values."""
+    folder = write_pickle(llama, tmp_path / "pickle")
+    with pytest.raises(CheckpointError, match="refuses it.*allow_pickle=True"):
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, allow_pickle=True, progress=False)
+    assert torch.equal(model.model.norm.weight, tensors(llama)["model.norm.weight"])
+
+
+def test_folder_without_weights(llama, tmp_path):
+    """A folder with only config.json says which weight files it expected."""
+    from ._files import copy_config
+
+    with pytest.raises(CheckpointError, match="has no weights: expected model.safetensors"):
+        AutoModelForCausalLM.from_pretrained(copy_config(llama, tmp_path / "empty"), progress=False)
