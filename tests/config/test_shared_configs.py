@@ -121,3 +121,25 @@ def _geometry(cfg: ModelConfig) -> dict:
     for key in ("notes", "source"):
         summary.pop(key)
     return summary
+
+
+# The same checkpoint taken from two sources: keys dropped or added by a copy must not change the geometry.
+SAME_CHECKPOINT = [
+    ("mixtral-8x7b-v0.1", "mixtral-8x7b-v0.1-copy2"),  # copy2 lacks sliding_window, tie_word_embeddings
+    ("mixtral-8x22b-v0.1", "mixtral-8x22b-v0.1-copy2"),
+    ("phi-3-mini-4k-instruct", "phi-3-mini-4k-instruct-copy2"),  # copy2 lacks rope_scaling null, auto_map
+    ("qwen2.5-3b", "qwen2.5-3b-copy2"),  # max_window_layers 70 vs 36, irrelevant with use_sliding_window off
+    ("qwen3-8b", "qwen3-8b-copy2"),
+    ("qwen3-32b", "qwen3-32b-copy2"),
+    ("qwen3-30b-a3b", "qwen3-30b-a3b-copy2"),
+    ("meta-llama-3.1-8b", "llama-3.1-8b"),
+    ("deepseek-v3", "deepseek-r1"),  # R1 is V3's architecture
+]
+
+
+@pytest.mark.parametrize("first, second", SAME_CHECKPOINT)
+def test_copies_of_one_checkpoint_agree(first, second):
+    """Two sources of one checkpoint resolve to the same geometry."""
+    a = ModelConfig.from_pretrained(SHARED_CONFIGS / first)
+    b = ModelConfig.from_pretrained(SHARED_CONFIGS / second)
+    assert _geometry(a) == _geometry(b)

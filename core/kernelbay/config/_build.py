@@ -13,7 +13,7 @@ from ._fields import Fields
 from ._layers import BLOCKSPARSE, ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
 from ._loading import CONFIG_FILE, load_hf_config, read_config_json
 from ._model_config import ModelConfig
-from ._naming import resolve_naming
+from ._naming import Naming, resolve_naming
 from ._quant import resolve_quantization
 from ._records import BlockSparseGeometry
 from ._rope import resolve_position_embedding, resolve_rope, rope_parameters
@@ -52,7 +52,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
 
 
 def _assemble(f: Fields, hf_config, geometry_config, folder: Path | None, model_type: str,
-              naming) -> ModelConfig:
+              naming: Naming) -> ModelConfig:
     """`geometry_config` is the (sub-)config the sizes come from: the text or vision part of a composite."""
     encoder = naming.model_kind == "vision_encoder"
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
