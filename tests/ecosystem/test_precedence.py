@@ -12,7 +12,7 @@ from kernelbay.attention import AttentionRequirements, select_attention_backend
 from kernelbay.platforms import current_platform
 from kernelbay.registry import names, rebuild, slot_info, unregister_provider
 
-from .conftest import run_kernelbay
+from .conftest import REPO, run_kernelbay
 
 ACME_SLOTS = {("model", "LlamaForCausalLM"), ("platform", "acme"), ("attention_backend", "ACME_INT8")}
 BUILTIN_DISTS = {"kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
@@ -138,3 +138,22 @@ def test_off_acme_the_platform_is_cpu_and_acme_declines(make_registry, monkeypat
     assert result.platform == "cpu" and result.backend_name == "SDPA"
     acme = next(c for c in result.candidates if c.name == "ACME_INT8")
     assert acme.failures == ("platform: cpu is not supported (supported: acme)",)
+
+
+@pytest.mark.slow
+def test_explain_shows_acme_chosen_and_why_not_the_others(sites):
+    """`kernelbay explain` on the acme platform: acme's Llama (displacing the built-in), ACME_INT8 for every
+    layer, and for each other backend the reason it was not chosen."""
+    import json
+
+    done = run_kernelbay(sites, "explain", str(REPO / "core/kernelbay/demo"), "--json", ACME_VISIBLE_DEVICES="0")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-acme", "external")
+    assert [d["distribution"] for d in doc["provider"]["displaced"]] == ["kernelbay-llama"]
+    attention = doc["attention"]
+    assert attention["platform"] == "acme" and [g["backend"] for g in attention["layer_groups"]] == ["ACME_INT8"]
+    candidates = {c["name"]: c for c in attention["layer_groups"][0]["candidates"]}
+    assert candidates["ACME_INT8"]["chosen"]
+    assert candidates["SDPA"]["reason"] == "capable, but ACME_INT8 comes first"
+    assert "platform: acme is not supported (supported: cuda)" in candidates["FLASHINFER"]["failures"]
