@@ -203,3 +203,9 @@ def test_record_pickles_for_worker_processes(write_config):
     assert clone == cfg and clone.rope.scaling["factor"] == 2.0
     with pytest.raises(TypeError, match="frozen config"):
         clone.rope.scaling["factor"] = 3.0
+
+
+def test_theta_inside_rope_parameters_wins_over_class_default(write_config):
+    """A transformers-5 style config keeps rope_theta inside rope_parameters; that value is used."""
+    cfg = resolve(write_config, rope_parameters={"rope_type": "default", "rope_theta": 123456.0})
+    assert cfg.rope.theta == 123456.0

@@ -74,12 +74,15 @@ def _rope_type(params: dict) -> str:
 
 
 def _theta(f: Fields, params: dict) -> float:
-    theta = f.get_float(*THETA)
-    if theta is None:
-        theta = params.get("rope_theta")
+    """The base: a top-level key as written, else the one inside the RoPE dict, else the class's value."""
+    written = next((f.raw[name] for name in THETA if f.raw.get(name) is not None), None)
+    parsed = next((f.parsed[name] for name in THETA if f.parsed.get(name) is not None), None)
+    theta = next((v for v in (written, params.get("rope_theta"), parsed) if v is not None), None)
     if theta is None:
         f.notes.append(f"rope_theta not in config.json: using the RoPE default {DEFAULT_THETA}")
         return DEFAULT_THETA
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise ConfigError(f"{f.source}: rope_theta must be a number, got {theta!r}.")
     return float(theta)
 
 
