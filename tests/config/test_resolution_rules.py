@@ -209,3 +209,9 @@ def test_theta_inside_rope_parameters_wins_over_class_default(write_config):
     """A transformers-5 style config keeps rope_theta inside rope_parameters; that value is used."""
     cfg = resolve(write_config, rope_parameters={"rope_type": "default", "rope_theta": 123456.0})
     assert cfg.rope.theta == 123456.0
+
+
+def test_legacy_layer_kind_spellings(write_config):
+    """Older layer_types spellings ("attention") mean today's kinds."""
+    cfg = resolve(write_config, model_type="mistral", sliding_window=None, layer_types=["attention", FULL])
+    assert cfg.layer_types == (FULL, FULL)

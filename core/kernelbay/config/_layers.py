@@ -18,6 +18,9 @@ ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
 LAYER_KINDS = (FULL, SLIDING, CHUNKED, NO_ATTENTION, BLOCKSPARSE, INDEXED, ENCODER)
 CACHELESS_KINDS = frozenset({NO_ATTENTION, ENCODER})
 
+# Older spellings of layer kinds in written layer_types (transformers remaps them the same way).
+LEGACY_KINDS = {"attention": FULL, "deepseek_sparse_attention": INDEXED}
+
 # Families that alternate sliding and full layers without saying so in config.json:
 # layer i slides unless (i + 1) % pattern == 0 (Gemma 2: even layers slide).
 IMPLICIT_SLIDING_PATTERN = {"gemma2": 2}
@@ -52,7 +55,7 @@ def resolve_layers(f: Fields, model_type: str, n_layers: int, heads: int, max_po
 
 
 def _explicit_plan(f: Fields, n_layers: int) -> LayerPlan:
-    kinds = tuple(f.raw["layer_types"])
+    kinds = tuple(LEGACY_KINDS.get(kind, kind) for kind in f.raw["layer_types"])
     unknown = sorted({k for k in kinds if k not in LAYER_KINDS})
     if unknown:
         raise ConfigError(f"{f.source}: layer_types holds kinds kernelbay does not know: {', '.join(unknown)}; "
