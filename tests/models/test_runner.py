@@ -1,0 +1,94 @@
+"""ModelRunner: mixed and chunked steps agree with plain prefill/decode; bad steps fail without side effects."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelbay.attention import BackendNotCapable, KVCacheExhausted
+from kernelbay.engine.runner import ModelRunner, StepRequest
+from kernelbay.models import AutoModelForCausalLM
+
+PROMPT_A = [3, 14, 15, 92, 65, 35, 89, 79, 32]
+PROMPT_B = [27, 18, 28, 18, 28]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoints):
+    return AutoModelForCausalLM.from_pretrained(tiny_checkpoints.get("mistral")[0], progress=False)
+
+
+def _runner(model, **kw) -> ModelRunner:
+    return ModelRunner(model, num_blocks=kw.pop("num_blocks", 32), block_size=4, attention_backend="VANILLA", **kw)
+
+
+def test_chunked_prefill_equals_one_step_prefill(model):
+    """A prompt fed in chunks of 4, 3 and 2 tokens ends with the same logits as in one step."""
+    whole = _runner(model).step([StepRequest("a", PROMPT_A, 0)])
+    runner = _runner(model)
+    runner.step([StepRequest("a", PROMPT_A[:4], 0)])
+    runner.step([StepRequest("a", PROMPT_A[4:7], 4)])
+    chunked = runner.step([StepRequest("a", PROMPT_A[7:], 7)])
+    assert torch.allclose(chunked, whole, atol=1e-5)
+
+
+def test_mixed_step_equals_separate_steps(model):
+    """One step holding a decode of A and the prefill of B returns what two separate steps return."""
+    runner = _runner(model)
+    runner.step([StepRequest("a", PROMPT_A, 0)])
+    mixed = runner.step([StepRequest("a", [7], len(PROMPT_A)), StepRequest("b", PROMPT_B, 0)])
+    alone = _runner(model)
+    alone.step([StepRequest("a", PROMPT_A, 0)])
+    decode = alone.step([StepRequest("a", [7], len(PROMPT_A))])
+    prefill = alone.step([StepRequest("b", PROMPT_B, 0)])
+    assert mixed.shape == (2, model.config.vocab_size)
+    assert torch.allclose(mixed, torch.cat([decode, prefill]), atol=1e-5)
+
+
+def test_free_returns_the_blocks(model):
+    """free() gives a finished request's blocks back; the id can then start again at position 0."""
+    runner = _runner(model)
+    runner.step([StepRequest("a", PROMPT_A, 0)])
+    assert runner.kv.num_free_blocks == 32 - 3
+    runner.free("a")
+    assert runner.kv.num_free_blocks == 32 and runner.num_cached_tokens("a") == 0
+    runner.step([StepRequest("a", PROMPT_B, 0)])
+
+
+def test_start_pos_must_continue_the_cache(model):
+    """A known request must resume where its cache ends; a new one must start at 0."""
+    runner = _runner(model)
+    runner.step([StepRequest("a", PROMPT_A, 0)])
+    with pytest.raises(ValueError, match="start_pos 3 but 9 tokens are cached"):
+        runner.step([StepRequest("a", [1], 3)])
+    with pytest.raises(ValueError, match="is new .* start_pos is 5"):
+        runner.step([StepRequest("b", [1], 5)])
+
+
+def test_exhausted_cache_changes_nothing(model):
+    """A step that does not fit raises KVCacheExhausted before any request grows."""
+    runner = _runner(model, num_blocks=3)
+    runner.step([StepRequest("a", PROMPT_A, 0)])  # 9 tokens: 3 blocks of 4
+    with pytest.raises(KVCacheExhausted, match="needs 2 more KV-cache block"):
+        runner.step([StepRequest("a", [1, 2, 3, 4], 9), StepRequest("b", [5], 0)])
+    assert runner.num_cached_tokens("a") == 9 and runner.num_cached_tokens("b") == 0
+
+
+def test_step_validation(model):
+    """Empty steps, empty requests and duplicate ids are refused with a reason."""
+    runner = _runner(model)
+    with pytest.raises(ValueError, match="at least one StepRequest"):
+        runner.step([])
+    with pytest.raises(ValueError, match="at least one new token"):
+        StepRequest("a", [], 0)
+    with pytest.raises(ValueError, match="once per step"):
+        runner.step([StepRequest("a", [1], 0), StepRequest("a", [2], 0)])
+
+
+def test_backend_selection_is_reported_and_incapable_request_refused(tiny_checkpoints):
+    """Auto selection names a backend per layer group; SDPA on soft-capped Gemma-2 is refused with the reason."""
+    gemma = AutoModelForCausalLM.from_pretrained(tiny_checkpoints.get("gemma2")[0], progress=False)
+    runner = ModelRunner(gemma, num_blocks=8, block_size=4)
+    assert runner.backend_for("sliding_attention") == runner.backend_for("full_attention")
+    with pytest.raises(BackendNotCapable, match="logit_softcap"):
+        ModelRunner(gemma, num_blocks=8, block_size=4, attention_backend="SDPA")
