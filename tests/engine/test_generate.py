@@ -46,7 +46,12 @@ def reference(hf_tiny_llama, prompt_ids):
 
 
 
-@pytest.mark.parametrize("backend", names("attention_backend"))
+def _backends():
+    """Every installed backend; FLEX compiles flex_attention per shape, which takes a while on CPU."""
+    return [pytest.param(b, marks=pytest.mark.slow) if b == "FLEX" else b for b in names("attention_backend")]
+
+
+@pytest.mark.parametrize("backend", _backends())
 def test_greedy_matches_transformers_on_every_backend(backend, make_llm, prompt_ids, reference, tiny_llama):
     """A batch of mixed-length prompts: greedy tokens equal transformers' on each backend that can run it."""
     try:

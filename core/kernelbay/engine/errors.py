@@ -13,7 +13,6 @@ Exit codes (`kernelbay run` / `kernelbay explain`; documented in docs/engine.md)
 from __future__ import annotations
 
 from ..errors import ConfigError, KernelbayError, UnknownNameError
-from .sampling import SamplingParamsError
 
 
 class InputError(KernelbayError):
@@ -52,6 +51,12 @@ class MissingWeights(InputError, ValueError):
 
 class PromptTooLong(InputError, ValueError):
     exit_code = 10
+
+
+class SamplingParamsError(InputError, ValueError):
+    """A sampling parameter out of range; the message names the parameter and the valid range."""
+
+    exit_code = 11
 
 
 class RequestTooLarge(InputError, MemoryError):

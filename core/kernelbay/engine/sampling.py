@@ -1,20 +1,20 @@
-"""`SamplingParams` (what the user asks for) and `Sampler` (logits -> next token ids, batched)."""
+"""`SamplingParams` (what the user asks for) and `Sampler` (logits -> next token ids, batched).
+
+torch is imported inside the functions that sample, so building and validating `SamplingParams`
+(the CLI does it before loading anything) stays cheap.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from .errors import SamplingParamsError
 
-from ..errors import KernelbayError
-
-
-class SamplingParamsError(KernelbayError, ValueError):
-    """A sampling parameter out of range; the message names the parameter and the valid range."""
-
-    exit_code = 11
+if TYPE_CHECKING:
+    import torch
 
 
 def _is_int(value) -> bool:
@@ -71,6 +71,8 @@ class SamplingParams:
 
 def make_generator(params: SamplingParams) -> torch.Generator | None:
     """A private random stream for one request: seeded when asked, else drawn from torch's global RNG."""
+    import torch
+
     if params.greedy:
         return None
     seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
@@ -92,6 +94,8 @@ class Sampler:
 
 def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
     """One draw from `logits` [vocab] under temperature, top-k and top-p (computed on the kept set only)."""
+    import torch
+
     logits = logits.float() / params.temperature
     k = params.top_k if 0 < params.top_k < logits.numel() else logits.numel()
     values, ids = torch.topk(logits, k) if k < logits.numel() or params.top_p < 1 else (logits, None)

@@ -1,0 +1,66 @@
+"""`kernelbay run [MODEL] --prompt TEXT`: stream a completion to stdout (default model: the embedded demo)."""
+
+from __future__ import annotations
+
+import sys
+
+from . import add_custom_dirs_argument, load_custom_dirs
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", nargs="?", metavar="MODEL",
+                        help="model folder (config.json, safetensors weights, tokenizer); default: the demo")
+    parser.add_argument("--prompt", required=True, help="text to complete")
+    parser.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens to generate (default 64)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 (default) keeps every token")
+    parser.add_argument("--seed", type=int, help="make sampling reproducible")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
+    parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
+    parser.add_argument("--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized "
+                        "for the request)")
+    parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="allow the folder's own config/tokenizer code to run (off by default)")
+    add_custom_dirs_argument(parser)
+
+
+def sampling_params(args):
+    from ..engine.sampling import SamplingParams
+
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                          top_k=args.top_k, seed=args.seed, stop=tuple(args.stop))
+
+
+def build_llm(args, folder):
+    from ..engine.llm import LLM
+
+    return LLM(folder, attention_backend=args.backend, dtype=args.dtype, max_num_seqs=1,
+               kv_cache_memory=args.kv_cache_memory, trust_remote_code=args.trust_remote_code)
+
+
+def prompt_ids(llm, args) -> list[int]:
+    tokenizer = llm.tokenizer
+    if tokenizer is not None and tokenizer.has_chat_template and not args.raw:
+        return tokenizer.encode_chat([{"role": "user", "content": args.prompt}])
+    return llm.encode(args.prompt)
+
+
+def run(args) -> int:
+    from ..engine.inputs import check_model_folder, demo_model_folder
+
+    params = sampling_params(args)  # bad flags and folders fail before torch is even imported
+    folder = check_model_folder(args.model if args.model else demo_model_folder())
+    load_custom_dirs(args)
+    llm = build_llm(args, folder)
+    ids = prompt_ids(llm, args)
+    try:
+        for delta in llm.stream([ids], params):
+            sys.stdout.write(delta.text)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 130
+    sys.stdout.write("\n")
+    return 0

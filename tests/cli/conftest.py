@@ -1,0 +1,65 @@
+"""Model folders for CLI tests: a tiny runnable Llama and broken variants of it, one per bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engine.checkpoints import build_tiny_llama
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO.parent / "shared" / "configs"
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("cli-tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def bad_folders(tiny_llama, tmp_path_factory) -> dict[str, Path]:
+    """name -> a folder with exactly one thing wrong."""
+    root = tmp_path_factory.mktemp("bad")
+    folders = {name: root / name for name in ("no_config", "malformed", "unknown_arch", "no_weights",
+                                              "partial_weights")}
+    folders["no_config"].mkdir()
+    (folders["no_config"] / "README.md").write_text("not a checkpoint")
+    folders["malformed"].mkdir()
+    (folders["malformed"] / "config.json").write_text('{\n  "model_type": "llama",\n  "hidden_size": 64,,\n}\n')
+    _config_only(tiny_llama, folders["unknown_arch"], architectures=["NopeForCausalLM"])
+    _config_only(tiny_llama, folders["no_weights"])
+    _partial_weights(tiny_llama, folders["partial_weights"])
+    return folders
+
+
+def _config_only(src: Path, dst: Path, **overrides) -> None:
+    dst.mkdir()
+    config = json.loads((src / "config.json").read_text())
+    config.update(overrides)
+    (dst / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, dst / name)
+
+
+def _partial_weights(src: Path, dst: Path) -> None:
+    """The tiny Llama without its layer-1 MLP down projection."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(str(src / "model.safetensors"))
+    del tensors["model.layers.1.mlp.down_proj.weight"]
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+
+
+def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
