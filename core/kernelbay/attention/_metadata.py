@@ -102,7 +102,7 @@ def _as_step_request(item) -> StepRequest:
     if isinstance(item, StepRequest):
         return item
     query_len, context_len, table = item
-    return StepRequest(int(query_len), int(context_len), tuple(int(b) for b in table))
+    return StepRequest(int(query_len), int(context_len), table if isinstance(table, tuple) else tuple(map(int, table)))
 
 
 def _check_tables(reqs: Sequence[StepRequest], block_size: int) -> None:
@@ -112,7 +112,7 @@ def _check_tables(reqs: Sequence[StepRequest], block_size: int) -> None:
             raise ValueError(
                 f"request #{i} needs {need} block(s) for {r.seq_len} tokens (block_size {block_size}) but its "
                 f"block table has {len(r.block_table)}; grow it with KVCacheManager.append before building metadata")
-        if any(b < 0 for b in r.block_table[:need]):
+        if need and min(r.block_table[:need]) < 0:
             raise ValueError(f"request #{i} has a negative block id in its block table {r.block_table[:need]}")
 
 

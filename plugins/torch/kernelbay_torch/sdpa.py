@@ -97,8 +97,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         """q [H, D] of the request's last token over k/v [S, kv_heads, D] -> [H, D]."""
         g = self.geometry
         first = self._first_visible(pos)
-        k, v = k[first: pos + 1].transpose(0, 1), v[first: pos + 1].transpose(0, 1)
-        folded = q.view(g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
+        k, v = _heads_first(k[first: pos + 1]), _heads_first(v[first: pos + 1])
+        folded = q.view(1, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         out = F.scaled_dot_product_attention(folded, k, v, scale=g.scale)
         return out.reshape(g.num_heads, g.head_dim)
 
@@ -108,10 +108,10 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         seq_len, q_len = k.shape[0], q.shape[0]
         plain_causal = causal and seq_len == q_len and g.sliding_window is None and g.chunk_size is None
         mask = None if plain_causal else allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask,
+        out = F.scaled_dot_product_attention(_heads_first(q), _heads_first(k), _heads_first(v), attn_mask=mask,
                                              is_causal=plain_causal, scale=g.scale,
                                              enable_gqa=g.num_heads != g.num_kv_heads)
-        return out.transpose(0, 1)
+        return out[0].transpose(0, 1)
 
     def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata) -> torch.Tensor:
         """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer."""
@@ -144,3 +144,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         # decode queries are each request's last token, so "causal" only hides the padding
         mask = allowed_keys(md.positions.unsqueeze(1), key_pos, g, True)
         return mask.view(md.num_reqs, 1, 1, width)
+
+
+def _heads_first(x: torch.Tensor) -> torch.Tensor:
+    """[S, heads, D] -> [1, heads, S, D] view (4-D: CPU SDPA's fused kernels skip 3-D inputs)."""
+    return x.transpose(0, 1).unsqueeze(0)
