@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,32 @@ def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def run_cases(tiny_llama, bad_folders, tmp_path_factory) -> dict[str, list[str]]:
+    """name -> `kernelbay run` arguments of one CLI case (each a bad input, or a good run)."""
+    tiny, bad = str(tiny_llama), {k: str(v) for k, v in bad_folders.items()}
+    return {
+        "good": ["run", tiny, "--prompt", "the quick brown", "--max-tokens", "8"],
+        "demo": ["run", "--prompt", "A", "--max-tokens", "3"],
+        "missing_folder": ["run", str(tmp_path_factory.mktemp("empty") / "nope"), "--prompt", "x"],
+        "no_config": ["run", bad["no_config"], "--prompt", "x"],
+        "malformed": ["run", bad["malformed"], "--prompt", "x"],
+        "unknown_arch": ["run", bad["unknown_arch"], "--prompt", "x"],
+        "unknown_backend": ["run", tiny, "--prompt", "x", "--backend", "SDPAA"],
+        "incapable_backend": ["run", str(CONFIGS / "gemma-2-2b"), "--prompt", "x", "--backend", "SDPA"],
+        "no_weights": ["run", bad["no_weights"], "--prompt", "x"],
+        "partial_weights": ["run", bad["partial_weights"], "--prompt", "x"],
+        "prompt_too_long": ["run", tiny, "--prompt", "the lazy dog " * 80],
+        "max_tokens_zero": ["run", "--prompt", "x", "--max-tokens", "0"],
+        "max_tokens_negative": ["run", "--prompt", "x", "--max-tokens", "-5"],
+    }
+
+
+@pytest.fixture(scope="session")
+def cli_runs(run_cases) -> dict[str, subprocess.CompletedProcess]:
+    """Every case run once as its own `kernelbay` process, one per core (start-up dominates)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = pool.map(lambda args: run_cli(*args), run_cases.values())
+        return dict(zip(run_cases, results))
