@@ -24,9 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("plugins/torch", "plugins/llama", "plugins/deepseek", "plugins/flashinfer")
 CONTRIB = ("contrib/acme",)
 ACME_PACKAGES = ("kernelbay_acme",)
-# Providers that register through decorators: a fresh registry only sees their registrations if their
-# modules run again, so each test gets them re-imported and the originals are put back afterwards.
-DECORATOR_PROVIDERS = ("kernelbay_acme", "kernelbay_llama", "kernelbay_deepseek")
+# Providers that register through decorators (plugins and the example custom dirs): a fresh registry only
+# sees their registrations if their modules run again, so each registry re-imports them and the test's
+# originals are put back afterwards.
+DECORATOR_PROVIDERS = ("kernelbay_acme", "kernelbay_llama", "kernelbay_deepseek", "olmo", "llama_override")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ def make_registry(sites):
     originals = _take_modules(DECORATOR_PROVIDERS)
 
     def make(with_acme: bool = True, **env: str) -> Registry:
+        _take_modules(DECORATOR_PROVIDERS)  # a second registry in one test re-imports them too
         environ = clean_environ(**env)
         rest = [p for p in sys.path if p not in sites.path()]
         registry = Registry(environ=environ, discovery=discover(environ, path=[*sites.path(with_acme), *rest]))

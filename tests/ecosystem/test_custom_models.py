@@ -1,0 +1,117 @@
+"""The example custom module dirs: a new architecture (OLMo, checked against transformers) and an override of
+the built-in LlamaForCausalLM, with provenance "custom-dir" in the registry, `explain` and `run`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+import transformers
+
+from kernelbay import RegistrationConflict, load_custom_module_dirs, resolve
+from kernelbay.engine.runner import ModelRunner
+from kernelbay.models import AutoModelForCausalLM
+from kernelbay.registry import slot_info
+
+from ..models._parity import compare_generation
+from .conftest import REPO, run_kernelbay
+
+OLMO_DIR = REPO / "examples/custom_models/olmo"
+OVERRIDE_DIR = REPO / "examples/custom_models/llama_override"
+DEMO = REPO / "core/kernelbay/demo"
+
+
+@pytest.fixture(scope="module")
+def olmo_checkpoint(tmp_path_factory):
+    """A tiny random OLMo saved by transformers (safetensors), with q/k/v clipping switched on."""
+    config = transformers.OlmoConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                     clip_qkv=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.OlmoForCausalLM(config).eval()
+    folder = tmp_path_factory.mktemp("olmo")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def test_new_architecture_matches_transformers(make_registry, olmo_checkpoint):
+    """OlmoForCausalLM from the custom dir generates transformers' logits, prefill and decode."""
+    hf_model, folder = olmo_checkpoint
+    make_registry(with_acme=False)
+    load_custom_module_dirs([OLMO_DIR])
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
+    assert type(model).__module__ == "olmo.modeling"
+    compare_generation(hf_model, ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA"), "olmo")
+
+
+def test_new_architecture_provenance_is_custom_dir(make_registry):
+    """The added architecture's slot says where it came from: the custom dir's path, origin custom-dir."""
+    make_registry(with_acme=False)
+    load_custom_module_dirs([OLMO_DIR])
+    winner = slot_info("model", "OlmoForCausalLM")["winner"]
+    assert winner["target"] == "olmo.modeling:OlmoForCausalLM"
+    assert (winner["provider"]["origin"], winner["provider"]["path"]) == ("custom-dir", str(OLMO_DIR))
+
+
+def _demo_with(tmp_path, **changes):
+    folder = tmp_path / "demo"
+    shutil.copytree(DEMO, folder)
+    config = json.loads((folder / "config.json").read_text()) | changes
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_override_takes_the_builtin_slot(make_registry, tmp_path):
+    """The override wins LlamaForCausalLM over kernelbay-llama; its logits are the built-in's except the
+    banned tokens, which are -inf."""
+    make_registry(with_acme=False)
+    load_custom_module_dirs([OVERRIDE_DIR])
+    slot = slot_info("model", "LlamaForCausalLM")
+    assert slot["winner"]["provider"]["origin"] == "custom-dir"
+    assert [d["provider"]["distribution"] for d in slot["displaced"]] == ["kernelbay-llama"]
+    model = AutoModelForCausalLM.from_pretrained(_demo_with(tmp_path, banned_token_ids=[5, 7]), dtype="float32",
+                                                 progress=False)
+    hidden = torch.randn(3, model.config.hidden_size)
+    builtin = type(model).__mro__[1]
+    assert f"{builtin.__module__}:{builtin.__qualname__}" == "kernelbay_llama.modeling:LlamaForCausalLM"
+    with torch.no_grad():
+        got, want = model.compute_logits(hidden), builtin.compute_logits(model, hidden)
+    assert torch.isneginf(got[:, [5, 7]]).all()
+    keep = [i for i in range(model.config.vocab_size) if i not in (5, 7)]
+    torch.testing.assert_close(got[:, keep], want[:, keep])
+
+
+def test_override_and_acme_conflict_until_preferred(make_registry):
+    """Two external providers of LlamaForCausalLM (acme and the custom dir) are a conflict naming both and how
+    to choose; KERNELBAY_PREFER picks one."""
+    make_registry()
+    load_custom_module_dirs([OVERRIDE_DIR])
+    with pytest.raises(RegistrationConflict, match=r"kernelbay_acme\.models.*llama_override.*KERNELBAY_PREFER"):
+        resolve("model", "LlamaForCausalLM")
+    make_registry(KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-acme")
+    load_custom_module_dirs([OVERRIDE_DIR])
+    assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_acme.models"
+
+
+@pytest.mark.slow
+def test_explain_shows_custom_dir_provenance(sites):
+    """`kernelbay explain --custom-module-dirs` names the override, origin custom-dir, and the built-in it displaces."""
+    done = run_kernelbay(sites, "explain", str(DEMO), "--json", "--custom-module-dirs", str(OVERRIDE_DIR),
+                         with_acme=False)
+    assert done.returncode == 0, done.stderr
+    provider = json.loads(done.stdout)["provider"]
+    assert (provider["module"], provider["origin"], provider["path"]) == ("llama_override", "custom-dir",
+                                                                           str(OVERRIDE_DIR))
+    assert [d["distribution"] for d in provider["displaced"]] == ["kernelbay-llama"]
+
+
+@pytest.mark.slow
+def test_run_with_custom_dir_logs_the_takeover(sites, tmp_path):
+    """`kernelbay run --custom-module-dirs` generates with the override and logs that the custom dir took the slot."""
+    done = run_kernelbay(sites, "run", "--prompt", "The", "--max-tokens", "3", "--custom-module-dirs",
+                         str(OVERRIDE_DIR), with_acme=False)
+    assert done.returncode == 0, done.stderr
+    assert f"llama_override ({OVERRIDE_DIR}, custom-dir) takes the slot from built-in kernelbay_llama.modeling" \
+        in done.stderr
