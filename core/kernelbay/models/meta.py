@@ -52,6 +52,12 @@ class MetaInitMode(TorchDispatchMode):
         super().__init__()
         self.created = 0
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Model construction never runs under torch.compile; opting out (the hook TorchDispatchMode
+        # documents) keeps the first build from importing torch._dynamo, seconds of start-up on a CPU box.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
