@@ -43,7 +43,8 @@ def test_new_architecture_matches_transformers(make_registry, olmo_checkpoint):
     load_custom_module_dirs([OLMO_DIR])
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
     assert type(model).__module__ == "olmo.modeling"
-    compare_generation(hf_model, ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA"), "olmo")
+    runner = ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA")
+    compare_generation(hf_model, runner, "olmo", steps=3)
 
 
 def test_new_architecture_provenance_is_custom_dir(make_registry):
