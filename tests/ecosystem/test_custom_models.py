@@ -1,5 +1,6 @@
 """The example custom module dirs: a new architecture (OLMo, checked against transformers) and an override of
-the built-in LlamaForCausalLM, with provenance "custom-dir" in the registry, `explain` and `run`."""
+the built-in LlamaForCausalLM, with provenance "custom-dir". `kernelbay explain` and `kernelbay run` with
+--custom-module-dirs are exercised by docs/guides/model-family-plugin.md (test_guides.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kernelbay.models import AutoModelForCausalLM
 from kernelbay.registry import slot_info
 
 from ..models._parity import compare_generation
-from .conftest import REPO, run_kernelbay
+from .conftest import REPO
 
 OLMO_DIR = REPO / "examples/custom_models/olmo"
 OVERRIDE_DIR = REPO / "examples/custom_models/llama_override"
@@ -94,25 +95,3 @@ def test_override_and_acme_conflict_until_preferred(make_registry):
     make_registry(KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-acme")
     load_custom_module_dirs([OVERRIDE_DIR])
     assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_acme.models"
-
-
-@pytest.mark.slow
-def test_explain_shows_custom_dir_provenance(sites):
-    """`kernelbay explain --custom-module-dirs` names the override, origin custom-dir, and the built-in it displaces."""
-    done = run_kernelbay(sites, "explain", str(DEMO), "--json", "--custom-module-dirs", str(OVERRIDE_DIR),
-                         with_acme=False)
-    assert done.returncode == 0, done.stderr
-    provider = json.loads(done.stdout)["provider"]
-    assert (provider["module"], provider["origin"], provider["path"]) == ("llama_override", "custom-dir",
-                                                                           str(OVERRIDE_DIR))
-    assert [d["distribution"] for d in provider["displaced"]] == ["kernelbay-llama"]
-
-
-@pytest.mark.slow
-def test_run_with_custom_dir_logs_the_takeover(sites, tmp_path):
-    """`kernelbay run --custom-module-dirs` generates with the override and logs that the custom dir took the slot."""
-    done = run_kernelbay(sites, "run", "--prompt", "The", "--max-tokens", "3", "--custom-module-dirs",
-                         str(OVERRIDE_DIR), with_acme=False)
-    assert done.returncode == 0, done.stderr
-    assert f"llama_override ({OVERRIDE_DIR}, custom-dir) takes the slot from built-in kernelbay_llama.modeling" \
-        in done.stderr
