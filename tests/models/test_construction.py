@@ -161,3 +161,31 @@ def test_lazy_architecture_access_through_the_registry():
     assert Qwen3ForCausalLM is resolve("model", "Qwen3ForCausalLM")
     with pytest.raises(AttributeError, match="Did you mean: Qwen3ForCausalLM"):
         models.Qwen3ForCausalLm
+
+
+def _shared_configs_of_supported_architectures() -> list[str]:
+    import json
+    from pathlib import Path
+
+    supported = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM",
+                 "Gemma2ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
+    found = []
+    for path in sorted(Path(SHARED).glob("*/config.json")):
+        archs = json.loads(path.read_text()).get("architectures") or []
+        if archs and archs[0] in supported:
+            found.append(path.parent.name)
+    return found
+
+
+@pytest.mark.parametrize("name", _shared_configs_of_supported_architectures())
+def test_every_real_config_of_a_supported_architecture_builds_on_meta(name):
+    """Each real config of a shipped architecture builds on meta with one attention layer per decoder layer,
+    or is refused with a ConfigError (a quantization format that is not supported)."""
+    config = ModelConfig.from_pretrained(f"{SHARED}/{name}")
+    try:
+        model = AutoModelForCausalLM.from_config(config)
+    except ConfigError as err:
+        assert config.quantization is not None, err
+        return
+    assert model.built_on_meta and all(p.is_meta for p in model.parameters())
+    assert len(model.attention_layers()) == config.num_hidden_layers

@@ -123,3 +123,19 @@ def test_folder_without_weights(llama, tmp_path):
 
     with pytest.raises(CheckpointError, match="has no weights: expected model.safetensors"):
         AutoModelForCausalLM.from_pretrained(copy_config(llama, tmp_path / "empty"), progress=False)
+
+
+def test_family_name_rules_skip_tensors_with_no_place(llama, tiny_checkpoints, tmp_path):
+    """Old Llama checkpoints' rotary_emb.inv_freq and DeepSeek-V3's multi-token-prediction layer are skipped."""
+    state = tensors(llama)
+    state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    AutoModelForCausalLM.from_pretrained(write_variant(llama, tmp_path / "inv_freq", state), progress=False)
+    v3 = tiny_checkpoints.get("deepseek_v3")[0]
+    state = tensors(v3)
+    state["model.layers.3.eh_proj.weight"] = torch.zeros(64, 128)  # layer 3 of 3: the MTP module
+    folder = write_variant(v3, tmp_path / "mtp", state, num_nextn_predict_layers=1)
+    AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    state["model.layers.4.eh_proj.weight"] = torch.zeros(1)
+    with pytest.raises(CheckpointError, match=r"unexpected tensors \(1\): model\.layers\.4\.eh_proj\.weight"):
+        AutoModelForCausalLM.from_pretrained(write_variant(v3, tmp_path / "mtp2", state, num_nextn_predict_layers=1),
+                                             progress=False)

@@ -65,11 +65,13 @@ def _default_implementation(kind: str, name: str, declined) -> object | None:
 def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
     from kernelbay.attention import collect_attention_layers
 
+    weight_format = WeightFormat.from_quant_config(config.quantization)  # refuse unsupported formats first
+
     def construct():
         with default_dtype(dtype), collect_attention_layers() as layers:
             model = impl(config)
         model.attention_registry = layers
-        create_weights(model, WeightFormat.from_quant_config(config.quantization), dtype)
+        create_weights(model, weight_format, dtype)
         return model
 
     model, on_meta = build_module(construct, meta=meta)
