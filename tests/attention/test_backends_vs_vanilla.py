@@ -12,7 +12,7 @@ from ._harness import SPECS, assert_close, run_backend
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
 # is checked in test_flex_compiled.py.
 FLEX_SPECS = ("small_prefill", "mixed_prefill_decode", "gqa", "sliding_window", "chunked", "softcap", "fp8_kv",
-              "hnd", "block_64", "small_decode", "mqa", "bf16", "fp16", "head_80", "head_128", "head_256", "encoder")
+              "hnd", "block_64", "small_decode", "mqa", "bf16", "fp16", "head_80", "head_128", "head_256", "encoder", "runs_sliding_decode")
 SWEEPS = {"SDPA": tuple(SPECS), "FLEX": FLEX_SPECS}
 
 

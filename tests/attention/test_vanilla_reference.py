@@ -81,7 +81,7 @@ def batch_specs(draw) -> BatchSpec:
         logit_softcap=draw(st.sampled_from([None, 3.0])))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=batch_specs(), seed=st.integers(0, 2**16))
 def test_vanilla_matches_dense_on_random_batches(spec, seed):
     """VANILLA equals the plain loop for random geometries, block sizes and prefill/decode mixes."""

@@ -1,9 +1,11 @@
-"""FLEX: `torch.nn.attention.flex_attention` over the whole packed step, with document block masks.
+"""FLEX: `torch.nn.attention.flex_attention` with block masks.
 
-All requests of a step form one packed query sequence against one packed key sequence; a block mask
-keeps each query inside its own request (plus causal / sliding-window / chunked rules), so fully
-masked blocks are skipped. Lengths are padded to power-of-two buckets, so the compiled kernel is
-built once per bucket, never per step.
+Prefill and mixed steps: all requests form one packed query sequence against one packed key sequence;
+a block mask keeps each query inside its own request (plus causal / sliding-window / chunked rules), so
+fully masked blocks are skipped. Decode-only steps: a [B, kv_heads, width, D] batch gathered from the
+cache, the query heads sharing a KV head folded into the query length, a per-request length mask.
+Lengths are padded to power-of-two buckets, so the compiled kernel is built once per bucket, never
+per step.
 """
 
 from __future__ import annotations
@@ -45,11 +47,15 @@ class FlexMetadata(AttentionMetadata):
     """(Lp,) int64 position of each padded key in its request."""
     kv_index: torch.Tensor | None = None
     """(Lp,) int64 cache slot of each padded key (padding reads slot of key 0, masked out)."""
+    decode_index: torch.Tensor | None = None
+    """(B, width) int64 cache slots of each request's keys, width a bucket; decode-only steps, else None."""
     block_masks: dict = field(default_factory=dict, compare=False)
-    """Block masks built on first use per (causal, sliding_window, chunk_size); shared by layers."""
+    """Block masks built on first use per (causal, sliding_window, chunk_size[, query heads per KV head])."""
 
     @classmethod
     def _extras(cls, md: AttentionMetadata) -> dict:
+        if md.is_decode_only:
+            return {"decode_index": _decode_index(md, bucket(md.max_seq_len))}
         t_pad, l_pad = bucket(md.num_tokens), bucket(int(md.kv_gather_index.numel()))
         reqs = torch.arange(md.num_reqs, device=md.positions.device)
         kv_req = torch.repeat_interleave(reqs, md.seq_lens.to(torch.int64))
@@ -63,6 +69,40 @@ class FlexMetadata(AttentionMetadata):
         if key not in self.block_masks:
             self.block_masks[key] = _make_block_mask(self, causal, window, chunk)
         return self.block_masks[key]
+
+    def decode_block_mask(self, group: int, window: int | None, chunk: int | None):
+        key = ("decode", group, window, chunk)
+        if key not in self.block_masks:
+            self.block_masks[key] = _make_decode_block_mask(self, group, window, chunk)
+        return self.block_masks[key]
+
+
+def _decode_index(md: AttentionMetadata, width: int) -> torch.Tensor:
+    """(B, width) slots of each request's keys, padding repeating the request's first key (masked out)."""
+    pos = torch.arange(width, device=md.kv_start_loc.device).expand(md.num_reqs, width)
+    valid = pos < md.seq_lens.to(torch.int64).unsqueeze(1)
+    flat = (md.kv_start_loc[:-1].unsqueeze(1) + pos).clamp(max=md.kv_gather_index.numel() - 1)
+    first = md.kv_gather_index[md.kv_start_loc[:-1]].unsqueeze(1)
+    return torch.where(valid, md.kv_gather_index[flat], first)
+
+
+def _make_decode_block_mask(md: FlexMetadata, group: int, window: int | None, chunk: int | None):
+    """Each request's one query (its last token) sees its own keys, within the window / chunk."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    seq_lens = md.seq_lens.to(torch.int64)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        last = seq_lens[b] - 1
+        keep = kv_idx <= last
+        if window is not None:
+            keep = keep & (last - kv_idx < window)
+        if chunk is not None:
+            keep = keep & (kv_idx // chunk == last // chunk)
+        return keep
+
+    batch, width = md.decode_index.shape
+    return create_block_mask(mask_mod, batch, None, group, width, device=md.decode_index.device)
 
 
 def _pad(x: torch.Tensor, size: int, value: int) -> torch.Tensor:
@@ -121,6 +161,8 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
     logit_softcap = True
 
     def _attend(self, q: torch.Tensor, md: FlexMetadata, args: AttentionForwardArgs) -> torch.Tensor:
+        if md.decode_index is not None:
+            return self._decode(q, md)
         g = self.geometry
         k, v = self.read_kv(md.kv_index, md.layout, q.dtype)
         q_pad = q.new_zeros(md.q_doc.numel(), g.num_heads, g.head_dim)
@@ -130,6 +172,19 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
                              score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None,
                              enable_gqa=g.num_heads != g.num_kv_heads)
         return out[0].transpose(0, 1)[: q.shape[0]]
+
+    def _decode(self, q: torch.Tensor, md: FlexMetadata) -> torch.Tensor:
+        """q [B, H, D] (each request's last token) over its gathered keys -> [B, H, D]."""
+        g = self.geometry
+        batch, width = md.decode_index.shape
+        k, v = self.read_kv(md.decode_index.reshape(-1), md.layout, q.dtype)
+        k = k.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
+        v = v.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
+        folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
+        mask = md.decode_block_mask(g.num_queries_per_kv, g.sliding_window, g.chunk_size)
+        out = self._kernel()(folded, k, v, block_mask=mask, scale=g.scale,
+                             score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None)
+        return out.reshape(batch, g.num_heads, g.head_dim)
 
     def _kernel(self):
         if self.options.compile:
