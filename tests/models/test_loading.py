@@ -139,3 +139,22 @@ def test_family_name_rules_skip_tensors_with_no_place(llama, tiny_checkpoints, t
     with pytest.raises(CheckpointError, match=r"unexpected tensors \(1\): model\.layers\.4\.eh_proj\.weight"):
         AutoModelForCausalLM.from_pretrained(write_variant(v3, tmp_path / "mtp2", state, num_nextn_predict_layers=1),
                                              progress=False)
+
+
+def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
+    """transformers' stacked expert format (experts.gate_up_proj [E, 2I, H]) loads like per-expert tensors."""
+    folder = tiny_checkpoints.get("deepseek_v3")[0]
+    state, experts = tensors(folder), 8
+    for layer in (1, 2):
+        prefix = f"model.layers.{layer}.mlp.experts"
+        per = {p: [state.pop(f"{prefix}.{e}.{p}.weight") for e in range(experts)]
+               for p in ("gate_proj", "up_proj", "down_proj")}
+        state[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat([g, u]) for g, u in zip(per["gate_proj"],
+                                                                                         per["up_proj"])])
+        state[f"{prefix}.down_proj"] = torch.stack(per["down_proj"])
+    stacked = AutoModelForCausalLM.from_pretrained(write_variant(folder, tmp_path / "stacked", state), progress=False)
+    reference = AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    assert torch.equal(stacked.model.layers[2].mlp.experts.gate_up_proj.weight,
+                       reference.model.layers[2].mlp.experts.gate_up_proj.weight)
+    assert torch.equal(stacked.model.layers[1].mlp.experts.down_proj.weight,
+                       reference.model.layers[1].mlp.experts.down_proj.weight)

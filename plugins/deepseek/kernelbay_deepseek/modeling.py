@@ -68,7 +68,13 @@ class DeepseekModel(nn.Module):
 
 
 class DeepseekForCausalLM(CausalLM):
-    """Shared by V2 and V3; subclasses give their `Variant`."""
+    """Shared by V2 and V3; subclasses give their `Variant`.
+
+    Experts load from per-expert tensors (`experts.<e>.gate_proj.weight`, the published format) or from
+    transformers' stacked in-memory format (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I]).
+    """
+
+    name_rules = NameRules(renames=((r"^(.*\.mlp\.experts\.(?:gate_up|down)_proj)$", r"\1.weight"),))
 
     def __init__(self, config):
         super().__init__(config)
