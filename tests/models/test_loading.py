@@ -158,3 +158,15 @@ def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
                        reference.model.layers[2].mlp.experts.gate_up_proj.weight)
     assert torch.equal(stacked.model.layers[1].mlp.experts.down_proj.weight,
                        reference.model.layers[1].mlp.experts.down_proj.weight)
+
+
+def test_loading_into_a_model_built_without_meta(llama):
+    """When meta init is off (or fell back), weights load in place into the real parameters."""
+    from kernelbay.config import ModelConfig
+    from kernelbay.models.loading import load_weights, open_checkpoint
+
+    model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(llama), meta=False)
+    assert not model.built_on_meta and not any(p.is_meta for p in model.parameters())
+    load_weights(model, open_checkpoint(llama), model.checkpoint_rules(), progress=False)
+    reference = AutoModelForCausalLM.from_pretrained(llama, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))

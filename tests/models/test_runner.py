@@ -92,3 +92,17 @@ def test_backend_selection_is_reported_and_incapable_request_refused(tiny_checkp
     assert runner.backend_for("sliding_attention") == runner.backend_for("full_attention")
     with pytest.raises(BackendNotCapable, match="logit_softcap"):
         ModelRunner(gemma, num_blocks=8, block_size=4, attention_backend="SDPA")
+
+
+def test_runner_refuses_unloaded_models_and_bad_options(model, tiny_checkpoints):
+    """A model still on meta, an unknown KV dtype or an unknown backend option are refused up front."""
+    from kernelbay.config import ModelConfig
+    from kernelbay.errors import ConfigError
+
+    config = ModelConfig.from_pretrained(tiny_checkpoints.get("mistral")[0])
+    with pytest.raises(ValueError, match="weights are not loaded"):
+        ModelRunner(AutoModelForCausalLM.from_config(config), num_blocks=4)
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        _runner(model, kv_cache_dtype="int3")
+    with pytest.raises(ConfigError, match="SDPA"):
+        _runner(model, attention_backend_options={"SDPA": {"no_such_knob": 1}})

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbay.attention import (Attention, KVCacheManager, KVLayout, LayerGroupSelection, select_for_model)
+from kernelbay.attention import (Attention, AttentionOptions, KVCacheManager, KVLayout, LayerGroupSelection,
+                                 select_for_model, validate_options)
 from kernelbay.errors import ConfigError
 
 
@@ -40,10 +41,24 @@ def _one_metadata_backend(selection: LayerGroupSelection) -> type:
     return next(iter(classes))
 
 
+def check_options(config, *, model_dtype: str, block_size: int, kv_cache_dtype: str | None,
+                  options: Mapping | None) -> None:
+    """The whole attention option set, checked at once (names, combinations, per-backend options, plugin
+    rules); the requested backend's capabilities are the selector's business, with its own error."""
+    kinds = set(config.layer_types)
+    validate_options(AttentionOptions(
+        dtype=model_dtype, kv_cache_dtype=kv_cache_dtype or "auto", block_size=block_size, head_size=config.head_dim,
+        sliding_window="sliding_attention" in kinds, chunked_attention="chunked_attention" in kinds,
+        attention_chunk_size=config.attention_chunk_size, logit_softcap=config.attn_logit_softcapping is not None,
+        mla=config.mla, backend_options=dict(options or {})))
+
+
 def bind_attention(layers: Mapping[str, Attention], config, *, model_dtype: str, num_blocks: int,
                    block_size: int, requested: str | None, kv_cache_dtype: str | None,
                    options: Mapping | None, device: torch.device) -> CacheSetup:
     """Select backends for the config's layer groups and bind every layer to its own cache tensor."""
+    check_options(config, model_dtype=model_dtype, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                  options=options)
     selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype,
                                  block_size=block_size)
     backend_classes = [result.backend_cls for _, result in selection.groups]

@@ -43,8 +43,15 @@ class StepRequest:
 
 
 def _model_dtype(model: torch.nn.Module) -> str:
-    dtype = getattr(model, "compute_dtype", None) or model.model.embed_tokens.weight.dtype
-    return str(dtype).removeprefix("torch.")
+    """The dtype activations run in: the embedding table's (FP8 layers dequantise into it)."""
+    return str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
+
+
+def _require_loaded(model: torch.nn.Module) -> None:
+    meta = [name for name, p in model.named_parameters() if p.is_meta]
+    if meta:
+        raise ValueError(f"the model's weights are not loaded ({len(meta)} parameters still on the meta device, "
+                         f"e.g. {meta[0]}); use AutoModelForCausalLM.from_pretrained, or load_weights after from_config")
 
 
 class ModelRunner:
@@ -53,6 +60,7 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, *, num_blocks: int, block_size: int = 16,
                  attention_backend: str | None = None, kv_cache_dtype: str | None = "auto",
                  attention_backend_options: Mapping[str, Mapping] | None = None):
+        _require_loaded(model)
         self.model = model.eval()
         self.device = model.model.embed_tokens.weight.device
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
