@@ -170,3 +170,30 @@ def test_loading_into_a_model_built_without_meta(llama):
     load_weights(model, open_checkpoint(llama), model.checkpoint_rules(), progress=False)
     reference = AutoModelForCausalLM.from_pretrained(llama, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+
+
+def _backing_file(address: int) -> str:
+    """The file mapped at `address` in this process ('' for anonymous memory), from /proc/self/maps."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= address < high:
+                return fields[5] if len(fields) > 5 else ""
+    raise AssertionError(f"address {address:#x} is not mapped")
+
+
+def test_mmap_mode_maps_whole_tensors_and_reads_fused_ones(llama, tiny_checkpoints):
+    """mmap=True: 1:1 tensors are file-backed views, fused q/k/v are read; logits equal the copying load."""
+    from kernelbay.engine.runner import ModelRunner, StepRequest
+
+    copied = AutoModelForCausalLM.from_pretrained(llama, progress=False)
+    mapped = AutoModelForCausalLM.from_pretrained(llama, progress=False, mmap=True)
+    assert all(torch.equal(a, b) for a, b in zip(copied.state_dict().values(), mapped.state_dict().values()))
+    embed, qkv = mapped.model.embed_tokens.weight, mapped.model.layers[0].self_attn.qkv_proj.weight
+    assert _backing_file(embed.data_ptr()).endswith("llama3/model.safetensors")
+    assert not _backing_file(qkv.data_ptr()).endswith(".safetensors")  # fused: read into anonymous memory
+    mapped.model.norm.weight.mul_(1.0)  # copy-on-write: writable, the file is untouched
+    step = [StepRequest("a", [1, 2, 3], 0)]
+    logits = [ModelRunner(m, num_blocks=4, block_size=4).step(step) for m in (copied, mapped)]
+    assert torch.equal(*logits)

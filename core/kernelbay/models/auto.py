@@ -121,16 +121,17 @@ class AutoModelForCausalLM:
     def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None,
                         attention_backend: str | None = None, trust_remote_code: bool = False,
                         allow_pickle: bool = False, implementation: str = "auto", encoder_only: bool = False,
-                        progress: bool | None = None) -> nn.Module:
+                        mmap: bool = False, progress: bool | None = None) -> nn.Module:
         """Load a checkpoint folder. `attention_backend` is recorded for the runner's backend selection;
         `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the
-        vision encoder of a multimodal checkpoint (the `vision_encoder` slot)."""
+        vision encoder of a multimodal checkpoint (the `vision_encoder` slot); `mmap=True` maps tensors
+        that need no fusing or cast straight from the file instead of reading them (see `load_weights`)."""
         from kernelbay.config import ModelConfig
 
         config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
         model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
-        load_weights(model, checkpoint, model.checkpoint_rules(), progress=progress)
+        load_weights(model, checkpoint, model.checkpoint_rules(), progress=progress, mmap=mmap)
         model.tie_weights()
         model.requested_attention_backend = attention_backend
         return model.eval()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -60,12 +61,30 @@ class CheckpointReader:
         self.checkpoint = checkpoint
         self._stack = ExitStack()
         self._files: dict[Path, object] = {}
+        self._maps: dict[Path, mmap.mmap] = {}
 
     def __enter__(self) -> "CheckpointReader":
         return self
 
     def __exit__(self, *exc) -> None:
         self._stack.close()
+
+    def mapped(self, name: str, dtype: torch.dtype) -> torch.Tensor | None:
+        """The tensor as a copy-on-write view of its file (no read, no copy), or None when it cannot be:
+        pickled weights, another dtype than wanted, or an offset not aligned to the element size.
+
+        The pages come in on first use and are shared with the page cache; the mapping lives as long
+        as the tensor does. Private mapping: writing to the tensor never touches the file.
+        """
+        entry = self.checkpoint.entries.get(name)
+        if entry is None or entry.dtype != dtype or entry.start % dtype.itemsize or not entry.nbytes:
+            return None
+        mapping = self._maps.get(entry.path)
+        if mapping is None:
+            with open(entry.path, "rb") as f:
+                mapping = self._maps[entry.path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        flat = torch.frombuffer(mapping, dtype=dtype, count=entry.nbytes // dtype.itemsize, offset=entry.start)
+        return flat.view(entry.shape)
 
     def read_into(self, name: str, dest: torch.Tensor) -> None:
         entry = self.checkpoint.entries.get(name)
