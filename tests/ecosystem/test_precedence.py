@@ -18,10 +18,6 @@ ACME_SLOTS = {("model", "LlamaForCausalLM"), ("platform", "acme"), ("attention_b
 BUILTIN_DISTS = {"kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
 
 
-def _winner(kind, name):
-    return slot_info("attention_backend" if kind == "backend" else kind, name)["winner"]["provider"]
-
-
 def test_every_plugin_is_discovered_with_its_origin(make_registry):
     """The installed sites' distributions are found from metadata: first-party built-in, acme external."""
     found = make_registry().discovery().plugins

@@ -38,7 +38,7 @@ class FlashInferBackend(AttentionBackend[FlashInferMetadata]):
                        logit_softcap=g.logit_softcap, causal=causal, q_dtype=q.dtype, kv_dtype=self.kv_cache.dtype)
 
     def _attend(self, q: torch.Tensor, metadata: FlashInferMetadata, args) -> torch.Tensor:
-        wrapper = planned_wrapper(self.plan_key(q, metadata, args.causal), metadata)
+        wrapper = planned_wrapper(self.plan_key(q, metadata, self.is_causal(args)), metadata)
         scales = {}
         if self.kv_cache.dtype == torch.float8_e4m3fn:  # FlashInfer folds k_scale into sm_scale, v_scale into out
             scales = {"k_scale": self.k_scale, "v_scale": self.v_scale}

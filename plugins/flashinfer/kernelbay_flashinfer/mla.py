@@ -63,7 +63,7 @@ class FlashInferMLABackend(AttentionBackend[FlashInferMetadata]):
         plane = self.kv_cache[0][:, :, 0]  # [blocks, block_size, kv_lora_rank + rope]
         key = PlanKey(kind="mla", device=str(q.device), layout=metadata.layout.value,
                       num_heads=self.geometry.num_heads, num_kv_heads=1, head_dim=CKV_DIM, scale=self.geometry.scale,
-                      window_left=-1, logit_softcap=None, causal=args.causal, q_dtype=q.dtype,
+                      window_left=-1, logit_softcap=None, causal=self.is_causal(args), q_dtype=q.dtype,
                       kv_dtype=self.kv_cache.dtype)
         latent_out = planned_wrapper(key, metadata).run(q_nope, q_pe, plane[..., :CKV_DIM], plane[..., CKV_DIM:])
         return torch.einsum("thl,hvl->thv", latent_out, w_uv)
