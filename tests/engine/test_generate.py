@@ -143,11 +143,14 @@ def test_prompt_longer_than_context_is_an_error(make_llm):
 
 
 def test_request_larger_than_cache_is_an_error(make_llm):
-    """prompt + max_tokens beyond the whole KV cache is a clear error, not a hang."""
+    """prompt + max_tokens beyond the whole KV cache is a clear error, not a hang; nothing stays queued."""
     llm = make_llm(kv_cache_memory=make_llm().config.kv_bytes_per_token() * 16 * 2)
+    small = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    large = SamplingParams(max_tokens=40, temperature=0)
     with pytest.raises(RequestTooLarge, match="whole cache has 2"):
-        llm.generate([[5] * 20], SamplingParams(max_tokens=40, temperature=0))
-    assert llm.generate([[5] * 4], SamplingParams(max_tokens=4, temperature=0))[0].token_ids, "engine still usable"
+        llm.generate([[5] * 4, [5] * 20], [small, large])
+    after = llm.generate([[6] * 4], small)
+    assert len(after) == 1 and after[0].prompt_token_ids == [6] * 4 and len(after[0].token_ids) == 4
 
 
 def test_chat_template_when_the_folder_has_one(tiny_llama, tmp_path):

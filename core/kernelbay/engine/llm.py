@@ -74,25 +74,14 @@ class LLM:
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
         """Complete every prompt (text or token ids); outputs in prompt order."""
         outputs: dict[int, RequestOutput] = {}
-        self._add_all(prompts, sampling_params, stream=False)
-        try:
-            while self._core.has_unfinished:
-                for request in self._core.step():
-                    self._on_token(request, outputs, stream=False)
-        finally:
-            self._abort_unfinished()
+        for _ in self._run(prompts, sampling_params, outputs, stream=False):
+            pass
         return [outputs[i] for i in sorted(outputs)]
 
     def stream(self, prompts: Prompt | Sequence[Prompt],
                sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> Iterator[StreamDelta]:
         """Like generate(), but yields each token (with its text) as soon as it is sampled."""
-        self._add_all(prompts, sampling_params, stream=True)
-        try:
-            while self._core.has_unfinished:
-                for request in self._core.step():
-                    yield self._on_token(request, {}, stream=True)
-        finally:
-            self._abort_unfinished()
+        yield from self._run(prompts, sampling_params, {}, stream=True)
 
     def chat(self, messages: Sequence[Mapping[str, str]], sampling_params: SamplingParams | None = None) -> RequestOutput:
         """One reply to `messages` ([{"role": "user", "content": ...}]) through the folder's chat template."""
@@ -108,6 +97,18 @@ class LLM:
         return ids
 
     # -- requests ----------------------------------------------------------------------------------
+    def _run(self, prompts, sampling_params, outputs: dict[int, RequestOutput], *, stream: bool):
+        """Queue every prompt, then step until all finish; whatever happens, nothing stays queued."""
+        try:
+            self._add_all(prompts, sampling_params, stream=stream)
+            while self._core.has_unfinished:
+                for request in self._core.step():
+                    delta = self._on_token(request, outputs, stream=stream)
+                    if stream:
+                        yield delta
+        finally:
+            self._abort_unfinished()
+
     def _add_all(self, prompts, sampling_params, *, stream: bool) -> None:
         prompts = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompts))
