@@ -175,3 +175,17 @@ def test_layer_registry_keys_and_weakrefs():
     assert list(registry.layers()) == ["0", "1_0", "1_1"]
     model = torch.nn.ModuleList([a, b, c])
     assert list(attention_layers(model)) == ["0", "1_0", "1_1"]
+
+
+def test_backend_customises_its_kv_cache_spec():
+    """A backend's preferred block size becomes the spec's default; an engine-chosen size still wins."""
+    from kernelbay.attention import AttentionBackend, AttentionGeometry
+
+    class BigBlocks(AttentionBackend):
+        name = "BIGBLOCKS"
+        preferred_block_size = 64
+
+    geometry = AttentionGeometry(0, 8, 128, 2, scale=0.1)
+    assert BigBlocks.get_kv_cache_spec(geometry, "bfloat16").block_size == 64
+    spec = BigBlocks.get_kv_cache_spec(geometry, "bfloat16", "fp8", block_size=16, layout="HND")
+    assert (spec.block_size, spec.dtype, spec.layout.value, spec.bytes_per_token) == (16, "fp8_e4m3", "HND", 512)
