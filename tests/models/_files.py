@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -51,9 +50,4 @@ def write_sharded(src: Path, dst: Path, num_shards: int = 3) -> Path:
 def write_pickle(src: Path, dst: Path) -> Path:
     copy_config(src, dst)
     torch.save(tensors(src), dst / "pytorch_model.bin")
-    return dst
-
-
-def copy_folder(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
     return dst

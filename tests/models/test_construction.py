@@ -13,7 +13,7 @@ from kernelbay.errors import ConfigError, NoTarget, UnknownNameError
 from kernelbay.models import AutoModelForCausalLM
 from kernelbay.models.meta import MetaInitMode, MetaInitUnsupported, build_module
 
-from ._files import copy_config, copy_folder
+from ._files import copy_config
 
 SHARED = "/work/shared/configs"
 

@@ -154,6 +154,8 @@ class RotaryEmbedding(nn.Module):
         self._tables: dict[bool, tuple[torch.Tensor, float]] = {}
 
     def _inv_freq(self, positions: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Frequencies for this step. `longrope` and `dynamic` depend on how far positions reach: like
+        transformers (per forward call), the step's furthest position decides, for every request in it."""
         long = False
         threshold = _LENGTH_DEPENDENT.get(self.params.rope_type)
         if threshold is not None and positions.numel():
