@@ -91,11 +91,15 @@ class MergedLinear(Linear):
 
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
         parent = prefix.rpartition(".")[0]
+        return self._part_aliases(lambda part, param: _join(parent, part, param), lambda rows: (rows,))
+
+    def _part_aliases(self, name_of, index_of) -> dict[str, tuple[str, tuple]]:
+        """For every part and parameter: checkpoint name -> (parameter, index of the part's rows)."""
         aliases = {}
         for part, (start, size) in self.part_rows().items():
             for param in self.method.param_names(self):
                 rows = self.method.row_slice(self, param, start, size, part)
-                aliases[_join(parent, part, param)] = (param, (rows,))
+                aliases[name_of(part, param)] = (param, index_of(rows))
         return aliases
 
 
@@ -110,13 +114,11 @@ class ExpertLinear(MergedLinear):
         return self._require_method().weight(self, expert)
 
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
-        experts_prefix = prefix.rpartition(".")[0]
+        experts = prefix.rpartition(".")[0]
         aliases = {}
         for e in range(self.batch_shape[0]):
-            for part, (start, size) in self.part_rows().items():
-                for param in self.method.param_names(self):
-                    rows = self.method.row_slice(self, param, start, size, part)
-                    aliases[_join(experts_prefix, str(e), part, param)] = (param, (e, rows))
+            aliases.update(self._part_aliases(lambda part, param, e=e: _join(experts, str(e), part, param),
+                                              lambda rows, e=e: (e, rows)))
         return aliases
 
 
