@@ -137,12 +137,14 @@ def build_backend(backend, spec: BatchSpec, data: StepData, options=None):
                                  kv_b_proj=data.kv_b_proj, kv_cache_dtype=spec.kv_cache_dtype, options=options)
 
 
-def run_backend(backend, spec: BatchSpec, seed: int = 0, options=None, data: StepData | None = None):
+def run_backend(backend, spec: BatchSpec, seed: int = 0, options=None, data: StepData | None = None,
+                kv_scales: tuple[float, float] = (1.0, 1.0)):
     """Cache every request's context, then run the step; returns [T, num_heads, v_head_dim]."""
     data = data or make_data(spec, seed)
     cls, layer = build_backend(backend, spec, data, options)
     num_blocks, tables = block_tables(spec, seed)
-    layer.attach_kv_cache(layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(num_blocks))
+    layer.attach_kv_cache(layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(num_blocks),
+                          *kv_scales)
     cached = [i for i, (_, c) in enumerate(spec.requests) if c > 0]
     if cached:
         rows = [(spec.requests[i][1], 0, tables[i]) for i in cached]

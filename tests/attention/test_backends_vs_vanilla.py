@@ -7,7 +7,7 @@ import pytest
 from kernelbay import resolve
 from kernelbay.attention import AttentionRequirements
 
-from ._harness import SPECS, assert_close, run_backend
+from ._harness import SPECS, assert_close, make_data, run_backend
 
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
 # is checked in test_flex_compiled.py.
@@ -59,3 +59,18 @@ def test_sdpa_reads_one_run_requests_without_copying(monkeypatch):
     monkeypatch.setattr(sdpa.SdpaBackend, "read_kv", lambda *a: pytest.fail("[SDPA] copied keys"))
     for name in ("runs_decode", "runs_uniform_decode", "runs_sliding_decode", "runs_chunked_decode"):
         assert_close("SDPA", SPECS[name], run_backend("SDPA", SPECS[name]), run_backend("VANILLA", SPECS[name]))
+
+
+@pytest.mark.parametrize("spec_name", ["fp8_kv", "runs_decode", "small_decode"])
+def test_fp8_per_tensor_scales(spec_name):
+    """With k/v scales, fp8 values are stored divided and read multiplied: large values survive the
+    e4m3 range (max 448) and every backend still agrees with VANILLA."""
+    spec = SPECS[spec_name].but(kv_cache_dtype="fp8_e4m3")
+    data = make_data(spec)
+    data.keys[:] = [k * 1000 for k in data.keys]
+    data.values[:] = [v * 1000 for v in data.values]
+    data.queries.mul_(1e-3)
+    want = run_backend("VANILLA", spec, data=data, kv_scales=(8.0, 8.0))
+    unscaled = run_backend("VANILLA", spec, data=data)
+    assert (want - unscaled).abs().max() > 10, "[VANILLA] scales made no difference: values were not clamped"
+    assert_close("SDPA", spec, run_backend("SDPA", spec, data=data, kv_scales=(8.0, 8.0)), want)
