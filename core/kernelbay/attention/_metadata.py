@@ -128,6 +128,13 @@ def _slots(req_ids: torch.Tensor, pos: torch.Tensor, tables: torch.Tensor, block
     return blocks * block_size + pos % block_size
 
 
+def _offsets(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For per-request `lengths`: (B + 1,) start offsets, each item's request, each item's index in it."""
+    owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    start = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    return start, owner, torch.arange(owner.numel()) - start[owner]
+
+
 def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
                    device: str | torch.device = "cpu") -> AttentionMetadata:
     """Common per-step metadata; `requests` is `[(query_len, context_len, block_table_row), ...]`."""
@@ -137,29 +144,21 @@ def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str =
     if not reqs:
         raise ValueError("a step needs at least one request")
     _check_tables(reqs, block_size)
-    q_host = tuple(r.query_len for r in reqs)
-    s_host = tuple(r.seq_len for r in reqs)
-    q_lens = torch.tensor(q_host, dtype=torch.int64)
-    s_lens = torch.tensor(s_host, dtype=torch.int64)
-    tables = _padded_tables(reqs)
-    ctx = s_lens - q_lens
-    q_req = torch.repeat_interleave(torch.arange(len(reqs)), q_lens)
-    q_start = torch.cat([q_lens.new_zeros(1), q_lens.cumsum(0)])
-    positions = torch.arange(int(q_start[-1])) - q_start[q_req] + ctx[q_req]
-    kv_req = torch.repeat_interleave(torch.arange(len(reqs)), s_lens)
-    kv_start = torch.cat([s_lens.new_zeros(1), s_lens.cumsum(0)])
-    kv_pos = torch.arange(int(kv_start[-1])) - kv_start[kv_req]
-    to = dict(device=device)
-    runs = _run_start_slots(tables, s_lens, block_size)
+    q_host, s_host = tuple(r.query_len for r in reqs), tuple(r.seq_len for r in reqs)
+    q_lens, s_lens = torch.tensor(q_host), torch.tensor(s_host)
+    tables, ctx = _padded_tables(reqs), s_lens - q_lens
+    q_start, q_req, q_offset = _offsets(q_lens)
+    positions = q_offset + ctx[q_req]
+    kv_start, kv_req, kv_pos = _offsets(s_lens)
+    i32 = dict(device=device, dtype=torch.int32)
     return AttentionMetadata(
         num_reqs=len(reqs), num_tokens=sum(q_host), block_size=block_size, layout=KVLayout.parse(layout),
-        query_start_loc=q_start.to(torch.int32).to(**to), query_lens=q_lens.to(torch.int32).to(**to),
-        context_lens=ctx.to(torch.int32).to(**to), seq_lens=s_lens.to(torch.int32).to(**to),
-        block_tables=tables.to(**to), slot_mapping=_slots(q_req, positions, tables, block_size).to(**to),
-        positions=positions.to(**to), kv_start_loc=kv_start.to(**to),
-        kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(**to),
+        query_start_loc=q_start.to(**i32), query_lens=q_lens.to(**i32), context_lens=ctx.to(**i32),
+        seq_lens=s_lens.to(**i32), block_tables=tables.to(device),
+        slot_mapping=_slots(q_req, positions, tables, block_size).to(device), positions=positions.to(device),
+        kv_start_loc=kv_start.to(device), kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(device),
         query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host),
-        run_start_slots=runs)
+        run_start_slots=_run_start_slots(tables, s_lens, block_size))
 
 
 def _run_start_slots(tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> tuple[int | None, ...]:
