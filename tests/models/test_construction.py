@@ -192,3 +192,42 @@ def test_every_real_config_of_a_supported_architecture_builds_on_meta(name):
         return
     assert model.built_on_meta and all(p.is_meta for p in model.parameters())
     assert len(model.attention_layers()) == config.num_hidden_layers
+
+
+@pytest.fixture
+def runtime_registrations():
+    """Registrations this test makes at runtime are removed afterwards."""
+    from kernelbay import registry
+
+    yield
+    registry.unregister_provider(__name__)
+
+
+class _Probe(nn.Module):
+    """Stands in for a vision encoder or a draft model: records the config it was built from."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.proj = nn.Linear(4, 4)
+
+
+def test_encoder_only_resolves_the_vision_encoder_slot(runtime_registrations):
+    """encoder_only: the same architecture name resolves in the vision_encoder slot, not the model slot."""
+    from kernelbay import register_vision_encoder
+
+    register_vision_encoder("LlamaForCausalLM", target=_Probe)
+    config = ModelConfig.from_pretrained(f"{SHARED}/llama-3.2-1b", encoder_only=True)
+    model = AutoModelForCausalLM.from_config(config)
+    assert type(model) is _Probe and model.built_on_meta
+
+
+def test_draft_checkpoint_resolves_eagle3_target_name(runtime_registrations):
+    """A config with draft_vocab_size resolves the draft_model slot EAGLE3<TargetArch>."""
+    from kernelbay import register_draft_model
+
+    config = ModelConfig.from_pretrained(f"{SHARED}/eagle3-draft-llama3-8b-eagle3")
+    with pytest.raises(UnknownNameError, match="EAGLE3LlamaForCausalLM"):
+        AutoModelForCausalLM.from_config(config)
+    register_draft_model("EAGLE3LlamaForCausalLM", target=_Probe)
+    assert type(AutoModelForCausalLM.from_config(config)) is _Probe

@@ -24,7 +24,7 @@ from torch import nn
 from kernelbay.errors import NoTarget
 
 from .base import default_dtype, torch_dtype
-from .loading import load_weights, open_checkpoint
+from .loading import NameRules, load_weights, open_checkpoint
 from .meta import build_module
 from .quant import WeightFormat, create_weights
 
@@ -105,6 +105,13 @@ def construct_model(config, *, dtype: torch.dtype, implementation: str = "auto",
         return _build(fallback, config, dtype, meta)
 
 
+def _tie(model: nn.Module) -> None:
+    """Share tied parameters (again after loading replaced them); vision encoders and drafts may not tie."""
+    tie = getattr(model, "tie_weights", None)
+    if tie is not None:
+        tie()
+
+
 class AutoModelForCausalLM:
     """Entry point: `AutoModelForCausalLM.from_pretrained(path)` -> an eval-mode `CausalLM`."""
 
@@ -114,7 +121,7 @@ class AutoModelForCausalLM:
         """The module tree with weights created but not loaded (on `meta` when `meta` and possible)."""
         model = construct_model(config, dtype=torch_dtype(dtype or config.dtype), implementation=implementation,
                                 meta=meta)
-        model.tie_weights()
+        _tie(model)
         return model
 
     @classmethod
@@ -131,7 +138,8 @@ class AutoModelForCausalLM:
         config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
         model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
-        load_weights(model, checkpoint, model.checkpoint_rules(), progress=progress, mmap=mmap)
-        model.tie_weights()
+        rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
+        load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
+        _tie(model)
         model.requested_attention_backend = attention_backend
         return model.eval()
