@@ -48,3 +48,14 @@ def test_forced_platform_must_exist_and_be_usable(fresh_registry, monkeypatch):
         with pytest.raises(KernelbayError, match="KERNELBAY_PLATFORM=cuda but that platform is not usable here"):
             current_platform()
     assert isinstance(get_platform("cpu"), CpuPlatform)
+
+
+def test_a_broken_platform_plugin_does_not_break_detection(fresh_registry):
+    """A platform whose module fails to import is listed with the cause; cpu is still detected."""
+    from kernelbay.registry import register_platform
+
+    register_platform("brokenplat", target="kernelbay_no_such_platform_mod:Platform")
+    found = {name: (current, reason) for name, current, reason in detect_platforms()}
+    assert found["brokenplat"][0] is False
+    assert found["brokenplat"][1].startswith("failed to load: ") and "kernelbay_no_such_platform_mod" in found["brokenplat"][1]
+    assert current_platform().name == "cpu"
