@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbay.attention import (Attention, AttentionOptions, KVCacheManager, KVLayout, LayerGroupSelection,
-                                 select_for_model, validate_options)
+from kernelbay.attention import (Attention, AttentionOptions, KVCacheExhausted, KVCacheManager, KVLayout,
+                                 LayerGroupSelection, select_for_model, validate_options)
 from kernelbay.errors import ConfigError
 
 
@@ -72,27 +72,27 @@ def bind_attention(layers: Mapping[str, Attention], config, *, model_dtype: str,
     return CacheSetup(selection, _one_metadata_backend(selection), layout, total)
 
 
+def _extra_blocks(manager: KVCacheManager, rid, start: int, n: int) -> int:
+    """Blocks request `rid` needs to take `n` tokens at `start`; checks that `start` continues its cache."""
+    if rid not in manager:
+        if start != 0:
+            raise ValueError(f"request {rid!r} is new (nothing cached) but start_pos is {start}; start at 0")
+        return manager.blocks_needed(n)
+    cached = manager.num_tokens(rid)
+    if start != cached:
+        raise ValueError(f"request {rid!r}: start_pos {start} but {cached} tokens are cached; "
+                         f"send the tokens from position {cached}")
+    return manager.blocks_needed(cached + n) - len(manager.block_table(rid))
+
+
 def reserve_blocks(manager: KVCacheManager, batch: list[tuple[object, int, int]]) -> None:
     """Grow every request of the step by its new tokens, all or nothing.
 
     `batch`: (request_id, start_pos, num_new_tokens). A new request must start at position 0; a known
     one must continue exactly where its cache ends.
     """
-    needed = 0
-    for rid, start, n in batch:
-        if rid in manager:
-            cached = manager.num_tokens(rid)
-            if start != cached:
-                raise ValueError(f"request {rid!r}: start_pos {start} but {cached} tokens are cached; "
-                                 f"send the tokens from position {cached}")
-            needed += manager.blocks_needed(cached + n) - len(manager.block_table(rid))
-        elif start != 0:
-            raise ValueError(f"request {rid!r} is new (nothing cached) but start_pos is {start}; start at 0")
-        else:
-            needed += manager.blocks_needed(n)
+    needed = sum(_extra_blocks(manager, rid, start, n) for rid, start, n in batch)
     if needed > manager.num_free_blocks:
-        from kernelbay.attention import KVCacheExhausted
-
         raise KVCacheExhausted(f"this step needs {needed} more KV-cache block(s) but only "
                                f"{manager.num_free_blocks} of {manager.num_blocks} are free; run fewer "
                                f"requests per step or free finished ones (ModelRunner.free)")

@@ -48,6 +48,13 @@ def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
     return True
 
 
+def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
+    if mmap and _map_whole(model, reader, name, target):
+        return
+    dest = _materialize(model, target.param)
+    reader.read_into(name, dest[target.index] if target.index else dest)
+
+
 def load_weights(model: nn.Module, checkpoint: Checkpoint, rules: NameRules = NameRules(), *,
                  progress: bool | None = None, mmap: bool = False) -> LoadPlan:
     """Load every tensor the plan maps (the plan raises first if anything is missing or unexpected).
@@ -64,10 +71,7 @@ def load_weights(model: nn.Module, checkpoint: Checkpoint, rules: NameRules = Na
     with checkpoint.reader() as reader, tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights",
                                              disable=not show) as bar:
         for name in names:
-            target = plan.assignments[name]
-            if not (mmap and _map_whole(model, reader, name, target)):
-                dest = _materialize(model, target.param)
-                reader.read_into(name, dest[target.index] if target.index else dest)
+            _load_one(model, reader, name, plan.assignments[name], mmap)
             bar.update(_nbytes(checkpoint, name))
     logger.info("loaded %d tensors (%.1f MB) from %s in %.2fs", len(names), total / 1e6, checkpoint.folder,
                 time.perf_counter() - start)
