@@ -339,7 +339,7 @@ distributed under the same terms.
 ## Training
 
 {steps} steps of AdamW (batch {batch} x {seq_len} tokens, peak lr {lr}, cosine decay, seed
-{seed}, {threads} CPU threads) in {minutes:.1f} minutes. Training loss: {loss_first:.2f} at the
+{seed}, {threads} CPU thread(s)) in {minutes:.1f} minutes of wall time. Training loss: {loss_first:.2f} at the
 start, {loss_last:.2f} at the end (mean of the last 50 steps); held-out loss {val_loss:.2f}.
 
 ## Samples (transformers `generate` on the stored weights in float32, 24 new tokens)
