@@ -3,6 +3,10 @@
 `from kernelbay.models import AutoModelForCausalLM` loads the auto class; any other public name is
 an architecture (`from kernelbay.models import LlamaForCausalLM`) resolved through the registry on
 first access (PEP 562) and cached here.
+
+Inside: `auto` (resolution steps and `from_pretrained`), `base` (`CausalLM`, what every family
+provides), `meta` (meta-device construction), `quant` (per-layer weight formats, FP8 blocks),
+`layers/` (norms, rotary, linear, MLP shared by families), `loading/` (safetensors, load plan).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ def __getattr__(name: str):
             raise AttributeError(str(err)) from err
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    from kernelbay.registry import names
+
+    return sorted(set(globals()) | set(_LOCAL) | set(names("model")))
 
 
 __all__ = ["AutoModelForCausalLM", "CausalLM"]
