@@ -56,15 +56,21 @@ def _move_out(src: Path, dst: Path, packages: tuple[str, ...]) -> None:
 
 @pytest.fixture(scope="session")
 def sites(tmp_path_factory) -> Sites:
-    """Every first-party and contrib plugin installed from its own pyproject; importable for the session."""
+    """Every first-party and contrib plugin installed from its own pyproject, once per session."""
     root = tmp_path_factory.mktemp("eco")
     pip_install(root / "first_party", *FIRST_PARTY, *CONTRIB)
     _move_out(root / "first_party", root / "acme", ACME_PACKAGES)
-    found = Sites(root / "first_party", root / "acme")
-    # Appended, not prepended: the editable first-party installs keep serving their imports in this process.
-    sys.path.extend(found.path())
-    yield found
-    for entry in found.path():
+    return Sites(root / "first_party", root / "acme")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sites_importable(sites):
+    """The sites are on sys.path while this directory's test modules run, and only then: a registry built by
+    another area's test must never discover kernelbay-acme. Appended, not prepended, so the editable
+    first-party installs keep serving their own imports."""
+    sys.path.extend(sites.path())
+    yield
+    for entry in sites.path():
         sys.path.remove(entry)
 
 
