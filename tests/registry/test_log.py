@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from kernelbay import register_model
+from kernelbay import register_model, register_platform
 
 from .conftest import env_with_site, fixture_imports
 
@@ -90,10 +90,23 @@ def test_exported_providers_rebuild_the_same_registry_lazily_in_a_worker(make_re
         sys.modules.pop("runtime_mod", None)
 
 
-def test_runtime_string_registration_is_lazy(make_registry):
-    """register_model(name, target="module:Class") imports nothing until resolved."""
+def test_runtime_string_registration_is_lazy_and_external(make_registry):
+    """register_model(name, target="module:Class") imports nothing until resolved; the caller is the provider."""
     reg = make_registry()
     register_model("LazyForCausalLM", target="kb_other.modeling:OtherForCausalLM")
     assert fixture_imports() == []
     assert reg.resolve("model", "LazyForCausalLM").__name__ == "OtherForCausalLM"
-    assert reg.slot("model", "LazyForCausalLM").winner.provider.distribution == "kb-fixture-other"
+    provider = reg.slot("model", "LazyForCausalLM").winner.provider
+    assert provider.module == __name__ and provider.origin == "external"
+
+
+def test_runtime_registration_of_a_builtin_class_is_external(make_registry):
+    """Re-registering a first-party class at runtime takes the slot as external (DESIGN: runtime calls)."""
+    reg = make_registry()
+    register_platform("cpu", target="kernelbay.registry:Registry")
+    slot = reg.slot("platform", "cpu")
+    assert {r.provider.module for r in slot.conflict} == {__name__, "kb_good.platform"}
+    reg.unregister_provider("kb_good.platform")
+    slot = reg.slot("platform", "cpu")
+    assert slot.winner.provider.module == __name__ and slot.winner.provider.origin == "external"
+    assert [r.provider.distribution for r in slot.displaced] == ["kernelbay"]

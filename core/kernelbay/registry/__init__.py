@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from ._records import KINDS, Origin, Provider, Registration, Slot
@@ -29,12 +30,14 @@ def reset_registry(registry: Registry | None = None) -> Registry:
 
 
 def _register(kind: str, names: tuple[str, ...], target=None):
+    # the module calling register_*(...) is the provider (two frames up: register_x, then its caller)
+    caller = sys._getframe(2).f_globals.get("__name__")
     if target is not None:
-        default_registry().add(kind, names, target)
+        default_registry().add(kind, names, target, caller=caller)
         return target
 
     def decorator(obj):
-        default_registry().add(kind, names, obj)
+        default_registry().add(kind, names, obj, caller=caller)
         return obj
 
     return decorator

@@ -116,11 +116,16 @@ class Registry:
             return Provider(module)
         return Provider(module, dist[0], dist[1], origin_of(dist[0]))
 
-    def add(self, kind: str, names: Iterable[str], target: object) -> None:
-        """Register `target` (a class, or "module:Class" imported lazily) under each name."""
+    def add(self, kind: str, names: Iterable[str], target: object, caller: str | None = None) -> None:
+        """Register `target` (a class, or "module:Class" imported lazily) under each name.
+
+        The provider is the module that made the call (`caller`), not the target's module: a
+        user's runtime `register_model("X", target=SomeBuiltinClass)` is external.
+        """
         _check_kind(kind)
         names = _check_names(names)
         key_target, owner = _target_and_owner(target)
+        owner = caller or owner
         frames = self._frames()
         frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
         with self._lock:
