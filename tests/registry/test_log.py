@@ -110,3 +110,15 @@ def test_runtime_registration_of_a_builtin_class_is_external(make_registry):
     slot = reg.slot("platform", "cpu")
     assert slot.winner.provider.module == __name__ and slot.winner.provider.origin == "external"
     assert [r.provider.distribution for r in slot.displaced] == ["kernelbay"]
+
+
+def test_a_new_registry_sees_providers_imported_before_it(make_registry):
+    """reset_registry() after a provider was imported replays that provider's registrations."""
+    reg = make_registry()
+    first = reg.resolve("model", "OtherForCausalLM")
+    from kernelbay.registry import Registry, reset_registry
+
+    fresh = Registry(environ=reg._env, discovery=reg.discovery())
+    reset_registry(fresh)
+    assert fresh.resolve("model", "OtherForCausalLM") is first
+    assert fixture_imports() == ["kb_other.modeling"]

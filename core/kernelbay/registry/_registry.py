@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -138,8 +139,9 @@ class Registry:
                 if not isinstance(target, str):
                     frame.objects[key_target] = target
                 return
-            if not isinstance(target, str):
-                self._objects[key_target] = target
+            objects = {} if isinstance(target, str) else {key_target: target}
+            _remember_import_time(regs, objects)
+            self._objects.update(objects)
             self._commit(provider, regs)
 
     def record(self, provider: Provider, registrations: Iterable[tuple[str, str, str]]) -> None:
@@ -190,8 +192,16 @@ class Registry:
                 body()
             finally:
                 self._frames().pop()
+            _remember_import_time(frame.registrations, frame.objects)
             self._objects.update(frame.objects)
             self._commit(provider, frame.registrations)
+
+    def _replay_import_time(self, module: str) -> None:
+        """A provider imported before this registry existed: its decorators will not run again."""
+        for reg, obj in _IMPORT_TIME.get(module, ()):
+            if obj is not None:
+                self._objects[reg.target] = obj
+            self._commit(reg.provider, [reg])
 
     def import_provider(self, provider: Provider) -> None:
         """Import one provider module in an isolating frame; a failure leaves nothing behind."""
@@ -202,12 +212,15 @@ class Registry:
                 return
             self._attempted.add(provider.module)
             trace("import %s", provider.describe())
+            preloaded = provider.module in sys.modules
             try:
                 self.run_in_frame(provider, lambda: import_module(provider))
             except PluginImportError as err:
                 self._broken[provider.module] = BrokenProvider(provider, err)
                 trace("broken %s: %s", provider.module, err)
                 raise
+            if preloaded:
+                self._replay_import_time(provider.module)
 
     def _import_indexed(self, kind: str, name: str) -> list[BrokenProvider]:
         broken = []
@@ -349,6 +362,19 @@ class Registry:
                 provider = Provider(p["module"], p["distribution"], p["version"], Origin(p["origin"]), p["path"])
                 self.record(provider, [tuple(r) for r in item["registrations"]])
             self.rebuild()
+
+
+# Registrations each module made while it executed, process-wide: a registry created after a
+# provider was imported (reset_registry, a second Registry) replays them instead of losing them.
+_IMPORT_TIME: dict[str, list[tuple[Registration, object | None]]] = {}
+
+
+def _remember_import_time(regs: list[Registration], objects: dict[str, object]) -> None:
+    for reg in regs:
+        entries = _IMPORT_TIME.setdefault(reg.provider.module, [])
+        item = (reg, objects.get(reg.target))
+        if item not in entries:
+            entries.append(item)
 
 
 def _check_kind(kind: str) -> None:
