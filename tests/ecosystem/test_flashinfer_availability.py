@@ -89,21 +89,22 @@ def test_selector_on_cuda_skips_unavailable_flashinfer(make_registry, avail, mon
     monkeypatch.setattr(avail, "probe", lambda: env)
     make_registry(with_acme=False)
     result = select_attention_backend(BF16_128, platform="cuda")
-    assert [c.name for c in result.candidates][:2] == ["FLASHINFER", "SDPA"]
+    assert [c.name for c in result.candidates][:3] == ["FLASHINFER", "FLASHINFER_MLA", "SDPA"]
     assert _report(result, "FLASHINFER").failures == (f"available: {avail.availability(env)[1]}",)
     assert result.backend_name == "SDPA" and _report(result, "SDPA").reason == "first capable candidate in priority order"
 
 
 def test_selector_picks_flashinfer_when_available(make_registry, avail, monkeypatch):
-    """With a capable GPU and flashinfer importable, the cuda priority list picks FLASHINFER; FLASHINFER_MLA is
-    capable for MLA layers (the core's cuda priority list does not name it yet, so VANILLA comes first)."""
+    """With a capable GPU and flashinfer importable, the cuda priority list picks FLASHINFER, and FLASHINFER_MLA
+    for MLA layers (ahead of the VANILLA reference)."""
     monkeypatch.setattr(avail, "probe", lambda: avail.CudaEnvironment(True, 1, (9, 0), "NVIDIA H100", "2.13.0"))
     make_registry(with_acme=False)
     assert select_attention_backend(BF16_128, platform="cuda").backend_name == "FLASHINFER"
     mla = AttentionRequirements(head_size=192, dtype="bfloat16", use_mla=True)
     result = select_attention_backend(mla, platform="cuda")
     assert _report(result, "FLASHINFER_MLA").failures == ()
-    assert _report(result, "FLASHINFER_MLA").reason == f"capable, but {result.backend_name} comes first"
+    assert result.backend_name == "FLASHINFER_MLA"
+    assert _report(result, "FLASHINFER_MLA").reason == "first capable candidate in priority order"
 
 
 def test_requesting_unavailable_flashinfer_is_an_error(make_registry, avail, monkeypatch):

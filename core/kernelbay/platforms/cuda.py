@@ -8,7 +8,8 @@ from ._base import Platform
 class CudaPlatform(Platform):
     name = "cuda"
     device_type = "cuda"
-    default_priority = ("FLASHINFER", "SDPA", "FLEX", "VANILLA")
+    # FLASHINFER_MLA before VANILLA: the only CUDA backend besides the reference that runs MLA layers
+    default_priority = ("FLASHINFER", "FLASHINFER_MLA", "SDPA", "FLEX", "VANILLA")
 
     def is_current(self) -> tuple[bool, str]:
         try:
