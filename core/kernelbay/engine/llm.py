@@ -51,7 +51,7 @@ class LLM:
                  kv_cache_dtype: str = "auto", block_size: int = 16, max_model_len: int | None = None,
                  max_num_batched_tokens: int = 2048, trust_remote_code: bool = False, progress: bool | None = None):
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
-        self._select_backends(attention_backend, kv_cache_dtype, trust_remote_code)
+        self._select_backends(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         from ..models import AutoModelForCausalLM
 
         with model_errors():
@@ -169,14 +169,15 @@ class LLM:
         return self.tokenizer
 
     # -- construction helpers ------------------------------------------------------------------------
-    def _select_backends(self, attention_backend, kv_cache_dtype, trust_remote_code) -> None:
-        """Fail on an unknown or incapable backend before any weight is read."""
+    def _select_backends(self, attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code) -> None:
+        """Fail on an unknown or incapable backend before any weight is read (the runner selects the same)."""
         from ..attention import select_for_model
         from ..config import ModelConfig
 
         config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_remote_code)
         with backend_errors():
-            select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend)
+            select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend,
+                             dtype=str(dtype).removeprefix("torch.") if dtype else None, block_size=block_size)
 
     def _scheduler_config(self, kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
                           max_num_batched_tokens) -> SchedulerConfig:
