@@ -1,6 +1,7 @@
 """kernelbay `LLM.generate` against transformers' `generate()` on one ~50M-parameter fp32 Llama (CPU).
 
     .venv/bin/python benchmarks/generate.py [--batches 1 8] [--prompt-len 32] [--new-tokens 128] [--repeat 3]
+                                            [--threads N] [--backend NAME] [--write FILE]
 
 Builds a random-weight Llama with transformers (vocab 32000, hidden 512, 6 layers, GQA 8/4 heads,
 MLP 1536: 51.7M parameters), saves it as safetensors, loads it in both libraries, and for each batch
@@ -126,8 +127,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backend", help="kernelbay attention backend (default: the selector's choice)")
+    parser.add_argument("--threads", type=int, help="torch threads for both libraries (default: torch's choice)")
     parser.add_argument("--write", type=Path, help="also write the results as Markdown to this file")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         params = build_checkpoint(Path(tmp))
         runners = [HFRunner(Path(tmp)), KernelbayRunner(Path(tmp), args.backend)]
