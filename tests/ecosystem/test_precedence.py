@@ -21,7 +21,7 @@ BUILTIN_DISTS = {"kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "ke
 def test_every_plugin_is_discovered_with_its_origin(make_registry):
     """The installed sites' distributions are found from metadata: first-party built-in, acme external."""
     found = make_registry().discovery().plugins
-    assert {d: found[d].origin.value for d in BUILTIN_DISTS} == dict.fromkeys(BUILTIN_DISTS, "built-in")
+    assert {d: found[d].origin for d in BUILTIN_DISTS} == dict.fromkeys(BUILTIN_DISTS, "built-in")
     acme = found["kernelbay-acme"]
     assert acme.origin.value == "external" and acme.refused is None
     assert acme.groups == {"kernelbay.platforms": ["acme"], "kernelbay.models": ["LlamaForCausalLM"],

@@ -50,3 +50,18 @@ def test_deny_list_removes_a_distribution(fixture_site):
     used = {e.distribution for e in found.entries}
     assert "kb-fixture-good" not in used and "kb-fixture-other" in used
     assert found.unknown_filter_names == ["kb-fixture-typo"]
+
+
+SPECS = [">=0.1,<0.2", "<0.1", "==0.1.0", "==0.1", "!=0.1.0", "~=0.1", ">0.1", "<=0.1", "==0.1.*", ">=0.1.0rc1",
+         "<0.1.dev0", ">=1", ">0.0.9", "<0.1.1", ">= 0.1 , < 1", "===0.1.0", "<=0.1.0-post1"]
+
+
+def test_core_version_check_agrees_with_packaging_on_every_spec_form():
+    """The import-free fast path and packaging's SpecifierSet give the same verdict for every spec form."""
+    from packaging.specifiers import SpecifierSet
+
+    from kernelbay import __version__
+    from kernelbay.registry._discovery import _satisfies
+
+    for spec in SPECS:
+        assert _satisfies(spec) == SpecifierSet(spec).contains(__version__, prereleases=True), spec

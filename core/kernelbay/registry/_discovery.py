@@ -4,44 +4,41 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from .._trace import trace
 from .._version import __version__
 from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, Origin, normalize_dist, origin_of
 
 
-@dataclass(frozen=True, slots=True)
-class EntryPointRecord:
-    group: str
-    name: str
-    value: str  # "module" or "module:Class"
-    distribution: str
-    version: str
-    origin: Origin
+class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribution version origin")):
+    """One `kernelbay.*` entry point; `value` is "module" or "module:Class"."""
+
+    __slots__ = ()
 
     @property
     def module(self) -> str:
         return self.value.partition(":")[0].strip()
 
 
-@dataclass
 class PluginInfo:
     """One distribution that declares kernelbay entry points."""
 
-    distribution: str
-    version: str
-    origin: Origin
-    requires_kernelbay: str | None
-    location: str | None
-    groups: dict[str, list[str]] = field(default_factory=dict)
-    refused: str | None = None  # why the plugin is not used (version mismatch, filtered out)
+    def __init__(self, distribution: str, version: str, origin: str, requires_kernelbay: str | None,
+                 location: str | None):
+        self.distribution = distribution
+        self.version = version
+        self.origin = origin
+        self.requires_kernelbay = requires_kernelbay
+        self.location = location
+        self.groups: dict[str, list[str]] = {}
+        self.refused: str | None = None  # why the plugin is not used (version mismatch, filtered out)
 
     def to_dict(self) -> dict:
         return {
             "distribution": self.distribution,
             "version": self.version,
-            "origin": str(self.origin),
+            "origin": self.origin,
             "requires_kernelbay": self.requires_kernelbay,
             "location": self.location,
             "entry_points": self.groups,
@@ -49,16 +46,21 @@ class PluginInfo:
         }
 
 
-@dataclass
 class Discovery:
     """What metadata says is installed, after the allow-list, deny-list and version checks."""
 
-    plugins: dict[str, PluginInfo] = field(default_factory=dict)
-    entries: list[EntryPointRecord] = field(default_factory=list)
-    unknown_filter_names: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.plugins: dict[str, PluginInfo] = {}
+        self.entries: list[EntryPointRecord] = []
+        self.unknown_filter_names: list[str] = []
+        self._by_group: dict[str, list[EntryPointRecord]] | None = None
 
     def in_group(self, group: str) -> list[EntryPointRecord]:
-        return [e for e in self.entries if e.group == group]
+        if self._by_group is None:
+            self._by_group = {}
+            for e in self.entries:
+                self._by_group.setdefault(e.group, []).append(e)
+        return self._by_group.get(group, [])
 
     def findings(self) -> list[str]:
         out = [f"{n!r} in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution"
@@ -74,15 +76,11 @@ def _split_names(text: str | None) -> set[str] | None:
     return {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
 
 
-@dataclass(frozen=True)
-class _InstalledDist:
-    """The few facts discovery needs from one installed distribution's metadata directory."""
+class _InstalledDist(namedtuple("_InstalledDist", "name version requires entry_points location")):
+    """The few facts discovery needs from one installed distribution's metadata directory:
+    requires (Requires-Dist strings), entry_points ((group, name, value) of kernelbay groups)."""
 
-    name: str
-    version: str
-    requires: tuple[str, ...]
-    entry_points: tuple[tuple[str, str, str], ...]  # (group, name, value)
-    location: str
+    __slots__ = ()
 
 
 def _read(path: str) -> str | None:
@@ -176,25 +174,44 @@ def _kernelbay_requirement(requires) -> str | None:
     return None
 
 
-_SIMPLE_OPS = {">=": "__ge__", "<=": "__le__", ">": "__gt__", "<": "__lt__", "==": "__eq__", "!=": "__ne__"}
+_OPS = {
+    ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+}
+
+
+def _release(text: str) -> tuple[int, ...] | None:
+    """A plain release number ("0.1", "1.2.3") as a zero-padded tuple; None for anything richer."""
+    parts = text.strip().split(".")
+    if not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts) + (0,) * (6 - len(parts))
+
+
+def _simple_clauses(spec: str) -> list[tuple[str, tuple[int, ...]]] | None:
+    clauses = []
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op = next((o for o in (">=", "<=", "==", "!=", ">", "<") if clause.startswith(o)), None)
+        if op is None or clause.startswith(("===", "~=")):
+            return None
+        version = _release(clause[len(op):])
+        if version is None:
+            return None
+        clauses.append((op, version))
+    return clauses
 
 
 def _satisfies(spec: str) -> bool:
-    """PEP 440 check of the core version against `spec`, with `packaging`.
+    """PEP 440 check of the core version against `spec`.
 
-    Plain comparison clauses (the usual `>=0.1,<0.2`) use only `packaging.version`, which is
-    cheap to import; anything else (`~=`, wildcards, `===`) goes through `SpecifierSet`.
+    Comparison clauses between plain release numbers (the usual `>=0.1,<0.2`) are exact as
+    tuple comparisons and need no import; anything else (`~=`, wildcards, pre-releases, local
+    versions) goes through `packaging.specifiers.SpecifierSet`.
     """
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        clauses = [c.strip() for c in spec.split(",") if c.strip()]
-        ops = [next((op for op in (">=", "<=", "==", "!=", ">", "<") if c.startswith(op)), None) for c in clauses]
-        if all(ops) and not any("*" in c or c.startswith(("===", "~=")) for c in clauses):
-            current = Version(__version__)
-            return all(getattr(current, _SIMPLE_OPS[op])(Version(c[len(op):].strip())) for op, c in zip(ops, clauses))
-    except InvalidVersion:
-        pass
+    current = _release(__version__)
+    clauses = _simple_clauses(spec)
+    if current is not None and clauses is not None:
+        return all(_OPS[op](current, version) for op, version in clauses)
     from packaging.specifiers import SpecifierSet
 
     return SpecifierSet(spec).contains(__version__, prereleases=True)

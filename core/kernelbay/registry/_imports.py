@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from collections import namedtuple
 
 from ..errors import MissingDependencyError, PluginImportError
 from ._records import Provider
@@ -13,12 +13,10 @@ class NotProvided(PluginImportError):
     """The provider module itself does not exist (stale entry point, uninstalled package)."""
 
 
-@dataclass(frozen=True)
-class BrokenProvider:
+class BrokenProvider(namedtuple("BrokenProvider", "provider error")):
     """A provider that failed to import or register: listed, never half-registered."""
 
-    provider: Provider
-    error: PluginImportError
+    __slots__ = ()
 
     def to_dict(self) -> dict:
         return {"provider": self.provider.to_dict(), "cause": str(self.error)}

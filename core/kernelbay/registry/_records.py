@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import enum
+from collections import namedtuple
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 # Slot kinds and the entry-point group whose index names their providers. Vision encoders and
 # draft models are model modules, so they share the `kernelbay.models` index.
@@ -30,13 +29,13 @@ FIRST_PARTY_DISTRIBUTIONS = frozenset(
 )
 
 
-class Origin(str, enum.Enum):
+class Origin:
+    """Where a registration comes from (plain strings: they travel through JSON to workers)."""
+
     BUILTIN = "built-in"
     EXTERNAL = "external"
     CUSTOM_DIR = "custom-dir"
-
-    def __str__(self) -> str:
-        return self.value
+    ALL = (BUILTIN, EXTERNAL, CUSTOM_DIR)
 
 
 def normalize_dist(name: str) -> str:
@@ -44,48 +43,36 @@ def normalize_dist(name: str) -> str:
     return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
 
 
-def origin_of(distribution: str | None) -> Origin:
+def origin_of(distribution: str | None) -> str:
     if distribution and normalize_dist(distribution) in FIRST_PARTY_DISTRIBUTIONS:
         return Origin.BUILTIN
     return Origin.EXTERNAL
 
 
-@dataclass(frozen=True, slots=True)
-class Provider:
-    """Who registered: the provider module and where it comes from."""
+# Immutable records are named tuples rather than dataclasses: `kernelbay plugins` must start fast,
+# and `dataclasses` pulls in `inspect` and `ast`.
+class Provider(namedtuple("Provider", "module distribution version origin path",
+                          defaults=(None, None, Origin.EXTERNAL, None))):
+    """Who registered: the provider module and where it comes from (`path` for custom dirs)."""
 
-    module: str
-    distribution: str | None = None
-    version: str | None = None
-    origin: Origin = Origin.EXTERNAL
-    path: str | None = None  # file or dir, for custom-dir providers
+    __slots__ = ()
 
     @property
     def is_builtin(self) -> bool:
-        return self.origin is Origin.BUILTIN
+        return self.origin == Origin.BUILTIN
 
     def describe(self) -> str:
         where = f"{self.distribution} {self.version}" if self.distribution else (self.path or "no distribution")
         return f"{self.module} ({where}, {self.origin})"
 
     def to_dict(self) -> dict:
-        return {
-            "module": self.module,
-            "distribution": self.distribution,
-            "version": self.version,
-            "origin": str(self.origin),
-            "path": self.path,
-        }
+        return dict(zip(self._fields, self))
 
 
-@dataclass(frozen=True, slots=True)
-class Registration:
+class Registration(namedtuple("Registration", "kind name target provider")):
     """One claim on one slot: `kind`/`name` -> `target` ("module:qualname"), by `provider`."""
 
-    kind: str
-    name: str
-    target: str
-    provider: Provider
+    __slots__ = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -95,15 +82,10 @@ class Registration:
         return {"kind": self.kind, "name": self.name, "target": self.target, "provider": self.provider.to_dict()}
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(namedtuple("Slot", "kind name winner displaced conflict", defaults=((), ()))):
     """The outcome for one (kind, name): the winner, whom it displaced, or a conflict."""
 
-    kind: str
-    name: str
-    winner: Registration | None
-    displaced: tuple[Registration, ...] = ()
-    conflict: tuple[Registration, ...] = ()
+    __slots__ = ()
 
     def to_dict(self) -> dict:
         return {
@@ -115,11 +97,13 @@ class Slot:
         }
 
 
-@dataclass(frozen=True)
 class Preferences:
     """`KERNELBAY_PREFER="Arch=dist,..."`: which provider wins a slot claimed twice."""
 
-    by_name: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("by_name",)
+
+    def __init__(self, by_name: Mapping[str, str] | None = None):
+        self.by_name = dict(by_name or {})
 
     @classmethod
     def parse(cls, text: str) -> "Preferences":
@@ -155,6 +139,8 @@ def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preference
     claims = _one_per_provider(regs)
     if not claims:
         return Slot(kind, name, None)
+    if len(claims) == 1:
+        return Slot(kind, name, claims[0])
     external = [r for r in claims if not r.provider.is_builtin]
     contenders = external or claims
     if len(contenders) == 1:

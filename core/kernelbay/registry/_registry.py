@@ -6,7 +6,6 @@ import os
 import sys
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from .._trace import trace, warn
 from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
@@ -40,13 +39,15 @@ def _top(module: str) -> str:
     return module.partition(".")[0]
 
 
-@dataclass
 class _Frame:
     """Registrations made while one provider module imports; committed only if it succeeds."""
 
-    provider: Provider
-    registrations: list[Registration] = field(default_factory=list)
-    objects: dict[str, object] = field(default_factory=dict)
+    __slots__ = ("provider", "registrations", "objects")
+
+    def __init__(self, provider: Provider):
+        self.provider = provider
+        self.registrations: list[Registration] = []
+        self.objects: dict[str, object] = {}
 
 
 class Registry:
@@ -359,7 +360,7 @@ class Registry:
             self._prefs = Preferences({**self._prefs.by_name, **state.get("prefer", {})})
             for item in state["providers"]:
                 p = item["provider"]
-                provider = Provider(p["module"], p["distribution"], p["version"], Origin(p["origin"]), p["path"])
+                provider = Provider(p["module"], p["distribution"], p["version"], _check_origin(p["origin"]), p["path"])
                 self.record(provider, [tuple(r) for r in item["registrations"]])
             self.rebuild()
 
@@ -375,6 +376,12 @@ def _remember_import_time(regs: list[Registration], objects: dict[str, object]) 
         item = (reg, objects.get(reg.target))
         if item not in entries:
             entries.append(item)
+
+
+def _check_origin(origin: str) -> str:
+    if origin not in Origin.ALL:
+        raise ValueError(f"unknown provider origin {origin!r}; origins are: {', '.join(Origin.ALL)}")
+    return origin
 
 
 def _check_kind(kind: str) -> None:
