@@ -199,11 +199,15 @@ def compact_layers(layers: list[int]) -> str:
 
 
 def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    """1536 -> "1.5 KiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f} {unit}"
 
 
 __all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "render_text"]
