@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernelbay.engine.core import EngineCore
 from kernelbay.engine.errors import RequestTooLarge
@@ -146,3 +148,30 @@ def test_step_token_budget_limits_prefills():
     core.add(make_request(9, [1] * 30, 1))
     run_to_end(core, runner)
     assert (9, 30) in [entry for step in runner.steps for entry in step]
+
+
+workloads = st.lists(st.tuples(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12),  # prompt
+                               st.integers(1, 12),  # max_tokens
+                               st.integers(0, 6)),  # step at which it arrives
+                     min_size=1, max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(workloads, st.integers(7, 24), st.integers(1, 4), st.integers(4, 32))
+def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, token_budget):
+    """Random arrivals, cache sizes, slots and budgets: every request ends with exactly its solo tokens,
+    and the scheduler's block ledger always equals the allocator's."""
+    core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=max_num_seqs,
+                               max_num_batched_tokens=token_budget)
+    requests = [make_request(i, p, n) for i, (p, n, _) in enumerate(workload)]
+    arrivals = sorted(range(len(workload)), key=lambda i: workload[i][2])
+    step = 0
+    while arrivals or core.has_unfinished:
+        while arrivals and workload[arrivals[0]][2] <= step:
+            core.add(requests[arrivals.pop(0)])
+        if core.has_unfinished:
+            core.step()
+            assert core.scheduler.ledger.num_free == runner.kv.num_free_blocks
+        step += 1
+    for r, (prompt, n, _) in zip(requests, workload):
+        assert r.output_token_ids == reference_tokens(prompt, n)
