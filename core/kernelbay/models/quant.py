@@ -18,6 +18,7 @@ from torch import nn
 from kernelbay.errors import ConfigError
 
 from .layers.linear import Linear
+from .layers.matmul import linear
 
 FP8_DTYPE = torch.float8_e4m3fn
 
@@ -85,7 +86,7 @@ class LinearMethod:
         return w if index is None else w[index]
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight(layer).to(x.dtype), layer.bias if layer.has_bias else None)
+        return linear(x, self.weight(layer).to(x.dtype), layer.bias if layer.has_bias else None)
 
     def __repr__(self) -> str:
         return type(self).__name__
