@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, UnknownNameError
-from .families import BUILTIN_CONFIGS, load_builtin_config_class
 
 CONFIG_FILE = "config.json"
 
@@ -81,15 +80,17 @@ def _from_class(cls, folder: Path):
 
 
 def config_class_for(model_type: str, remote: str | None = None):
-    """A `model_type` transformers does not know: a plugin's `kernelbay.configs` slot, then a built-in."""
+    """A `model_type` transformers does not know, through the `kernelbay.configs` slot.
+
+    kernelbay's own classes (config/families/) come through the same door, as entry points of the
+    core distribution: built-in, so any plugin providing the same model_type wins.
+    """
     from ..registry import names, resolve
 
     try:
         cls = resolve("config", model_type)
     except UnknownNameError:
-        cls = load_builtin_config_class(model_type)
-        if cls is None:
-            raise ConfigError(_unknown_model_type_message(model_type, remote, names("config"))) from None
+        raise ConfigError(_unknown_model_type_message(model_type, remote, names("config"))) from None
     _check_is_config_class(cls, model_type)
     return cls
 
@@ -105,7 +106,7 @@ def _check_is_config_class(cls, model_type: str) -> None:
 def _unknown_model_type_message(model_type: str, remote: str | None, plugin_types: list[str]) -> str:
     import transformers
 
-    known = sorted(set(plugin_types) | set(BUILTIN_CONFIGS))
+    known = sorted(plugin_types)
     msg = (f"model_type {model_type!r} is unknown to transformers {transformers.__version__} and no installed "
            f"kernelbay plugin provides it (kernelbay.configs knows: {', '.join(known) or 'none'}).")
     if remote:
