@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests._paths import REAL_CONFIGS as CONFIGS
 from tests.engine.checkpoints import build_tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO.parent / "shared" / "configs"
 
 
 @pytest.fixture(scope="session")

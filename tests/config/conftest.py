@@ -7,16 +7,12 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# The real configs live next to the checkout (../shared) or inside it (shared/).
-SHARED_CONFIGS = next((p for p in (REPO_ROOT.parent / "shared" / "configs", REPO_ROOT / "shared" / "configs")
-                       if p.is_dir()), REPO_ROOT.parent / "shared" / "configs")
+from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
+
 
 
 def shared_config_dirs() -> list[str]:
-    """Every folder under shared/configs (the real published configs kernelbay must handle)."""
-    if not SHARED_CONFIGS.is_dir():
-        return []
+    """Every folder of the vendored real configs (tests/data/configs) kernelbay must handle."""
     return sorted(p.name for p in SHARED_CONFIGS.iterdir() if p.is_dir())
 
 

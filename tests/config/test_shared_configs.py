@@ -1,4 +1,4 @@
-"""Every real config in shared/configs resolves to a geometry or to a ConfigError naming what is missing."""
+"""Every real config in tests/data/configs resolves to a geometry or to a ConfigError naming what is missing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ EXPECTED_ERRORS = {
     "deepseek-coder-v2-lite-instruct": "'q_lora_rank' is missing",
 }
 
-# Quirks of the copies (see shared/configs/SOURCES.md) and the answer kernelbay gives, as a note it records.
+# Quirks of the copies (see tests/data/configs/SOURCES.md) and the answer kernelbay gives, as a note it records.
 EXPECTED_NOTES = {
     "mistral-7b-v0.1": "sliding_window_size=4096 read as sliding_window",  # MLC renamed the key
     "falcon-7b-legacy-rw": "legacy architecture RWForCausalLM resolves as FalconForCausalLM",

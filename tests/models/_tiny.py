@@ -1,4 +1,4 @@
-"""Tiny transformers configs with the structural features of real checkpoints in ../shared/configs/."""
+"""Tiny transformers configs with the structural features of real checkpoints in tests/data/configs/."""
 
 from __future__ import annotations
 

@@ -13,9 +13,11 @@ from kernelbay.errors import ConfigError, NoTarget, UnknownNameError
 from kernelbay.models import AutoModelForCausalLM
 from kernelbay.models.meta import MetaInitMode, MetaInitUnsupported, build_module
 
+from tests._paths import REAL_CONFIGS
+
 from ._files import copy_config
 
-SHARED = "/work/shared/configs"
+SHARED = str(REAL_CONFIGS)
 
 
 def _rss_bytes() -> int:
