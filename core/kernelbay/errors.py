@@ -44,6 +44,26 @@ class ConfigError(KernelbayError, ValueError):
         super().__init__(message)
 
 
+class InputError(KernelbayError):
+    """A bad user input named precisely; `exit_code` is what the CLI exits with (docs/engine.md)."""
+
+    exit_code = 1
+
+
+class ModelFolderNotFound(InputError, ConfigError, FileNotFoundError):
+    exit_code = 3
+
+
+class MissingConfigFile(InputError, ConfigError, FileNotFoundError):
+    exit_code = 4
+
+
+class MalformedConfig(InputError, ConfigError):
+    """config.json (or a sibling JSON file) does not parse; the message gives line and column."""
+
+    exit_code = 5
+
+
 class NoTarget(KernelbayError):
     """Raised by an alternative implementation that declines to build for this config."""
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, MalformedConfig, MissingConfigFile, ModelFolderNotFound, UnknownNameError
 
 CONFIG_FILE = "config.json"
 
@@ -15,14 +15,16 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The folder and its config.json as a dict, or a ConfigError saying exactly what is wrong."""
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise ConfigError(f"Model folder {str(folder)!r} does not exist; pass a folder that holds {CONFIG_FILE}.")
+        raise ModelFolderNotFound(f"Model folder {str(folder)!r} does not exist; pass a folder that holds "
+                                  f"{CONFIG_FILE}.")
     if not folder.is_dir():
-        raise ConfigError(f"{str(folder)!r} is a file, not a model folder; pass the folder that holds {CONFIG_FILE}.")
+        raise ModelFolderNotFound(f"{str(folder)!r} is a file, not a model folder; pass the folder that holds "
+                                  f"{CONFIG_FILE}.")
     file = folder / CONFIG_FILE
     if not file.is_file():
         present = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
-        raise ConfigError(f"{str(folder)!r} has no {CONFIG_FILE} (it holds: {present}); "
-                          "a Hugging Face checkpoint folder needs one.")
+        raise MissingConfigFile(f"{str(folder)!r} has no {CONFIG_FILE} (it holds: {present}); "
+                                "a Hugging Face checkpoint folder needs one.")
     return folder, _parse_json(file)
 
 
@@ -30,11 +32,11 @@ def _parse_json(file: Path) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file} is not UTF-8 text (byte {exc.start}); is it really a config.json?") from None
+        raise MalformedConfig(f"{file} is not UTF-8 text (byte {exc.start}); is it really a config.json?") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+        raise MalformedConfig(f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{file} must hold a JSON object at the top level, not {type(data).__name__}.")
+        raise MalformedConfig(f"{file} must hold a JSON object at the top level, not {type(data).__name__}.")
     return data
 
 

@@ -12,25 +12,9 @@ Exit codes (`kernelbay run` / `kernelbay explain`; documented in docs/engine.md)
 
 from __future__ import annotations
 
-from ..errors import ConfigError, KernelbayError, UnknownNameError
-
-
-class InputError(KernelbayError):
-    """A bad input named precisely; `exit_code` is what the CLI exits with."""
-
-    exit_code = 1
-
-
-class ModelFolderNotFound(InputError, FileNotFoundError):
-    exit_code = 3
-
-
-class MissingConfigFile(InputError, FileNotFoundError):
-    exit_code = 4
-
-
-class MalformedConfig(InputError, ConfigError):
-    exit_code = 5
+# The model-folder errors are raised where config.json is read (kernelbay.config); re-exported here.
+from ..errors import (ConfigError, InputError, MalformedConfig, MissingConfigFile, ModelFolderNotFound,
+                      UnknownNameError)
 
 
 class UnsupportedArchitecture(InputError, UnknownNameError):

@@ -4,15 +4,11 @@ the engine's exit-coded input errors (same message, a precise type)."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UnknownNameError
-from .errors import (IncapableBackend, MalformedConfig, MissingConfigFile, MissingWeights, ModelFolderNotFound,
-                     UnknownBackend, UnsupportedArchitecture)
-
-CONFIG_FILE = "config.json"
+from .errors import IncapableBackend, MissingWeights, UnknownBackend, UnsupportedArchitecture
 
 
 def demo_model_folder() -> Path:
@@ -24,27 +20,10 @@ def demo_model_folder() -> Path:
 
 def check_model_folder(path: str | Path) -> Path:
     """The folder, once it exists and holds a config.json that parses; else a precise InputError."""
-    folder = Path(path).expanduser()
-    if not folder.exists():
-        raise ModelFolderNotFound(f"model folder {str(folder)!r} does not exist; pass a folder that holds "
-                                  f"{CONFIG_FILE} (and weights to run it)")
-    if not folder.is_dir():
-        raise ModelFolderNotFound(f"{str(folder)!r} is a file, not a model folder; pass the folder holding it")
-    if not (folder / CONFIG_FILE).is_file():
-        raise MissingConfigFile(f"{str(folder)!r} has no {CONFIG_FILE}; a Hugging Face checkpoint folder needs one")
-    _check_json(folder / CONFIG_FILE)
+    from ..config import read_config_json
+
+    folder, _ = read_config_json(path)
     return folder
-
-
-def _check_json(file: Path) -> None:
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise MalformedConfig(f"{file} is not UTF-8 text (byte {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise MalformedConfig(f"{file} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
-    if not isinstance(data, dict):
-        raise MalformedConfig(f"{file} must hold a JSON object at the top level, not {type(data).__name__}")
 
 
 @contextlib.contextmanager
