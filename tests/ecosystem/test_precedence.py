@@ -23,7 +23,7 @@ def test_every_plugin_is_discovered_with_its_origin(make_registry):
     found = make_registry().discovery().plugins
     assert {d: found[d].origin for d in BUILTIN_DISTS} == dict.fromkeys(BUILTIN_DISTS, "built-in")
     acme = found["kernelbay-acme"]
-    assert acme.origin.value == "external" and acme.refused is None
+    assert acme.origin == "external" and acme.refused is None
     assert acme.groups == {"kernelbay.platforms": ["acme"], "kernelbay.models": ["LlamaForCausalLM"],
                            "kernelbay.attention_backends": ["ACME_INT8"]}
 
