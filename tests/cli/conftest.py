@@ -84,6 +84,8 @@ def run_cases(tiny_llama, bad_folders, tmp_path_factory) -> dict[str, list[str]]
         "prompt_too_long": ["run", tiny, "--prompt", "the lazy dog " * 80],
         "max_tokens_zero": ["run", "--prompt", "x", "--max-tokens", "0"],
         "max_tokens_negative": ["run", "--prompt", "x", "--max-tokens", "-5"],
+        "unknown_backend_option": ["run", tiny, "--prompt", "x", "--backend-option", "SDPA.nope=1"],
+        "malformed_backend_option": ["run", tiny, "--prompt", "x", "--backend-option", "SDPA"],
     }
 
 

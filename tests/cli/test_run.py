@@ -52,6 +52,8 @@ def test_run_defaults_to_the_embedded_demo(cli_runs):
     ("prompt_too_long", 10, ["model's context is 128 tokens"]),
     ("max_tokens_zero", 11, ["max_tokens must be a positive integer"]),
     ("max_tokens_negative", 11, ["max_tokens must be a positive integer"]),
+    ("unknown_backend_option", 1, ["problem(s) in the attention options", "SDPA.nope is not an option"]),
+    ("malformed_backend_option", 1, ["--backend-option 'SDPA' is not of the form NAME.KEY=VALUE"]),
 ])
 def test_bad_input_is_a_clear_error(cli_runs, case, exit_code, fragments):
     """Each bad input: one `error:` message naming the problem and its own exit code, no traceback.
@@ -59,6 +61,6 @@ def test_bad_input_is_a_clear_error(cli_runs, case, exit_code, fragments):
     missing folder 3, no config.json 4, malformed JSON 5 (line, column), unknown architecture 6,
     unknown backend 7, incapable backend 8 (Gemma-2 needs soft-capping, SDPA lacks it; refused before
     weights are read), missing or partial weights 9 (naming the tensor), prompt beyond the context 10,
-    max_tokens <= 0 11 (refused before the model loads).
+    max_tokens <= 0 11 (refused before the model loads), an unknown or malformed --backend-option 1.
     """
     assert_error(cli_runs[case], exit_code, *fragments)

@@ -18,6 +18,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
+    parser.add_argument("--backend-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                        help="a typed option of one attention backend, e.g. FLEX.compile=false (repeatable)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
     parser.add_argument("--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized "
                         "for the request)")
@@ -38,7 +40,22 @@ def build_llm(args, folder):
     from ..engine.llm import LLM
 
     return LLM(folder, attention_backend=args.backend, dtype=args.dtype, max_num_seqs=1,
-               kv_cache_memory=args.kv_cache_memory, trust_remote_code=args.trust_remote_code)
+               kv_cache_memory=args.kv_cache_memory, trust_remote_code=args.trust_remote_code,
+               attention_backend_options=backend_options(args.backend_option))
+
+
+def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """`["FLEX.compile=false"]` -> `{"FLEX": {"compile": "false"}}`; each backend types its own values."""
+    from ..engine.errors import InputError
+
+    options: dict[str, dict[str, str]] = {}
+    for item in items:
+        name_key, sep, value = item.partition("=")
+        backend, dot, key = name_key.partition(".")
+        if not (sep and dot and backend and key):
+            raise InputError(f"--backend-option {item!r} is not of the form NAME.KEY=VALUE (e.g. FLEX.compile=false)")
+        options.setdefault(backend, {})[key] = value
+    return options
 
 
 def prompt_ids(llm, args) -> list[int]:

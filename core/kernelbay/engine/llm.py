@@ -49,7 +49,8 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, attention_backend: str | None = None,
                  dtype: str | None = None, max_num_seqs: int = 64, kv_cache_memory: int | str | None = None,
                  kv_cache_dtype: str = "auto", block_size: int = 16, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 2048, trust_remote_code: bool = False, progress: bool | None = None):
+                 max_num_batched_tokens: int = 2048, trust_remote_code: bool = False, progress: bool | None = None,
+                 attention_backend_options: Mapping[str, Mapping] | None = None):
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         self._select_backends(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         from ..models import AutoModelForCausalLM
@@ -64,7 +65,7 @@ class LLM:
             if has_tokenizer(self.folder) else None
         scheduler_config = self._scheduler_config(kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
                                                   max_num_batched_tokens)
-        self.runner = self._make_runner(scheduler_config, attention_backend, kv_cache_dtype)
+        self.runner = self._make_runner(scheduler_config, attention_backend, kv_cache_dtype, attention_backend_options)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
@@ -189,12 +190,13 @@ class LLM:
                                      max_model_len=self.max_model_len)
         return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens)
 
-    def _make_runner(self, config: SchedulerConfig, attention_backend, kv_cache_dtype):
+    def _make_runner(self, config: SchedulerConfig, attention_backend, kv_cache_dtype, backend_options):
         from .runner import ModelRunner
 
         with backend_errors():
             return ModelRunner(self.model, num_blocks=config.num_blocks, block_size=config.block_size,
-                               attention_backend=attention_backend, kv_cache_dtype=kv_cache_dtype)
+                               attention_backend=attention_backend, kv_cache_dtype=kv_cache_dtype,
+                               attention_backend_options=backend_options)
 
     def _eos_token_ids(self) -> set[int]:
         eos = getattr(self.config.hf_config, "eos_token_id", None)
