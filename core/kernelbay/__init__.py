@@ -14,6 +14,7 @@ Table of contents (everything heavy is imported on first use, never by `import k
 
 from __future__ import annotations
 
+from ._lazy import lazy_exports
 from ._version import __version__
 
 # name -> module that defines it. Nothing below is imported by `import kernelbay` itself: plugins
@@ -33,21 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    """PEP 562: every public name loads on first access and is cached in the module."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'kernelbay' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "__version__", "AttentionBackend", "AutoModelForCausalLM", "ConfigError", "KernelbayError", "LLM",

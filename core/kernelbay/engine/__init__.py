@@ -6,7 +6,7 @@ build anything and `kernelbay.LLM` reaches here only when used.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _LAZY = {
     "LLM": "kernelbay.engine.llm",
@@ -16,17 +16,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'kernelbay.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = ["LLM", "RequestOutput", "SamplingParams", "StreamDelta"]
