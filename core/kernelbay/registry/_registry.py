@@ -96,11 +96,10 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         """Every name known for `kind` (index + registered), without importing anything."""
         _check_kind(kind)
-        found = {e.name for e in self.discovery().in_group(INDEX_GROUP[kind])}
-        if kind in ("vision_encoder", "draft_model"):
-            found = set()
-        found |= {n for (k, n), s in self._slots.items() if k == kind and (s.winner or s.conflict)}
-        return sorted(found)
+        found = self.discovery()
+        # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
+        indexed = set() if kind in ("vision_encoder", "draft_model") else {e.name for e in found.in_group(INDEX_GROUP[kind])}
+        return sorted(indexed | {n for (k, n), s in self._slots.items() if k == kind and (s.winner or s.conflict)})
 
     # ---- recording ----------------------------------------------------------------------
     def _frames(self) -> list[_Frame]:
