@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pluggy
 
+from ._trace import warn
+
 PROJECT = "kernelbay"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -54,8 +56,9 @@ def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
         try:
             module = import_module(provider)
             pm.register(module, name=entry.name)
-        except Exception as exc:  # noqa: BLE001 - a broken hook plugin is listed, never fatal
+        except Exception as exc:  # noqa: BLE001 - a broken hook plugin is listed (doctor, a warning), never fatal
             _broken.append(BrokenHookPlugin(entry.name, entry.distribution, str(exc)))
+            warn("hook plugin %r of %s is broken and contributes no hooks: %s", entry.name, entry.distribution, exc)
 
 
 def plugin_manager() -> pluggy.PluginManager:

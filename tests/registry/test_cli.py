@@ -40,9 +40,10 @@ def test_plugins_text_marks_indexed_slots_and_conflicts(fixture_site):
 
 
 def test_doctor_lists_every_finding_and_exits_nonzero(fixture_site):
-    """doctor reports the liar, the broken plugins, the conflict and the refused plugin."""
+    """doctor reports the liar, the broken plugins (hooks too), the conflict and the refused plugin."""
     out = _cli(fixture_site, "doctor", KERNELBAY_PLUGINS="kb-fixture-liar,kb-fixture-syntax,kb-fixture-badversion,"
-                                                          "kb-fixture-conflict-a,kb-fixture-conflict-b")
+                                                          "kb-fixture-conflict-a,kb-fixture-conflict-b,"
+                                                          "kb-fixture-missingdep")
     assert out.returncode == 1
     text = out.stdout
     assert "kb_liar.modeling is advertised for 'LiarForCausalLM' (kernelbay.models) but never registers it" in text
@@ -50,6 +51,7 @@ def test_doctor_lists_every_finding_and_exits_nonzero(fixture_site):
     assert "kb-fixture-syntax: provider kb_syntax.modeling is broken: syntax error" in text
     assert "kb-fixture-badversion 1.0 refused" in text
     assert "slot model 'ConflictForCausalLM': conflict between" in text
+    assert "kb-fixture-missingdep: hook plugin 'missingdep' is broken" in text
 
 
 def test_doctor_is_clean_with_a_good_plugin_only(fixture_site):

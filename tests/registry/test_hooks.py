@@ -22,3 +22,17 @@ def test_disabled_plugin_contributes_no_hooks(make_registry):
     """A plugin removed by KERNELBAY_DISABLE_PLUGINS is not loaded for hooks either."""
     make_registry(KERNELBAY_DISABLE_PLUGINS="kb-fixture-good")
     assert [p for _, p in collect("register_config_rules")].count("good") == 0
+
+
+def test_broken_hook_plugin_is_listed_and_the_others_still_run(make_registry, caplog):
+    """A hook module that fails to import is recorded with its cause and a warning; good plugins still register."""
+    from kernelbay.hooks import broken_hook_plugins
+
+    make_registry()
+    with caplog.at_level("WARNING", logger="kernelbay"):
+        plugins = [p for _, p in collect("register_config_rules")]
+    assert "good" in plugins
+    (broken,) = broken_hook_plugins()
+    assert (broken.name, broken.distribution) == ("missingdep", "kb-fixture-missingdep")
+    assert "'kb_not_installed_dependency', which is not installed" in broken.cause
+    assert "hook plugin 'missingdep' of kb-fixture-missingdep is broken" in caplog.text

@@ -52,6 +52,12 @@ def _check_class_targets(reg, found) -> list[str]:
     return findings
 
 
+def _check_hook_plugins() -> list[str]:
+    from ..hooks import broken_hook_plugins
+
+    return [f"{b.distribution}: hook plugin {b.name!r} is broken: {b.cause}" for b in broken_hook_plugins()]
+
+
 def _check_versions(found) -> list[str]:
     return [f"{p.distribution} {p.version} does not declare which kernelbay it supports; add a requirement "
             f"such as 'kernelbay>=0.1,<0.2'" for p in found.plugins.values()
@@ -64,7 +70,7 @@ def findings() -> list[str]:
     reg = default_registry()
     found = reg.discovery()
     out = found.findings() + _check_versions(found)
-    out += _check_model_providers(reg, found) + _check_class_targets(reg, found)
+    out += _check_model_providers(reg, found) + _check_class_targets(reg, found) + _check_hook_plugins()
     out += [f"slot {s.kind} {s.name!r}: conflict between " + " and ".join(r.provider.describe() for r in s.conflict)
             for s in reg.slots() if s.conflict]
     return out
