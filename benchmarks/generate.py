@@ -61,10 +61,11 @@ class HFRunner:
 class KernelbayRunner:
     name = "kernelbay"
 
-    def __init__(self, folder: Path, backend: str | None):
+    def __init__(self, folder: Path, backend: str | None, prepack: str):
         from kernelbay import LLM
 
-        self.llm = LLM(folder, attention_backend=backend, max_num_seqs=8, kv_cache_memory="256MiB", progress=False)
+        self.llm = LLM(folder, attention_backend=backend, max_num_seqs=8, kv_cache_memory="256MiB", progress=False,
+                       prepack_weights=prepack)
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         from kernelbay import SamplingParams
@@ -127,6 +128,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backend", help="kernelbay attention backend (default: the selector's choice)")
+    parser.add_argument("--prepack", default="auto", choices=("auto", "always", "never"),
+                        help="kernelbay's prepack_weights policy (default: auto)")
     parser.add_argument("--threads", type=int, help="torch threads for both libraries (default: torch's choice)")
     parser.add_argument("--write", type=Path, help="also write the results as Markdown to this file")
     args = parser.parse_args()
@@ -134,14 +137,16 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         params = build_checkpoint(Path(tmp))
-        runners = [HFRunner(Path(tmp)), KernelbayRunner(Path(tmp), args.backend)]
+        runners = [HFRunner(Path(tmp)), KernelbayRunner(Path(tmp), args.backend, args.prepack)]
         for runner in runners:
             runner.generate(make_prompts(2, args.prompt_len), 4)  # warm-up
         results = [measure(runners, batch, args) for batch in args.batches]
     backend = ", ".join(f"{k}: {v}" for k, v in runners[1].llm.attention_backends.items())
+    packed = len(runners[1].llm.prepack_report.packed)
     header = (f"{params / 1e6:.1f}M-parameter fp32 Llama, greedy, {args.prompt_len}-token prompts, "
               f"{args.new_tokens} new tokens, best of {args.repeat}; torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads, {platform.machine()}; kernelbay attention {backend}; "
+              f"{torch.get_num_threads()} threads, {platform.machine()}; kernelbay attention {backend}, "
+              f"{packed} linear layers prepacked for oneDNN; "
               f"tokens identical to transformers")
     report = f"{header}\n\n{table(results)}\n"
     print(report)

@@ -170,3 +170,19 @@ def test_chat_template_when_the_folder_has_one(tiny_llama, tmp_path):
     plain = LLM(tiny_llama, progress=False, kv_cache_memory="1MiB")
     with pytest.raises(TokenizerError, match="no chat template"):
         plain.chat([{"role": "user", "content": "hi"}])
+
+
+def test_prepacked_weights_give_transformers_tokens(make_llm, prompt_ids, reference):
+    """prepack_weights="always" (every plain CPU linear in oneDNN's layout) keeps the greedy tokens."""
+    llm = make_llm(prepack_weights="always")
+    assert "model.layers.0.mlp.gate_up_proj" in llm.prepack_report.packed
+    outputs = llm.generate(prompt_ids, GREEDY)
+    assert [o.token_ids for o in outputs] == reference
+
+
+def test_unknown_prepack_policy_is_refused_before_loading(tmp_path):
+    """The policy is checked first: even a missing folder is not looked at."""
+    from kernelbay import LLM
+
+    with pytest.raises(ValueError, match="prepack_weights must be one of 'auto', 'always', 'never'; got 'yes'"):
+        LLM(tmp_path / "missing", prepack_weights="yes")

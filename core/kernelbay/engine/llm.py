@@ -43,14 +43,17 @@ class LLM:
 
     model: a folder with config.json, safetensors weights and (for text prompts) a tokenizer;
     None means the demo checkpoint shipped with kernelbay. kv_cache_memory: bytes or "2GiB"
-    (default: room for max_num_seqs full-context requests, capped at 512 MiB).
+    (default: room for max_num_seqs full-context requests, capped at 512 MiB). prepack_weights:
+    "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where that is measured
+    faster (see kernelbay.models.layers.prepack), "always" packs every eligible one, "never" none.
     """
 
     def __init__(self, model: str | Path | None = None, *, attention_backend: str | None = None,
                  dtype: str | None = None, max_num_seqs: int = 64, kv_cache_memory: int | str | None = None,
                  kv_cache_dtype: str = "auto", block_size: int = 16, max_model_len: int | None = None,
                  max_num_batched_tokens: int = 2048, trust_remote_code: bool = False, progress: bool | None = None,
-                 attention_backend_options: Mapping[str, Mapping] | None = None):
+                 attention_backend_options: Mapping[str, Mapping] | None = None, prepack_weights: str = "auto"):
+        _check_prepack_policy(prepack_weights)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         self._select_backends(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         from ..models import AutoModelForCausalLM
@@ -66,6 +69,7 @@ class LLM:
         scheduler_config = self._scheduler_config(kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
                                                   max_num_batched_tokens)
         self.runner = self._make_runner(scheduler_config, attention_backend, kv_cache_dtype, attention_backend_options)
+        self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
@@ -198,6 +202,12 @@ class LLM:
                                attention_backend=attention_backend, kv_cache_dtype=kv_cache_dtype,
                                attention_backend_options=backend_options)
 
+    def _prepack(self, policy: str, max_num_seqs: int):
+        """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""
+        from ..models.layers.prepack import prepack_linear_weights
+
+        return prepack_linear_weights(self.model, rows=(1, min(max_num_seqs, 64)), policy=policy)
+
     def _eos_token_ids(self) -> set[int]:
         eos = getattr(self.config.hf_config, "eos_token_id", None)
         ids = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
@@ -207,6 +217,13 @@ class LLM:
     def attention_backends(self) -> dict[str, str]:
         """Layer kind -> the backend serving it."""
         return {kind: result.backend_name for kind, result in self.runner.cache.selection.groups}
+
+
+def _check_prepack_policy(policy) -> None:
+    from ..models.layers.prepack import POLICIES
+
+    if policy not in POLICIES:
+        raise ValueError(f"prepack_weights must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
 
 
 def _max_model_len(config, requested: int | None) -> int:
