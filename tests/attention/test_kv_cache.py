@@ -143,6 +143,52 @@ def test_slots_written_land_in_their_block_for_both_layouts(layout):
     assert torch.equal(read_plane(cache[0], slots, layout, torch.float32), values)
 
 
+HEADS_FIRST = {KVLayout.NHD: (0, 3, 1, 2, 4), KVLayout.HND: (0, 2, 1, 3, 4)}
+
+
+@pytest.mark.parametrize("layout", list(KVLayout))
+@pytest.mark.parametrize("dtype", ["float32", "fp8_e4m3"])
+def test_a_stride_order_changes_memory_not_what_slots_hold(layout, dtype):
+    """A heads-first cache has the logical shape, heads outermost in memory, and the same slot contents:
+    writes then gathers (with and without a reused buffer) match a default-order cache exactly."""
+    from kernelbay.attention._cache_ops import read_plane, write_plane
+
+    spec = KVCacheSpec(3, 4, dtype, block_size=4, layout=layout)
+    heads_first = spec.with_stride_order(HEADS_FIRST[layout]).allocate(5)
+    plain = spec.allocate(5)
+    assert heads_first.shape == plain.shape == spec.cache_shape(5)
+    assert heads_first.permute(*HEADS_FIRST[layout]).is_contiguous() and not heads_first.is_contiguous()
+    values = torch.randn(9, 3, 4)
+    slots = torch.tensor([17, 3, 4, 5, 6, 0, 19, 8, 12])
+    for cache in (heads_first, plain):
+        write_plane(cache[0], values, slots, layout)
+    assert torch.equal(heads_first, plain)
+    expected = read_plane(plain[0], slots, layout, torch.float32)
+    assert torch.equal(read_plane(heads_first[0], slots, layout, torch.float32), expected)
+    buffer = torch.empty(9, 3, 4)
+    if dtype == "float32":
+        assert torch.equal(read_plane(heads_first[0], slots, layout, torch.float32, out=buffer), expected)
+
+
+def test_stride_order_must_order_the_five_dims():
+    with pytest.raises(ValueError, match=r"stride_order must order the 5 cache dims .* got \(0, 1, 1, 3, 4\)"):
+        KVCacheSpec(2, 8, "float32", stride_order=(0, 1, 1, 3, 4))
+
+
+def test_sdpa_stores_heads_first_so_a_run_is_contiguous_per_head():
+    """SDPA's cache spec puts KV heads outermost: a request's run of blocks is, per head, one
+    contiguous [tokens, head_dim] matrix (what its decode hands to scaled_dot_product_attention)."""
+    from kernelbay import resolve
+    from kernelbay.attention._cache_ops import plane_run
+
+    sdpa = resolve("attention_backend", "SDPA")
+    layer = sdpa(0, num_heads=4, head_dim=8, num_kv_heads=2)
+    spec = layer.kv_cache_spec("float32", 4)
+    assert spec.stride_order == HEADS_FIRST[KVLayout.NHD]
+    run = plane_run(spec.allocate(6)[0], KVLayout.NHD, 8, 10, torch.float32)  # blocks 2..4
+    assert run.shape == (10, 2, 8) and all(run[:, h].is_contiguous() for h in range(2))
+
+
 def test_metadata_fields_for_a_mixed_step():
     """build_metadata derives offsets, positions, slots and the gather index from the block tables."""
     md = build_metadata([(2, 3, (5, 1)), (1, 0, (2,))], block_size=4)

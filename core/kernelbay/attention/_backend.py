@@ -144,7 +144,12 @@ class AttentionBackend(Generic[TMetadata]):
                            head_dim=mla.latent_dim if mla else geometry.head_dim,
                            dtype=storage_dtype(kv_cache_dtype, model_dtype),
                            block_size=block_size or cls.preferred_block_size, layout=layout, mla=mla is not None,
-                           kv_scale_mode=kv_scale_mode)
+                           kv_scale_mode=kv_scale_mode, stride_order=cls.get_kv_cache_stride_order(layout))
+
+    @classmethod
+    def get_kv_cache_stride_order(cls, layout: KVLayout | str = KVLayout.NHD) -> tuple[int, ...]:
+        """Physical order of the cache tensor's dims (see `KVCacheSpec.stride_order`); default: as declared."""
+        return (0, 1, 2, 3, 4)
 
     # -- instance ----------------------------------------------------------------------------------
     def __init__(self, layer_idx: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None,

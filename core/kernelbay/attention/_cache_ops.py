@@ -57,7 +57,9 @@ def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype
     if plane.dtype == torch.float8_e4m3fn:
         raw = read_plane(plane.view(torch.uint8), slots, layout, torch.uint8)
         return raw.view(torch.float8_e4m3fn).to(dtype).mul_(scale)
-    if layout is KVLayout.NHD:
+    if layout is KVLayout.NHD and _heads_outermost(plane):
+        gathered = _read_heads_outermost(plane, slots, out if plane.dtype == dtype else None)
+    elif layout is KVLayout.NHD:
         nb, bs, h, d = plane.shape
         flat = plane.view(nb * bs, h, d)
         if out is not None and plane.dtype == dtype:
@@ -70,6 +72,23 @@ def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype
         return gathered
     result = gathered.to(dtype)
     return result.mul_(scale) if scale != 1.0 else result
+
+
+def _heads_outermost(plane: torch.Tensor) -> bool:
+    """True for an NHD plane stored heads-first (stride order (3, 1, 2, 4) within the plane)."""
+    return plane.shape[2] > 1 and plane.permute(2, 0, 1, 3).is_contiguous()
+
+
+def _read_heads_outermost(plane: torch.Tensor, slots: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """Gather per head from [kv_heads, slots, dim] storage, so each head's keys land contiguous too.
+
+    Returns [N, kv_heads, dim] with heads outermost in memory; `out` (any contiguous buffer of N *
+    kv_heads * dim elements) is reused as that memory."""
+    nb, bs, h, d = plane.shape
+    by_head = plane.permute(2, 0, 1, 3).view(h, nb * bs, d)
+    if out is None:
+        return by_head.index_select(1, slots).permute(1, 0, 2)
+    return torch.index_select(by_head, 1, slots, out=out.view(h, slots.numel(), d)).permute(1, 0, 2)
 
 
 def plane_run(plane: torch.Tensor, layout: KVLayout, start_slot: int | None, length: int,

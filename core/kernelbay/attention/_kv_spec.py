@@ -27,6 +27,11 @@ class KVCacheSpec:
     mla: bool = False
     kv_scale_mode: str = "none"
     """fp8 only: "per_tensor" multiplies cached values by the layer's k_scale / v_scale when read."""
+    stride_order: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Physical order of the `cache_shape` dims in memory, outermost first (vLLM's
+    `get_kv_cache_stride_order`). The tensor always has the logical `cache_shape`; e.g. (0, 3, 1, 2, 4)
+    with NHD stores each KV head's blocks together, so a run of consecutive blocks is one contiguous
+    [tokens, head_dim] matrix per head."""
 
     def __post_init__(self):
         for name in ("num_kv_heads", "head_dim", "block_size"):
@@ -39,6 +44,10 @@ class KVCacheSpec:
         object.__setattr__(self, "layout", KVLayout.parse(self.layout))
         if self.mla and self.num_kv_heads != 1:
             raise ValueError(f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}")
+        object.__setattr__(self, "stride_order", tuple(int(d) for d in self.stride_order))
+        if sorted(self.stride_order) != list(range(5)):
+            raise ValueError(f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), "
+                             f"got {self.stride_order}")
         if self.kv_scale_mode not in KV_SCALE_MODES:
             raise ValueError(f"kv_scale_mode must be one of {KV_SCALE_MODES}, got {self.kv_scale_mode!r}")
         if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
@@ -74,13 +83,19 @@ class KVCacheSpec:
     def with_layout(self, layout: KVLayout | str) -> "KVCacheSpec":
         return _replace(self, layout=KVLayout.parse(layout))
 
+    def with_stride_order(self, stride_order: tuple[int, ...]) -> "KVCacheSpec":
+        return _replace(self, stride_order=tuple(stride_order))
+
     def allocate(self, num_blocks: int, device="cpu"):
-        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype."""
+        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`."""
         import torch
 
         from ._cache_ops import torch_dtype
 
-        return torch.zeros(self.cache_shape(num_blocks), dtype=torch_dtype(self.dtype), device=device)
+        shape = self.cache_shape(num_blocks)
+        physical = torch.zeros([shape[d] for d in self.stride_order], dtype=torch_dtype(self.dtype), device=device)
+        inverse = sorted(range(5), key=self.stride_order.__getitem__)
+        return physical.permute(*inverse)
 
 
 def _replace(spec: KVCacheSpec, **changes) -> KVCacheSpec:

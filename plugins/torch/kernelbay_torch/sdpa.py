@@ -57,6 +57,13 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     chunked_attention = True
     encoder = True
 
+    @classmethod
+    def get_kv_cache_stride_order(cls, layout: KVLayout | str = KVLayout.NHD) -> tuple[int, ...]:
+        """Heads outermost within a plane: a request's run of blocks is, per KV head, one contiguous
+        [tokens, head_dim] matrix, which SDPA reads like a contiguous tensor (the NHD view strides every
+        key by kv_heads * head_dim; measured ~8-15% slower at batch 8 / context 2048)."""
+        return (0, 3, 1, 2, 4) if KVLayout.parse(layout) is KVLayout.NHD else (0, 2, 1, 3, 4)
+
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         if md.decode_index is not None and not self._views_pay_off(md, q.dtype):
             return self._decode_batched(q, md)
