@@ -15,8 +15,9 @@ from ._masks import allowed_keys, request_spans
 from ._workspace import scratch
 
 # Below this many keys per request, one batched SDPA over a gathered copy beats one call per request
-# on zero-copy views (per-call overhead dominates); see benchmarks/RESULTS-attention.md.
-MIN_KEYS_FOR_VIEWS = 512
+# on zero-copy views (per-call overhead dominates). With heads stored outermost the views won from
+# ~160 keys at batch 1, 8 and 32 (gathering won at 64 keys, batch 8); see benchmarks/RESULTS-attention.md.
+MIN_KEYS_FOR_VIEWS = 128
 
 
 @dataclass(frozen=True, slots=True)
