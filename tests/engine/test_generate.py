@@ -186,3 +186,14 @@ def test_unknown_prepack_policy_is_refused_before_loading(tmp_path):
 
     with pytest.raises(ValueError, match="prepack_weights must be one of 'auto', 'always', 'never'; got 'yes'"):
         LLM(tmp_path / "missing", prepack_weights="yes")
+
+
+def test_chunked_prefill_gives_the_same_tokens(make_llm, prompt_ids, reference):
+    """A 5-token step budget splits every longer prompt over several steps: greedy tokens are still
+    transformers', and seeded sampling draws what it draws with whole-prompt prefill."""
+    chunked, whole = make_llm(max_num_batched_tokens=5), make_llm(enable_chunked_prefill=False)
+    assert max(len(ids) for ids in prompt_ids) > 5
+    assert [o.token_ids for o in chunked.generate(prompt_ids, GREEDY)] == reference
+    params = SamplingParams(max_tokens=12, temperature=1.0, top_k=40, seed=7, ignore_eos=True)
+    assert ([o.token_ids for o in chunked.generate(prompt_ids, params)]
+            == [o.token_ids for o in whole.generate(prompt_ids, params)])

@@ -19,9 +19,9 @@ from .fakes import VOCAB, FakeRunner, reference_tokens
 MAX_LEN = 512
 
 
-def make_engine(num_blocks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64):
+def make_engine(num_blocks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, chunked=True):
     runner = FakeRunner(num_blocks, block_size)
-    config = SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens)
+    config = SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, chunked)
     return EngineCore(runner, Scheduler(config), eos_token_ids=(), max_model_len=MAX_LEN), runner
 
 
@@ -138,9 +138,10 @@ def test_eos_stops_unless_ignored():
     assert len(results[True].output_token_ids) == 6
 
 
-def test_step_token_budget_limits_prefills():
-    """Prefills beyond max_num_batched_tokens wait for a later step (a long prompt still runs alone)."""
-    core, runner = make_engine(max_num_batched_tokens=10)
+def test_without_chunking_whole_prompts_wait_for_budget_and_a_long_one_runs_alone():
+    """enable_chunked_prefill=False: prefills beyond max_num_batched_tokens wait for a later step, and a
+    prompt longer than the budget runs whole."""
+    core, runner = make_engine(max_num_batched_tokens=10, chunked=False)
     for i in range(3):
         core.add(make_request(i, [i] * 6, 2))
     core.step()
@@ -150,6 +151,40 @@ def test_step_token_budget_limits_prefills():
     assert (9, 30) in [entry for step in runner.steps for entry in step]
 
 
+def test_long_prompt_is_prefilled_in_chunks_while_others_decode():
+    """A 30-token prompt under a 10-token budget: chunks of 9 beside the running decode, no token sampled
+    until its last chunk, and both requests end with their solo tokens."""
+    core, runner = make_engine(max_num_batched_tokens=10)
+    first = make_request(0, [1, 2, 3], 12)
+    core.add(first)
+    core.step()
+    long = make_request(1, list(range(30)), 4)
+    core.add(long)
+    sampled = [core.step() for _ in range(4)]
+    assert runner.steps[1:5] == [[(0, 1), (1, 9)], [(0, 1), (1, 9)], [(0, 1), (1, 9)], [(0, 1), (1, 3)]]
+    assert [[r.request_id for r in step] for step in sampled] == [[0], [0], [0], [0, 1]]
+    assert long.num_cached == 30 and len(long.output_token_ids) == 1
+    run_to_end(core, runner)
+    assert first.output_token_ids == reference_tokens([1, 2, 3], 12)
+    assert long.output_token_ids == reference_tokens(list(range(30)), 4)
+    assert runner.prefills[1] == 1, "a chunked prompt is fed once, not recomputed"
+
+
+def test_chunked_prompt_preempted_midway_is_recomputed_from_the_start():
+    """A cache too small for two requests: the newer one, preempted in the middle of its chunked
+    prefill, starts over later and still gets its solo tokens."""
+    core, runner = make_engine(num_blocks=6, block_size=4, max_num_batched_tokens=5)
+    old = make_request(0, [7] * 7, 14)  # grows to all 6 blocks
+    new = make_request(1, list(range(16)), 2)  # fed 4 tokens a step; preempted at 12 of 16
+    core.add(old)
+    core.step()
+    core.add(new)
+    run_to_end(core, runner)
+    assert old.output_token_ids == reference_tokens([7] * 7, 14)
+    assert new.output_token_ids == reference_tokens(list(range(16)), 2)
+    assert runner.prefills[1] > 1, "the cache was meant to force a preemption mid-prefill"
+
+
 workloads = st.lists(st.tuples(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12),  # prompt
                                st.integers(1, 12),  # max_tokens
                                st.integers(0, 6)),  # step at which it arrives
@@ -157,12 +192,13 @@ workloads = st.lists(st.tuples(st.lists(st.integers(0, VOCAB - 1), min_size=1, m
 
 
 @settings(max_examples=80, deadline=None)
-@given(workloads, st.integers(7, 24), st.integers(1, 4), st.integers(4, 32))
-def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, token_budget):
-    """Random arrivals, cache sizes, slots and budgets: every request ends with exactly its solo tokens,
-    and the scheduler's block ledger always equals the allocator's."""
+@given(workloads, st.integers(7, 24), st.integers(1, 4), st.integers(4, 32), st.booleans())
+def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, token_budget, chunked):
+    """Random arrivals, cache sizes, slots, budgets, with and without chunked prefill: every request ends
+    with exactly its solo tokens, the scheduler's block ledger always equals the allocator's, and a
+    chunked step never exceeds the token budget."""
     core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=token_budget)
+                               max_num_batched_tokens=token_budget, chunked=chunked)
     requests = [make_request(i, p, n) for i, (p, n, _) in enumerate(workload)]
     arrivals = sorted(range(len(workload)), key=lambda i: workload[i][2])
     step = 0
@@ -172,6 +208,7 @@ def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, t
         if core.has_unfinished:
             core.step()
             assert core.scheduler.ledger.num_free == runner.kv.num_free_blocks
+            assert not chunked or sum(n for _, n in runner.steps[-1]) <= token_budget
         step += 1
     for r, (prompt, n, _) in zip(requests, workload):
         assert r.output_token_ids == reference_tokens(prompt, n)

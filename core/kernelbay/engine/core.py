@@ -28,16 +28,22 @@ class EngineCore:
         return self.scheduler.has_unfinished
 
     def step(self) -> list[Request]:
-        """One model step; returns the requests that got a new token (finished ones already retired)."""
+        """One model step; returns the requests that got a new token (finished ones already retired;
+        a request whose prompt is still being prefilled in chunks gets none)."""
         plan = self.scheduler.schedule()
         for request in plan.preempted:
             self.runner.free(request.request_id)
         if not plan.chunks:
             raise AssertionError(f"scheduler produced an empty step with work left: {self.scheduler.waiting}")
-        tokens = self._run(plan)
-        for chunk, token in zip(plan.chunks, tokens):
-            self._advance(chunk.request, chunk.start_pos + len(chunk.token_ids), token)
-        return [chunk.request for chunk in plan.chunks]
+        tokens = iter(self._run(plan))
+        sampled = []
+        for chunk in plan.chunks:
+            if chunk.samples:
+                self._advance(chunk.request, chunk.end_pos, next(tokens))
+                sampled.append(chunk.request)
+            else:  # a prefill chunk: the rest of the prompt follows in later steps
+                chunk.request.num_cached = chunk.end_pos
+        return sampled
 
     def finish(self, request: Request, reason: FinishReason) -> None:
         """Retire a running request now (stop string, or a finish decided in `_advance`)."""
@@ -54,9 +60,15 @@ class EngineCore:
         self.scheduler.waiting.clear()
 
     def _run(self, plan: StepPlan) -> list[int]:
+        """Run the step; sample one token for each chunk that completes its request's tokens."""
         steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos) for c in plan.chunks]
         logits = self.runner.step(steps)
-        requests = [c.request for c in plan.chunks]
+        rows = [i for i, c in enumerate(plan.chunks) if c.samples]
+        if not rows:
+            return []
+        requests = [plan.chunks[i].request for i in rows]
+        if len(rows) < len(plan.chunks):
+            logits = logits[rows]
         return self.sampler(logits, [r.params for r in requests], [r.generator for r in requests])
 
     def _advance(self, request: Request, num_cached: int, token: int) -> None:

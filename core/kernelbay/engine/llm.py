@@ -43,7 +43,9 @@ class LLM:
 
     model: a folder with config.json, safetensors weights and (for text prompts) a tokenizer;
     None means the demo checkpoint shipped with kernelbay. kv_cache_memory: bytes or "2GiB"
-    (default: room for max_num_seqs full-context requests, capped at 512 MiB). prepack_weights:
+    (default: room for max_num_seqs full-context requests, capped at 512 MiB). enable_chunked_prefill:
+    a prompt longer than what is left of a step's max_num_batched_tokens is fed over several steps
+    (False: whole, alone). prepack_weights:
     "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where that is measured
     faster (see kernelbay.models.layers.prepack), "always" packs every eligible one, "never" none.
     """
@@ -51,7 +53,8 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, attention_backend: str | None = None,
                  dtype: str | None = None, max_num_seqs: int = 64, kv_cache_memory: int | str | None = None,
                  kv_cache_dtype: str = "auto", block_size: int = 16, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 2048, trust_remote_code: bool = False, progress: bool | None = None,
+                 max_num_batched_tokens: int = 2048, enable_chunked_prefill: bool = True,
+                 trust_remote_code: bool = False, progress: bool | None = None,
                  attention_backend_options: Mapping[str, Mapping] | None = None, prepack_weights: str = "auto"):
         _check_prepack_policy(prepack_weights)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
@@ -67,7 +70,7 @@ class LLM:
         self.tokenizer = Tokenizer(self.folder, trust_remote_code=trust_remote_code) \
             if has_tokenizer(self.folder) else None
         scheduler_config = self._scheduler_config(kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
-                                                  max_num_batched_tokens)
+                                                  max_num_batched_tokens, enable_chunked_prefill)
         self.runner = self._make_runner(scheduler_config, attention_backend, kv_cache_dtype, attention_backend_options)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
@@ -185,14 +188,14 @@ class LLM:
                              dtype=str(dtype).removeprefix("torch.") if dtype else None, block_size=block_size)
 
     def _scheduler_config(self, kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
-                          max_num_batched_tokens) -> SchedulerConfig:
+                          max_num_batched_tokens, enable_chunked_prefill) -> SchedulerConfig:
         compute_dtype = str(self.model.model.embed_tokens.weight.dtype).removeprefix("torch.")
         per_token = self.config.kv_bytes_per_token(compute_dtype if kv_cache_dtype in (None, "auto")
                                                    else kv_cache_dtype)
         num_blocks = plan_num_blocks(bytes_per_token=per_token, block_size=block_size,
                                      kv_cache_memory=kv_cache_memory, max_num_seqs=max_num_seqs,
                                      max_model_len=self.max_model_len)
-        return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens)
+        return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill)
 
     def _make_runner(self, config: SchedulerConfig, attention_backend, kv_cache_dtype, backend_options):
         from .runner import ModelRunner

@@ -1,7 +1,9 @@
 """Continuous batching over a paged KV cache: who runs in the next step, and with how many tokens.
 
-Every step carries one token for each running request (decode) plus whole waiting requests that
-fit (prefill), so new requests join while others decode. A finished request's blocks are free for
+Every step carries one token for each running request (decode) plus waiting requests' prompts
+(prefill), so new requests join while others decode. A prompt longer than what is left of the
+step's token budget is split across steps (chunked prefill, as in vLLM): a long prompt neither
+stalls the running decodes nor makes one huge step; no token is sampled until the last chunk. A finished request's blocks are free for
 the very next step. When a running request needs a block and none is free, the newest running
 request is preempted: its blocks are freed and it goes back to the front of the queue, to be
 recomputed from its tokens later (so its output is unchanged). A request that could not fit even
@@ -27,13 +29,18 @@ class SchedulerConfig:
     max_num_seqs: int = 64
     """Most requests in one step."""
     max_num_batched_tokens: int = 2048
-    """Token budget of one step; a longer prompt still runs, alone in its step's prefill part."""
+    """Token budget of one step (decodes always get their one token)."""
+    enable_chunked_prefill: bool = True
+    """Split prompts at the budget; False: a prompt runs whole, alone in its step's prefill part if too long."""
 
     def __post_init__(self):
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ValueError(f"SchedulerConfig.enable_chunked_prefill must be True or False, "
+                             f"got {self.enable_chunked_prefill!r}")
 
     def blocks_for(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -46,6 +53,15 @@ class ScheduledChunk:
     request: Request
     token_ids: list[int]
     start_pos: int
+
+    @property
+    def end_pos(self) -> int:
+        return self.start_pos + len(self.token_ids)
+
+    @property
+    def samples(self) -> bool:
+        """True when this chunk reaches the end of the request's tokens (a prefill chunk does not)."""
+        return self.end_pos == self.request.num_tokens
 
 
 @dataclass(slots=True)
@@ -107,9 +123,9 @@ class Scheduler:
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        self._schedule_decodes(plan)
+        budget = self._schedule_running(plan)
         if not plan.preempted:
-            self._schedule_prefills(plan)
+            self._schedule_waiting(plan, budget)
         return plan
 
     def finish(self, request: Request) -> None:
@@ -118,17 +134,25 @@ class Scheduler:
         self.ledger.release(request)
 
     # -- internals -------------------------------------------------------------------------------
-    def _schedule_decodes(self, plan: StepPlan) -> None:
+    def _schedule_running(self, plan: StepPlan) -> int:
+        """Decodes (one token each) and the next chunk of running prefills; returns the budget left."""
+        budget = self.config.max_num_batched_tokens
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            if not self._make_room(request, plan):
+            uncached = request.num_tokens - request.num_cached
+            count = 1 if uncached == 1 else min(uncached, budget)
+            if count <= 0:
+                continue  # a chunked prefill waiting for budget
+            if not self._make_room(request, count, plan):
                 break
-            self._commit(request, plan)
+            self._commit(request, plan, count)
+            budget -= count
+        return budget
 
-    def _make_room(self, request: Request, plan: StepPlan) -> bool:
-        """Preempt the newest running requests until `request` can grow by one token; False if it was the victim."""
-        while self.ledger.extra_blocks(request, request.num_tokens) > self.ledger.num_free:
+    def _make_room(self, request: Request, count: int, plan: StepPlan) -> bool:
+        """Preempt the newest running requests until `request` can cache `count` more tokens; False if it was the victim."""
+        while self.ledger.extra_blocks(request, request.num_cached + count) > self.ledger.num_free:
             victim = self.running[-1]
             self._preempt(victim, plan)
             if victim is request:
@@ -143,24 +167,28 @@ class Scheduler:
         self.waiting.appendleft(request)
         plan.preempted.append(request)
 
-    def _schedule_prefills(self, plan: StepPlan) -> None:
-        budget = self.config.max_num_batched_tokens - plan.num_tokens
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
         admitted = 0
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if request.num_tokens > budget and admitted:
-                break
-            if self.ledger.extra_blocks(request, request.num_tokens) > self.ledger.num_free:
+            count = self._first_chunk(request.num_tokens, budget, admitted)
+            if count <= 0 or self.ledger.extra_blocks(request, count) > self.ledger.num_free:
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            budget -= request.num_tokens
+            budget -= count
             admitted += 1
-            self._commit(request, plan)
+            self._commit(request, plan, count)
 
-    def _commit(self, request: Request, plan: StepPlan) -> None:
-        """Feed every uncached token of `request` this step and reserve the blocks they fill."""
-        tokens = request.uncached_token_ids()
-        self.ledger.grow(request, request.num_tokens)
+    def _first_chunk(self, num_tokens: int, budget: int, admitted: int) -> int:
+        """Tokens a waiting request may feed this step (0: it waits)."""
+        if self.config.enable_chunked_prefill:
+            return min(num_tokens, budget)
+        return num_tokens if num_tokens <= budget or not admitted else 0
+
+    def _commit(self, request: Request, plan: StepPlan, count: int) -> None:
+        """Feed the next `count` uncached tokens of `request` this step and reserve the blocks they fill."""
+        tokens = request.uncached_token_ids()[:count]
+        self.ledger.grow(request, request.num_cached + count)
         plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached))
