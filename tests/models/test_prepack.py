@@ -84,6 +84,15 @@ def test_ineligible_layers_are_left_dense_with_a_reason():
     assert all(not isinstance(m.method, prepack.PackedLinearMethod) for m in (tied, experts, half, fp8))
 
 
+def test_a_model_keeps_the_layers_it_reads_itself_dense():
+    """Layers named in the model's prepack_exclude stay dense, with the reason recorded."""
+    model = _Model(head=_layer(64, 32), proj=_layer(64, 32))
+    model.prepack_exclude = ("head",)
+    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    assert report.packed == ["proj"] and "prepack_exclude" in report.skipped["head"]
+    assert type(model.head.method) is UnquantizedLinearMethod
+
+
 def test_auto_times_each_shape_once_and_skips_small_weights():
     """'auto' measures each distinct (out, in, bias) once, packs when packed was faster, and explains the rest."""
     big_a, big_b, small = _layer(1024, 512), _layer(1024, 512), _layer(32, 32)

@@ -21,6 +21,8 @@ LOGITS_TILE = 512
 class AcmeLlamaForCausalLM(LlamaForCausalLM):
     """The built-in Llama, with the LM head tiled over the vocabulary."""
 
+    prepack_exclude = ("lm_head",)  # compute_logits reads the weight itself, so it stays dense
+
     def __init__(self, config):
         if not visible_devices():
             raise NoTarget(f"{VISIBLE_DEVICES_ENV} is not set: Acme's Llama build only runs on an Acme device")

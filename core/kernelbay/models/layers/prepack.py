@@ -13,6 +13,9 @@ releasing it is impossible and keeping both would hold it twice.
 
     report = prepack_linear_weights(model, rows=(1, 8))       # "auto": measured per shape
     report = prepack_linear_weights(model, rows=(1,), policy="always")
+
+A model whose own code reads a layer's weight tensor (rather than calling the layer) lists that
+layer's path in a `prepack_exclude` class attribute, so it stays dense.
 """
 
 from __future__ import annotations
@@ -94,10 +97,13 @@ def prepack_linear_weights(model: nn.Module, *, rows: Sequence[int], policy: str
         return report
     ok, reason = prepacking_available()
     shared = _shared_parameters(model)
+    kept = tuple(getattr(model, "prepack_exclude", ()))
     candidates = []  # (path, layer, shape key) of every eligible layer
     for path, layer in model.named_modules():
         if isinstance(layer, Linear):
             why_not = reason if not ok else _ineligible(layer, shared)
+            if why_not is None and path in kept:
+                why_not = "the model reads this weight itself (listed in its prepack_exclude)"
             if why_not is None:
                 candidates.append((path, layer, (layer.out_features, layer.in_features, layer.has_bias)))
             else:
