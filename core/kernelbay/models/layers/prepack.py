@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -197,7 +197,3 @@ def _best_ms(fn, flush: torch.Tensor, trials: int = _TRIALS) -> float:
             best = min(best, time.perf_counter() - start)
     return best * 1e3
 
-
-def packed_layers(model: nn.Module) -> Iterable[str]:
-    return (path for path, m in model.named_modules() if isinstance(m, Linear)
-            and isinstance(m.method, PackedLinearMethod))
