@@ -44,16 +44,21 @@ def run_to_end(core: EngineCore, runner: FakeRunner, check_ledger: bool = True) 
     return steps
 
 
-def test_batched_requests_match_running_alone():
-    """Twelve requests through 4 slots (joining as others finish) get the tokens each gets alone."""
-    core, runner = make_engine(max_num_seqs=4)
-    specs = random_prompts(12)
+def run_all_and_check(core: EngineCore, runner: FakeRunner, specs) -> list[Request]:
+    """Add a request per (prompt, max_tokens), run to the end, assert each got its solo tokens."""
     requests = [make_request(i, p, n) for i, (p, n) in enumerate(specs)]
     for r in requests:
         core.add(r)
     run_to_end(core, runner)
     for r, (prompt, n) in zip(requests, specs):
         assert r.output_token_ids == reference_tokens(prompt, n), f"request {r.request_id}"
+    return requests
+
+
+def test_batched_requests_match_running_alone():
+    """Twelve requests through 4 slots (joining as others finish) get the tokens each gets alone."""
+    core, runner = make_engine(max_num_seqs=4)
+    for r in run_all_and_check(core, runner, random_prompts(12)):
         assert r.finish_reason.value == "length"
 
 
@@ -87,12 +92,7 @@ def test_preemption_under_tiny_cache_keeps_outputs(num_blocks):
     """With a cache far too small for the batch, requests are preempted and recomputed; tokens unchanged."""
     core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=8)
     specs = [(p, n) for p, n in random_prompts(10, seed=num_blocks) if len(p) + n <= num_blocks * 4]
-    requests = [make_request(i, p, n) for i, (p, n) in enumerate(specs)]
-    for r in requests:
-        core.add(r)
-    run_to_end(core, runner)
-    for r, (prompt, n) in zip(requests, specs):
-        assert r.output_token_ids == reference_tokens(prompt, n), f"request {r.request_id}"
+    run_all_and_check(core, runner, specs)
     assert max(runner.prefills.values()) > 1, "the cache was meant to be too small to avoid preemption"
 
 
