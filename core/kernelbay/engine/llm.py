@@ -43,11 +43,12 @@ class LLM:
 
     model: a folder with config.json, safetensors weights and (for text prompts) a tokenizer;
     None means the demo checkpoint shipped with kernelbay. kv_cache_memory: bytes or "2GiB"
-    (default: room for max_num_seqs full-context requests, capped at 512 MiB). enable_chunked_prefill:
-    a prompt longer than what is left of a step's max_num_batched_tokens is fed over several steps
-    (False: whole, alone). prepack_weights:
-    "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where that is measured
-    faster (see kernelbay.models.layers.prepack), "always" packs every eligible one, "never" none.
+    (default: room for max_num_seqs full-context requests, capped at 512 MiB).
+    enable_chunked_prefill: a prompt longer than what is left of a step's max_num_batched_tokens is
+    fed over several steps (False: whole, alone).
+    prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
+    that is measured faster (see kernelbay.models.layers.prepack), "always" packs every eligible
+    one, "never" none.
     """
 
     def __init__(self, model: str | Path | None = None, *, attention_backend: str | None = None,

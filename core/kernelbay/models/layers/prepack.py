@@ -56,7 +56,7 @@ class PackedLinearMethod(LinearMethod):
     def weight(self, layer: Linear, index=None) -> torch.Tensor:
         if index is not None:
             raise ValueError("a packed weight has no expert dimension")
-        return self.packed.to_dense()  # rare (tests, MLA absorption): a fresh [out, in] copy
+        return self.packed.to_dense()  # rare (tests, code reading weights): a fresh [out, in] copy
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         bias = layer.bias if layer.has_bias else None
@@ -196,4 +196,3 @@ def _best_ms(fn, flush: torch.Tensor, trials: int = _TRIALS) -> float:
             fn()
             best = min(best, time.perf_counter() - start)
     return best * 1e3
-
