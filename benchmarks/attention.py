@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from kernelbay import resolve
-from kernelbay.attention import KVCacheManager, create_attention
+from kernelbay_engine.kv_cache import KVCacheManager
+from kernelbay.attention import create_attention
 from kernelbay.attention._cache_ops import torch_dtype
 
 

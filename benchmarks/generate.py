@@ -62,13 +62,13 @@ class KernelbayRunner:
     name = "kernelbay"
 
     def __init__(self, folder: Path, backend: str | None, prepack: str):
-        from kernelbay import LLM
+        from kernelbay_engine import LLM
 
         self.llm = LLM(folder, attention_backend=backend, max_num_seqs=8, kv_cache_memory="256MiB", progress=False,
                        prepack_weights=prepack)
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-        from kernelbay import SamplingParams
+        from kernelbay_engine import SamplingParams
 
         params = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
         return [o.token_ids for o in self.llm.generate(prompts, params)]

@@ -46,7 +46,7 @@ which, folder = sys.argv[1], sys.argv[2]
 if which.startswith("kernelbay"):
     from kernelbay import resolve
     from kernelbay.config import ModelConfig
-    from kernelbay.models import AutoModelForCausalLM
+    from kernelbay_engine import AutoModelForCausalLM
     import kernelbay.attention
     resolve("model", ModelConfig.from_pretrained(folder).architecture)
 else:

@@ -1,6 +1,6 @@
 """Rebuild kernelbay's embedded demo checkpoint: a tiny Llama trained on Debian's fortune cookies.
 
-    python examples/make_demo_checkpoint.py --out core/kernelbay/demo
+    python examples/make_demo_checkpoint.py --out plugins/engine/kernelbay_engine/demo
 
 Steps, all local (no model hub):
 1. fetch the `fortunes-min` and `fortunes` Debian packages with `apt-get download` (nothing is
@@ -349,7 +349,7 @@ start, {loss_last:.2f} at the end (mean of the last 50 steps); held-out loss {va
 ## Rebuild
 
     apt-get update   # if `apt-get download fortunes` cannot find the package
-    python examples/make_demo_checkpoint.py --out core/kernelbay/demo
+    python examples/make_demo_checkpoint.py --out plugins/engine/kernelbay_engine/demo
 
 Same seed, steps and thread count give the same weights (see `--help`).
 """

@@ -7,9 +7,12 @@ Table of contents (everything heavy is imported on first use, never by `import k
   `load_custom_module_dirs` (`kernelbay.registry` for the log, provenance, rebuild, export);
 - errors: `KernelbayError`, `RegistrationConflict`, `UnknownNameError`, `PluginImportError`,
   `ConfigError`, `NoTarget` (`kernelbay.errors`);
-- models: `AutoModelForCausalLM`, `ModelConfig` (`kernelbay.models`, `kernelbay.config`);
+- configs: `ModelConfig` (`kernelbay.config`); architectures by name: `from kernelbay.models import X`;
 - attention: `AttentionBackend`, `select_attention_backend` (`kernelbay.attention`);
-- engine: `LLM`, `SamplingParams` (`kernelbay.engine`).
+- the conformance kit: `kernelbay.testing`, `kernelbay check-backend NAME`.
+
+The runtime (`LLM`, `SamplingParams`, `AutoModelForCausalLM`, layers, loading) is the separate
+distribution kernelbay-engine: `from kernelbay_engine import LLM, SamplingParams`.
 """
 
 from __future__ import annotations
@@ -25,20 +28,17 @@ _LAZY = {
     **dict.fromkeys(("load_custom_module_dirs", "register_attention_backend", "register_config",
                      "register_draft_model", "register_model", "register_platform", "register_vision_encoder",
                      "resolve"), "kernelbay.registry"),
-    "AutoModelForCausalLM": "kernelbay.models",
     "ModelConfig": "kernelbay.config",
     "AttentionBackend": "kernelbay.attention",
     "select_attention_backend": "kernelbay.attention",
-    "LLM": "kernelbay.engine",
-    "SamplingParams": "kernelbay.engine",
 }
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "__version__", "AttentionBackend", "AutoModelForCausalLM", "ConfigError", "KernelbayError", "LLM",
-    "ModelConfig", "NoTarget", "PluginImportError", "RegistrationConflict", "SamplingParams", "UnknownNameError",
+    "__version__", "AttentionBackend", "ConfigError", "KernelbayError",
+    "ModelConfig", "NoTarget", "PluginImportError", "RegistrationConflict", "UnknownNameError",
     "load_custom_module_dirs", "register_attention_backend", "register_config", "register_draft_model",
     "register_model", "register_platform", "register_vision_encoder", "resolve", "select_attention_backend",
 ]

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from kernelbay import resolve
-from kernelbay.attention import (AttentionForwardArgs, AttentionRequirements, KVCacheManager, MLASpec,
-                                 create_attention)
+from kernelbay.attention import AttentionForwardArgs, AttentionRequirements, MLASpec, create_attention
+from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay.errors import UnknownNameError
 
 MLA_GEOMETRY = MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)

@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from kernelbay.attention import KVCacheExhausted, KVCacheManager, KVCacheSpec, KVLayout, build_metadata
+from kernelbay_engine.kv_cache import KVCacheExhausted, KVCacheManager
+from kernelbay.attention import KVCacheSpec, KVLayout, build_metadata
 
 
 def test_spec_bytes_standard_and_mla():

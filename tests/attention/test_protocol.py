@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kernelbay import resolve
-from kernelbay.attention import (Attention, AttentionForwardArgs, AttentionType, KVCacheSpec, attention_layers,
-                                 collect_attention_layers, create_attention)
+from kernelbay_engine.attention import Attention, attention_layers, collect_attention_layers
+from kernelbay.attention import AttentionForwardArgs, AttentionType, KVCacheSpec, create_attention
 from kernelbay.errors import ConfigError
 
 from ._harness import SPECS, assert_close, make_data, run_backend

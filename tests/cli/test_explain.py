@@ -10,8 +10,8 @@ import re
 import pytest
 
 from kernelbay.cli import main
-from kernelbay.engine.explain import compact_layers
-from kernelbay.engine.explain_schema import keys, validate
+from kernelbay.explain import compact_layers
+from kernelbay.explain_schema import keys, validate
 
 from .conftest import CONFIGS, REPO, run_cli
 
@@ -72,7 +72,7 @@ def test_unsupported_architecture_matches_the_api_error():
     """The CLI prints the same message AutoModelForCausalLM raises, and exits 6."""
     from kernelbay.config import ModelConfig
     from kernelbay.errors import UnknownNameError
-    from kernelbay.models import AutoModelForCausalLM
+    from kernelbay_engine import AutoModelForCausalLM
 
     folder = CONFIGS / "qwen3-30b-a3b"
     with pytest.raises(UnknownNameError) as api:

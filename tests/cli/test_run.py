@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelbay.engine.errors import EXIT_CODES
+from kernelbay.errors import EXIT_CODES
 
 
 ERROR_PREFIX = "kernelbay run: error: "
@@ -26,7 +26,7 @@ def test_exit_codes_are_distinct():
 
 def test_run_streams_the_completion(cli_runs, tiny_llama):
     """A good folder prints the greedy completion, the same text the API returns."""
-    from kernelbay import LLM, SamplingParams
+    from kernelbay_engine import LLM, SamplingParams
 
     result = cli_runs["good"]
     assert result.returncode == 0, result.stderr

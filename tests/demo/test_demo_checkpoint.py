@@ -11,9 +11,9 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast
 
-import kernelbay
+import kernelbay_engine
 
-DEMO_DIR = Path(kernelbay.__file__).parent / "demo"
+DEMO_DIR = Path(kernelbay_engine.__file__).parent / "demo"
 CORPUS_WORDS = Path(__file__).with_name("corpus_words.txt")
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                   "generation_config.json", "README.md", "LICENSE.fortunes")
@@ -43,7 +43,7 @@ def corpus_words() -> frozenset[str]:
 
 
 def test_folder_has_every_file_and_stays_small():
-    """All checkpoint files ship inside the kernelbay package and the folder stays under 8 MiB."""
+    """All checkpoint files ship inside the kernelbay_engine package and the folder stays under 8 MiB."""
     missing = [name for name in REQUIRED_FILES if not (DEMO_DIR / name).is_file()]
     assert not missing, f"{DEMO_DIR} lacks {missing}; rebuild with examples/make_demo_checkpoint.py"
     total = sum(p.stat().st_size for p in DEMO_DIR.iterdir() if p.is_file())
@@ -105,7 +105,7 @@ def test_readme_names_corpus_licence_and_rebuild_command():
     """README.md says what the model is, where its text comes from, its licence and how to rebuild it."""
     readme = (DEMO_DIR / "README.md").read_text(encoding="utf-8")
     for needle in ("LlamaForCausalLM", "fortunes", "BSD", "LICENSE.fortunes",
-                   "python examples/make_demo_checkpoint.py --out core/kernelbay/demo", "held-out loss"):
+                   "python examples/make_demo_checkpoint.py --out plugins/engine/kernelbay_engine/demo", "held-out loss"):
         assert needle in readme, f"README.md no longer mentions {needle!r}"
     assert "Regents of the University of California" in (DEMO_DIR / "LICENSE.fortunes").read_text()
 

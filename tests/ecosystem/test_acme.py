@@ -176,18 +176,18 @@ def test_platform_detection_follows_the_environment(acme, monkeypatch):
 def test_demo_model_runs_end_to_end_on_acme(make_registry, monkeypatch):
     """On the acme platform the demo checkpoint is built by Acme's Llama, its layers get ACME_INT8 and an int8
     cache, and greedy decoding follows the VANILLA run of the same model."""
-    from kernelbay.engine.runner import ModelRunner, StepRequest
-    from kernelbay.models import AutoModelForCausalLM
+    from kernelbay_engine.runner import ModelRunner, StepRequest
+    from kernelbay_engine import AutoModelForCausalLM
 
     from .conftest import REPO
 
     monkeypatch.setenv("ACME_VISIBLE_DEVICES", "0")
     make_registry()
-    model = AutoModelForCausalLM.from_pretrained(REPO / "core/kernelbay/demo", dtype="float32", progress=False)
+    model = AutoModelForCausalLM.from_pretrained(REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32", progress=False)
     assert type(model).__name__ == "AcmeLlamaForCausalLM"
     acme_runner = ModelRunner(model, num_blocks=16, block_size=16)
     assert {type(layer.backend).__name__ for layer in model.attention_layers().values()} == {"AcmeInt8Backend"}
-    reference = ModelRunner(AutoModelForCausalLM.from_pretrained(REPO / "core/kernelbay/demo", dtype="float32",
+    reference = ModelRunner(AutoModelForCausalLM.from_pretrained(REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32",
                                                                  progress=False), num_blocks=16, block_size=16,
                             attention_backend="VANILLA")
     tokens = [1, 310, 52, 1207, 88, 9]

@@ -12,8 +12,8 @@ import torch
 import transformers
 
 from kernelbay import RegistrationConflict, load_custom_module_dirs, resolve
-from kernelbay.engine.runner import ModelRunner
-from kernelbay.models import AutoModelForCausalLM
+from kernelbay_engine.runner import ModelRunner
+from kernelbay_engine import AutoModelForCausalLM
 from kernelbay.registry import slot_info
 
 from ..models._parity import compare_generation
@@ -21,7 +21,7 @@ from .conftest import REPO
 
 OLMO_DIR = REPO / "examples/custom_models/olmo"
 OVERRIDE_DIR = REPO / "examples/custom_models/llama_override"
-DEMO = REPO / "core/kernelbay/demo"
+DEMO = REPO / "plugins/engine/kernelbay_engine/demo"
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ def test_explain_shows_acme_chosen_and_why_not_the_others(sites):
     layer, and for each other backend the reason it was not chosen."""
     import json
 
-    done = run_kernelbay(sites, "explain", str(REPO / "core/kernelbay/demo"), "--json", ACME_VISIBLE_DEVICES="0")
+    done = run_kernelbay(sites, "explain", str(REPO / "plugins/engine/kernelbay_engine/demo"), "--json", ACME_VISIBLE_DEVICES="0")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-acme", "external")

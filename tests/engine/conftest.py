@@ -30,7 +30,7 @@ _LLMS: dict = {}
 @pytest.fixture(scope="session")
 def make_llm(tiny_llama):
     """LLM(tiny_llama, **options), built once per distinct option set in the session."""
-    from kernelbay import LLM
+    from kernelbay_engine import LLM
 
     def make(**options):
         key = tuple(sorted(options.items()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import KVCacheManager
+from kernelbay_engine.kv_cache import KVCacheManager
 
 VOCAB = 97
 

@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from kernelbay.engine.errors import IncapableBackend, PromptTooLong, RequestTooLarge
-from kernelbay.engine.sampling import SamplingParams
-from kernelbay.engine.scheduler import Scheduler
-from kernelbay.engine.tokenizer import TokenizerError
+from kernelbay.errors import IncapableBackend, PromptTooLong, RequestTooLarge
+from kernelbay_engine.sampling import SamplingParams
+from kernelbay_engine.scheduler import Scheduler
+from kernelbay_engine.tokenizer import TokenizerError
 from kernelbay.registry import names
 
 PROMPTS = [
@@ -155,7 +155,7 @@ def test_request_larger_than_cache_is_an_error(make_llm):
 
 def test_chat_template_when_the_folder_has_one(tiny_llama, tmp_path):
     """LLM.chat renders messages with the folder's chat template; without one it is a clear error."""
-    from kernelbay import LLM
+    from kernelbay_engine import LLM
 
     folder = tmp_path / "chat"
     shutil.copytree(tiny_llama, folder)
@@ -182,7 +182,7 @@ def test_prepacked_weights_give_transformers_tokens(make_llm, prompt_ids, refere
 
 def test_unknown_prepack_policy_is_refused_before_loading(tmp_path):
     """The policy is checked first: even a missing folder is not looked at."""
-    from kernelbay import LLM
+    from kernelbay_engine import LLM
 
     with pytest.raises(ValueError, match="prepack_weights must be one of 'auto', 'always', 'never'; got 'yes'"):
         LLM(tmp_path / "missing", prepack_weights="yes")

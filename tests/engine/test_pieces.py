@@ -7,17 +7,17 @@ import sys
 
 import pytest
 
-from kernelbay.engine.detokenize import TextTracker
-from kernelbay.engine.memory import parse_memory, plan_num_blocks, tokens_that_fit
-from kernelbay.engine.request import Request
-from kernelbay.engine.sampling import SamplingParams
+from kernelbay_engine.detokenize import TextTracker
+from kernelbay.memory import parse_memory, plan_num_blocks, tokens_that_fit
+from kernelbay_engine.request import Request
+from kernelbay_engine.sampling import SamplingParams
 
 
 def test_engine_names_are_lazy_and_light():
-    """`kernelbay.LLM` resolves to the engine's class; SamplingParams alone does not import torch."""
-    code = ("import sys, kernelbay; from kernelbay.engine import SamplingParams; SamplingParams(max_tokens=2); "
+    """`kernelbay_engine.LLM` resolves to the engine's class; SamplingParams alone does not import torch."""
+    code = ("import sys, kernelbay_engine; from kernelbay_engine import SamplingParams; SamplingParams(max_tokens=2); "
             "assert 'torch' not in sys.modules, 'torch imported'; "
-            "from kernelbay.engine.llm import LLM; assert kernelbay.LLM is LLM")
+            "from kernelbay_engine.llm import LLM; assert kernelbay_engine.LLM is LLM")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 

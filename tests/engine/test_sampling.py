@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbay.engine.sampling import Sampler, SamplingParams, SamplingParamsError, make_generator, sample_row
+from kernelbay_engine.sampling import Sampler, SamplingParams, SamplingParamsError, make_generator, sample_row
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelbay.engine.core import EngineCore
-from kernelbay.engine.errors import RequestTooLarge
-from kernelbay.engine.request import Request
-from kernelbay.engine.sampling import SamplingParams
-from kernelbay.engine.scheduler import Scheduler, SchedulerConfig
+from kernelbay_engine.core import EngineCore
+from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.request import Request
+from kernelbay_engine.sampling import SamplingParams
+from kernelbay_engine.scheduler import Scheduler, SchedulerConfig
 
 from .fakes import VOCAB, FakeRunner, reference_tokens
 

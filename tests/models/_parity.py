@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.engine.runner import ModelRunner, StepRequest
+from kernelbay_engine.runner import ModelRunner, StepRequest
 
 # Different lengths: longer than the tiny sliding windows (5-7) and than a cache block (4 tokens).
 PROMPTS = ([1, 5, 9, 22, 7, 3, 8, 90, 4, 17, 33], [2, 30], [11, 12, 13, 14, 15, 16], [40])

@@ -10,8 +10,8 @@ from torch import nn
 
 from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError, NoTarget, UnknownNameError
-from kernelbay.models import AutoModelForCausalLM
-from kernelbay.models.meta import MetaInitMode, MetaInitUnsupported, build_module
+from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.models.meta import MetaInitMode, MetaInitUnsupported, build_module
 
 from tests._paths import REAL_CONFIGS
 

@@ -9,8 +9,8 @@ import torch
 import transformers
 
 from kernelbay.errors import ConfigError
-from kernelbay.models import AutoModelForCausalLM
-from kernelbay.models.quant import (FP8_DTYPE, Fp8BlockLinearMethod, UnquantizedLinearMethod, dequantize_fp8_blocks,
+from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.models.quant import (FP8_DTYPE, Fp8BlockLinearMethod, UnquantizedLinearMethod, dequantize_fp8_blocks,
                                     quantize_fp8_blocks)
 
 from ._files import tensors, write_variant
@@ -51,7 +51,7 @@ def test_fp8_forward_matches_the_dequantised_model(tiny_checkpoints, tmp_path, n
     fp8, ref = _fp8_checkpoint(src, tmp_path / "fp8", tmp_path / "ref", (16, 16), ("model.layers.0.mlp",))
     model = AutoModelForCausalLM.from_pretrained(fp8, progress=False)
     reference = transformers.AutoModelForCausalLM.from_pretrained(ref, attn_implementation="eager").eval()
-    from kernelbay.engine.runner import ModelRunner
+    from kernelbay_engine.runner import ModelRunner
 
     compare_generation(reference, ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA"),
                        f"{name} fp8", steps=3)

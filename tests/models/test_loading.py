@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbay.models import AutoModelForCausalLM
-from kernelbay.models.loading import CheckpointError
+from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.loading import CheckpointError
 
 from ._files import tensors, write_pickle, write_sharded, write_variant
 
@@ -163,7 +163,7 @@ def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
 def test_loading_into_a_model_built_without_meta(llama):
     """When meta init is off (or fell back), weights load in place into the real parameters."""
     from kernelbay.config import ModelConfig
-    from kernelbay.models.loading import load_weights, open_checkpoint
+    from kernelbay_engine.loading import load_weights, open_checkpoint
 
     model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(llama), meta=False)
     assert not model.built_on_meta and not any(p.is_meta for p in model.parameters())
@@ -185,7 +185,7 @@ def _backing_file(address: int) -> str:
 
 def test_mmap_mode_maps_whole_tensors_and_reads_fused_ones(llama, tiny_checkpoints):
     """mmap=True: 1:1 tensors are file-backed views, fused q/k/v are read; logits equal the copying load."""
-    from kernelbay.engine.runner import ModelRunner, StepRequest
+    from kernelbay_engine.runner import ModelRunner, StepRequest
 
     copied = AutoModelForCausalLM.from_pretrained(llama, progress=False)
     mapped = AutoModelForCausalLM.from_pretrained(llama, progress=False, mmap=True)

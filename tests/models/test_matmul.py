@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelbay.models.layers import matmul
+from kernelbay_engine.layers import matmul
 
 
 def test_both_forms_match_f_linear_and_the_choice_is_cached(monkeypatch):

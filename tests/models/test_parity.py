@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernelbay.attention import BackendNotCapable
-from kernelbay.engine.runner import ModelRunner
-from kernelbay.models import AutoModelForCausalLM
+from kernelbay_engine.runner import ModelRunner
+from kernelbay_engine import AutoModelForCausalLM
 
 from ._parity import compare_generation
 from ._tiny import TINY

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelbay.engine.runner import ModelRunner
-from kernelbay.models import AutoModelForCausalLM
-from kernelbay.models.layers import prepack
-from kernelbay.models.layers.linear import Linear
-from kernelbay.models.quant import UnquantizedLinearMethod
+from kernelbay_engine.runner import ModelRunner
+from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.layers import prepack
+from kernelbay_engine.layers.linear import Linear
+from kernelbay_engine.models.quant import UnquantizedLinearMethod
 
 from ._parity import compare_generation
 
@@ -62,8 +62,8 @@ def test_packing_releases_the_dense_weight_but_can_still_give_it():
 
 def test_ineligible_layers_are_left_dense_with_a_reason():
     """Tied, per-expert, non-float32 and FP8 layers stay as they were, each with the reason recorded."""
-    from kernelbay.models.layers.linear import ExpertLinear
-    from kernelbay.models.quant import Fp8BlockLinearMethod
+    from kernelbay_engine.layers.linear import ExpertLinear
+    from kernelbay_engine.models.quant import Fp8BlockLinearMethod
 
     embed = torch.nn.Embedding(50, 16)
     tied = _layer(50, 16)

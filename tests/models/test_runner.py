@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbay.attention import BackendNotCapable, KVCacheExhausted
-from kernelbay.engine.runner import ModelRunner, StepRequest
-from kernelbay.models import AutoModelForCausalLM
+from kernelbay.attention import BackendNotCapable
+from kernelbay_engine.kv_cache import KVCacheExhausted
+from kernelbay_engine.runner import ModelRunner, StepRequest
+from kernelbay_engine import AutoModelForCausalLM
 
 PROMPT_A = [3, 14, 15, 92, 65, 35, 89, 79, 32]
 PROMPT_B = [27, 18, 28, 18, 28]

@@ -2,9 +2,8 @@
 
 - protocol: `AttentionBackend`, `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
   `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
-- layers: `Attention` (the nn.Module models use), `create_attention`, `collect_attention_layers`,
-  `attention_layers`;
-- KV cache: `KVCacheSpec`, `KVCacheManager`, `KVCacheExhausted`;
+- construction: `create_attention` (a backend instance for one layer, geometry validated);
+- KV cache: `KVCacheSpec` (what a backend stores per block; the engine allocates and pages it);
 - selection: `AttentionRequirements`, `select_attention_backend`, `SelectionResult`, `CandidateReport`,
   `select_for_layer_groups`, `select_for_model`, `LayerGroupSelection`, `BackendNotCapable`,
   `NoCapableBackend`, `clear_selection_cache`;
@@ -17,9 +16,7 @@ from ._backend import AttentionBackend
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
 from ._groups import LayerGroupSelection, clear_group_cache, select_for_layer_groups, select_for_model
-from ._kv_manager import KVCacheExhausted, KVCacheManager
 from ._kv_spec import KVCacheSpec
-from ._layer import Attention, attention_layers, collect_attention_layers
 from ._factory import create_attention
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
@@ -38,10 +35,10 @@ def clear_selection_cache() -> None:
 
 
 __all__ = [
-    "BACKEND_ENV", "Attention", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",
+    "BACKEND_ENV", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",
     "AttentionMetadata", "AttentionOptions", "AttentionRequirements", "AttentionType", "BackendNotCapable",
-    "CandidateReport", "KVCacheExhausted", "KVCacheManager", "KVCacheSpec", "KVLayout", "LayerGroupSelection",
-    "MLASpec", "NoCapableBackend", "NoOptions", "SelectionResult", "StepRequest", "attention_layers",
-    "build_metadata", "clear_selection_cache", "collect_attention_layers", "create_attention",
+    "CandidateReport", "KVCacheSpec", "KVLayout", "LayerGroupSelection",
+    "MLASpec", "NoCapableBackend", "NoOptions", "SelectionResult", "StepRequest",
+    "build_metadata", "clear_selection_cache", "create_attention",
     "select_attention_backend", "select_for_layer_groups", "select_for_model", "validate_options",
 ]

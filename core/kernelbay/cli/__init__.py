@@ -1,4 +1,9 @@
-"""`kernelbay` command line: plugins, doctor, explain, run."""
+"""`kernelbay` command line: the core's plugins, doctor, explain and check-backend, plus every subcommand
+an installed plugin adds through the `kernelbay.commands` entry-point group (`run` from kernelbay-engine).
+
+A plugin command is `name = "module:function"`; `function(subparsers)` adds its subparser with
+`set_defaults(handler=...)` (vLLM's `CLISubcommand` idea without a class). `kernelbay --help` lists
+installed commands from metadata alone; a command's module is imported only when that command runs."""
 
 from __future__ import annotations
 
@@ -6,27 +11,43 @@ import argparse
 import importlib
 import sys
 
-# subcommand -> module defining `add_arguments(parser)` and `run(args) -> int`; imported only when used.
+# the core's subcommands -> module defining `add_arguments(parser)` and `run(args) -> int`; imported when used.
 COMMANDS = {
     "plugins": ("kernelbay.cli._plugins", "installed plugins, slots with provenance, broken plugins, the log"),
     "doctor": ("kernelbay.cli._doctor", "check that every plugin registers what it advertises"),
     "explain": ("kernelbay.cli._explain", "config -> architecture -> provider -> per-layer backend, with reasons"),
-    "run": ("kernelbay.cli._run", "generate text with a model folder (default: the embedded demo)"),
+    "check-backend": ("kernelbay.cli._check_backend", "run the conformance kit against one attention backend"),
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def plugin_commands() -> dict:
+    """Installed plugin subcommands by name (entry-point records; nothing imported)."""
+    from kernelbay.registry import default_registry
+
+    found = {}
+    for entry in default_registry().discovery().in_group("kernelbay.commands"):
+        if entry.name in COMMANDS:
+            print(f"kernelbay: {entry.distribution} {entry.version} declares the command {entry.name!r}, "
+                  f"which is the core's own; the plugin's is ignored", file=sys.stderr)
+            continue
+        found[entry.name] = entry
+    return found
+
+
+def _parser(plugins: dict) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelbay", description="kernelbay: plugin platform for LLM inference")
     parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--trace", action="store_true", help="log discovery, imports, registrations, decisions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
+    for name, entry in sorted(plugins.items()):
+        sub.add_parser(name, help=f"(from {entry.distribution} {entry.version})", add_help=False)
     return parser
 
 
 def _version() -> str:
-    from .._version import __version__
+    from kernelbay._version import __version__
 
     return f"kernelbay {__version__}"
 
@@ -38,34 +59,50 @@ def add_custom_dirs_argument(parser: argparse.ArgumentParser) -> None:
 
 def load_custom_dirs(args) -> None:
     if getattr(args, "custom_module_dirs", None):
-        from ..registry import load_custom_module_dirs
+        from kernelbay.registry import load_custom_module_dirs
 
         load_custom_module_dirs(args.custom_module_dirs)
 
 
+def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
+    """Add `name`'s arguments to `parser`; return its `run(args) -> int`."""
+    if name in COMMANDS:
+        module = importlib.import_module(COMMANDS[name][0])
+        module.add_arguments(parser)
+        return module.run
+    entry = plugins[name]
+    from kernelbay.registry._imports import load_attribute
+    from kernelbay.registry._records import Provider
+
+    provider = Provider(entry.module, entry.distribution, entry.version, entry.origin)
+    add_command = load_attribute(entry.value, provider)  # a broken plugin fails only its own command
+    return add_command(parser)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    top, rest = _parser().parse_known_args(argv)
+    plugins = plugin_commands()
+    top, rest = _parser(plugins).parse_known_args(argv)
     if top.trace:
-        from .._trace import enable_trace
+        from kernelbay._trace import enable_trace
 
         enable_trace()
     if top.command is None:
-        _parser().print_help()
+        _parser(plugins).print_help()
         return 2
-    module = importlib.import_module(COMMANDS[top.command][0])
-    parser = argparse.ArgumentParser(prog=f"kernelbay {top.command}", description=COMMANDS[top.command][1])
+    description = COMMANDS[top.command][1] if top.command in COMMANDS else None
+    parser = argparse.ArgumentParser(prog=f"kernelbay {top.command}", description=description)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
-    if args.trace and not top.trace:
-        from .._trace import enable_trace
-
-        enable_trace()
-    from ..errors import KernelbayError
+    from kernelbay.errors import KernelbayError
 
     try:
-        return module.run(args)
+        handler = _command(top.command, plugins, parser)
+        args = parser.parse_args(rest)
+        if args.trace and not top.trace:
+            from kernelbay._trace import enable_trace
+
+            enable_trace()
+        return handler(args)
     except KernelbayError as err:
         print(f"kernelbay {top.command}: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from . import add_custom_dirs_argument, load_custom_dirs
+from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 
 MODEL_KINDS = ("model", "vision_encoder", "draft_model")
 
@@ -53,7 +53,7 @@ def _check_class_targets(reg, found) -> list[str]:
 
 
 def _check_hook_plugins() -> list[str]:
-    from ..hooks import broken_hook_plugins
+    from kernelbay.hooks import broken_hook_plugins
 
     return [f"{b.distribution}: hook plugin {b.name!r} is broken: {b.cause}" for b in broken_hook_plugins()]
 
@@ -65,7 +65,7 @@ def _check_versions(found) -> list[str]:
 
 
 def findings() -> list[str]:
-    from ..registry import default_registry
+    from kernelbay.registry import default_registry
 
     reg = default_registry()
     found = reg.discovery()

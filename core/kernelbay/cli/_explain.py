@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from . import add_custom_dirs_argument, load_custom_dirs
+from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 
 
 def add_arguments(parser) -> None:
@@ -31,9 +31,9 @@ def memory_argument(value: str | None) -> str | None:
 
 
 def run(args) -> int:
-    from ..engine.explain import explain_model, render_text
-    from ..engine.memory import parse_memory
-    from ..engine.errors import InputError
+    from kernelbay.explain import explain_model, render_text
+    from kernelbay.memory import parse_memory
+    from kernelbay.errors import InputError
 
     load_custom_dirs(args)
     memory = memory_argument(args.memory)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from . import add_custom_dirs_argument, load_custom_dirs
+from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 
 
 def add_arguments(parser) -> None:
@@ -17,8 +17,8 @@ def add_arguments(parser) -> None:
 
 
 def report(include_log: bool) -> dict:
-    from .._version import __version__
-    from ..registry import default_registry
+    from kernelbay._version import __version__
+    from kernelbay.registry import default_registry
 
     reg = default_registry()
     found = reg.discovery()

@@ -12,11 +12,11 @@ from ._dtypes import KV_CACHE_DTYPE_BYTES
 from ._layers import (BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING)
 from ._loading import config_class_for, read_config_json
 from ._model_config import MODEL_KINDS, ModelConfig
-from ._naming import draft_architecture
+from ._naming import draft_architecture, resolution_target
 from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
 
 __all__ = [
     "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "KV_CACHE_DTYPE_BYTES", "LAYER_KINDS", "MODEL_KINDS",
     "NO_ATTENTION", "ROPE_TYPES", "SLIDING", "BlockSparseGeometry", "MLAGeometry", "ModelConfig", "QuantConfig",
-    "RopeConfig", "config_class_for", "draft_architecture", "read_config_json",
+    "RopeConfig", "config_class_for", "draft_architecture", "read_config_json", "resolution_target",
 ]

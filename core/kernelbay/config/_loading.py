@@ -84,8 +84,9 @@ def _from_class(cls, folder: Path):
 def config_class_for(model_type: str, remote: str | None = None):
     """A `model_type` transformers does not know, through the `kernelbay.configs` slot.
 
-    kernelbay's own classes (config/families/) come through the same door, as entry points of the
-    core distribution: built-in, so any plugin providing the same model_type wins.
+    First-party families ship theirs through the same door (kernelbay-llama's Nemotron-NAS, Phi-3-small
+    and Falcon-RW classes, kernelbay-deepseek's Kimi K2): built-in, so any plugin providing the same
+    model_type wins.
     """
     from ..registry import names, resolve
 

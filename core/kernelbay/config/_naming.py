@@ -70,3 +70,12 @@ def draft_architecture(architecture: str) -> str:
 def is_vision_encoder(architecture: str, model_type: str) -> bool:
     """A standalone vision tower (SigLIP, CLIP vision): encoder-only by construction."""
     return architecture.endswith(VISION_ENCODER_SUFFIXES) or model_type.endswith("_vision_model")
+
+
+def resolution_target(config) -> tuple[str, str]:
+    """(slot kind, slot name) a resolved `ModelConfig` builds from (DESIGN "Model resolution", steps 1-3).
+
+    `ModelConfig` has already applied the naming rules: `architecture` is `architectures[0]`, or
+    `EAGLE3<TargetArch>` for a draft, and `model_kind` is "model", "draft_model" or "vision_encoder".
+    """
+    return config.model_kind, config.architecture

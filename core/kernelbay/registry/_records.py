@@ -22,10 +22,11 @@ GROUPS = (
     "kernelbay.platforms",
     "kernelbay.configs",
     "kernelbay.hooks",
+    "kernelbay.commands",
 )
 # Distributions whose registrations are built-in: they only ever fill empty slots.
 FIRST_PARTY_DISTRIBUTIONS = frozenset(
-    {"kernelbay", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
+    {"kernelbay", "kernelbay-engine", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
 )
 
 

@@ -32,6 +32,10 @@ FIRST_PARTY_PROVIDES = {
         **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
         **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
     },
+    "config": {
+        **dict.fromkeys(("nemotron-nas", "phi3small", "RefinedWebModel"), "kernelbay-llama"),
+        "kimi_k2": "kernelbay-deepseek",
+    },
 }
 
 

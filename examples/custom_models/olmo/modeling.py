@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernelbay import register_model
-from kernelbay.attention import Attention, AttentionMetadata
-from kernelbay.models.base import CausalLM, VocabEmbedding, rope_params
-from kernelbay.models.layers import GatedMLP, Linear, MergedLinear, RotaryEmbedding
+from kernelbay_engine.attention import Attention
+from kernelbay.attention import AttentionMetadata
+from kernelbay_engine.models.base import CausalLM, VocabEmbedding, rope_params
+from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RotaryEmbedding
 
 
 class OlmoLayerNorm(nn.Module):

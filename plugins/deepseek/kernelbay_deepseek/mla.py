@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernelbay.attention import Attention, AttentionMetadata
-from kernelbay.models.base import rope_params
-from kernelbay.models.layers import Linear, RMSNorm, RotaryEmbedding
+from kernelbay_engine.attention import Attention
+from kernelbay.attention import AttentionMetadata
+from kernelbay_engine.models.base import rope_params
+from kernelbay_engine.layers import Linear, RMSNorm, RotaryEmbedding
 
 
 def mla_rotary(config, interleaved: bool) -> RotaryEmbedding:

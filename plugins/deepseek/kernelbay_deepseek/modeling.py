@@ -10,9 +10,9 @@ from torch import nn
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
 from kernelbay.errors import ConfigError
-from kernelbay.models.base import CausalLM, VocabEmbedding
-from kernelbay.models.layers import GatedMLP, RMSNorm
-from kernelbay.models.loading import NameRules
+from kernelbay_engine.models.base import CausalLM, VocabEmbedding
+from kernelbay_engine.layers import GatedMLP, RMSNorm
+from kernelbay_engine.loading import NameRules
 
 from .mla import MLAAttention, mla_rotary
 from .moe import MoE

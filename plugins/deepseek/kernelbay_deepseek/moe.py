@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernelbay.errors import ConfigError
-from kernelbay.models.layers import ExpertLinear, GatedMLP, activation
+from kernelbay_engine.layers import ExpertLinear, GatedMLP, activation
 
 ROUTINGS = {("softmax", "greedy"), ("softmax", "group_limited_greedy"), ("sigmoid", "noaux_tc")}
 

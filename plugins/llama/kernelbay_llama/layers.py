@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from kernelbay.attention import Attention, AttentionMetadata
-from kernelbay.models.base import VocabEmbedding, rope_params
-from kernelbay.models.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
+from kernelbay_engine.attention import Attention
+from kernelbay.attention import AttentionMetadata
+from kernelbay_engine.models.base import VocabEmbedding, rope_params
+from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
 
 
 @dataclass(frozen=True, slots=True)

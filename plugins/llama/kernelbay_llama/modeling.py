@@ -6,8 +6,8 @@ import torch
 
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
-from kernelbay.models.base import CausalLM
-from kernelbay.models.loading import NameRules
+from kernelbay_engine.models.base import CausalLM
+from kernelbay_engine.loading import NameRules
 
 from .layers import Features, LlamaModel
 

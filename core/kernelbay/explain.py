@@ -1,0 +1,213 @@
+"""`explain_model`: config -> architecture -> provider -> per-group backend (with reasons) -> KV budget.
+
+Works on a folder holding only config.json: nothing is loaded but the config and the provider module.
+The result is a plain dict following docs/explain-schema.md (`SCHEMA_VERSION`); `render_text` prints it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelbay.errors import UnknownNameError
+from kernelbay.errors import UnsupportedArchitecture
+from kernelbay.inputs import backend_errors, check_model_folder
+from kernelbay.memory import parse_memory, tokens_that_fit
+
+SCHEMA_VERSION = 1
+CONFIG_FIELDS = ("model_type", "architecture", "architectures", "model_kind", "dtype", "num_hidden_layers",
+                 "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+                 "max_position_embeddings", "sliding_window", "attention_chunk_size")
+
+
+def explain_model(path: str | Path, *, backend: str | None = None, kv_cache_dtype: str = "auto",
+                  memory: int | float | str | None = None, trust_remote_code: bool = False) -> dict:
+    """The explain document for the model folder at `path` (see docs/explain-schema.md)."""
+    from kernelbay.config import ModelConfig
+
+    folder = check_model_folder(path)
+    config = ModelConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    kind, name = _resolve(config)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model_path": str(folder),
+        "config": _config_section(config),
+        "resolution": {"kind": kind, "name": name},
+        "provider": _provider_section(kind, name),
+        "attention": _attention_section(config, backend, kv_cache_dtype),
+        "kv_cache": _kv_section(config, kv_cache_dtype, memory),
+    }
+
+
+def _resolve(config) -> tuple[str, str]:
+    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error)."""
+    from kernelbay.config import resolution_target
+    from kernelbay.registry import resolve
+
+    kind, name = resolution_target(config)
+    try:
+        resolve(kind, name)
+    except UnknownNameError as err:
+        raise UnsupportedArchitecture(str(err)) from err
+    return kind, name
+
+
+def _config_section(config) -> dict:
+    section = {field: getattr(config, field) for field in CONFIG_FIELDS}
+    section["architectures"] = list(config.architectures)
+    section["mla"] = config.mla.to_dict() if config.mla else None
+    section["quantization"] = config.quantization.to_dict() if config.quantization else None
+    section["notes"] = list(config.notes)
+    return section
+
+
+def _provider_section(kind: str, name: str) -> dict:
+    from kernelbay.registry import slot_info
+
+    info = slot_info(kind, name) or {}
+    winner = (info.get("winner") or {}).get("provider") or {}
+    displaced = [r["provider"] for r in info.get("displaced", [])]
+    return {"module": winner.get("module"), "distribution": winner.get("distribution"),
+            "version": winner.get("version"), "origin": winner.get("origin"), "path": winner.get("path"),
+            "displaced": displaced}
+
+
+# -- attention -----------------------------------------------------------------------------------
+def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict:
+    from kernelbay.attention import NoCapableBackend, select_for_model
+    from kernelbay.platforms import current_platform
+
+    section = {"platform": current_platform().name, "requested_backend": backend, "kv_cache_dtype": kv_cache_dtype}
+    with backend_errors():
+        try:
+            selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
+        except NoCapableBackend as err:
+            return {**section, "shared_backend": None, "runnable": False, "error": str(err),
+                    "layer_groups": _groups_without_selection(config, kv_cache_dtype)}
+    layers = dict(config.layer_groups())
+    groups = [_group(kind, layers[kind], result.to_dict()) for kind, result in selection.groups]
+    return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
+
+
+def _group(kind: str, layers, result: dict | None, candidates: list | None = None) -> dict:
+    return {"kind": kind, "layers": list(layers), "backend": result["backend"] if result else None,
+            "requirements": result["requirements"] if result else None,
+            "candidates": result["candidates"] if result else candidates}
+
+
+def _groups_without_selection(config, kv_cache_dtype: str) -> list[dict]:
+    """Per group on its own: its selection if one backend can run it, else every backend's failures."""
+    from kernelbay.attention import AttentionRequirements, NoCapableBackend, select_attention_backend
+
+    groups = []
+    for kind, layers in config.layer_groups():
+        if kind == "no_attention":
+            continue
+        req = AttentionRequirements.from_model_config(config, kind, kv_cache_dtype=kv_cache_dtype)
+        try:
+            groups.append(_group(kind, layers, select_attention_backend(req).to_dict()))
+        except NoCapableBackend:
+            groups.append(_group(kind, layers, None, _every_candidate(req)))
+    return groups
+
+
+def _every_candidate(req) -> list[dict]:
+    from kernelbay.attention import BackendNotCapable, select_attention_backend
+    from kernelbay.registry import names
+
+    out = []
+    for name in names("attention_backend"):
+        try:
+            select_attention_backend(req, requested=name)
+            failures = []
+        except BackendNotCapable as err:
+            failures = list(err.violations)
+        except UnknownNameError as err:
+            failures = [f"not available: {err}"]
+        out.append({"name": name, "source": "installed", "chosen": False, "capable": not failures,
+                    "reason": "not capable" if failures else "capable", "failures": failures})
+    return out
+
+
+# -- KV cache --------------------------------------------------------------------------------------
+def _kv_section(config, kv_cache_dtype: str, memory) -> dict:
+    per_token = config.kv_bytes_per_token(kv_cache_dtype)
+    dtype = config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
+    budget = parse_memory(memory) if memory is not None else None
+    return {"dtype": dtype, "bytes_per_token": per_token, "context_tokens": config.max_position_embeddings,
+            "context_bytes": per_token * config.max_position_embeddings, "memory_bytes": budget,
+            "tokens_that_fit": tokens_that_fit(budget, per_token) if budget is not None else None}
+
+
+# -- text ------------------------------------------------------------------------------------------
+def render_text(doc: dict) -> str:
+    """The document for a terminal: one section per step of the resolution."""
+    lines = [f"model        {doc['model_path']}", _config_line(doc["config"]),
+             f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
+             _provider_line(doc["provider"]), *_attention_lines(doc["attention"]), *_kv_lines(doc["kv_cache"])]
+    return "\n".join(lines)
+
+
+def _config_line(c: dict) -> str:
+    extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
+    extra += ", MLA" if c["mla"] else ""
+    extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
+    return (f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
+            f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
+            f"{c['head_dim']}, {c['dtype']}, context {c['max_position_embeddings']}{extra}")
+
+
+def _provider_line(p: dict) -> str:
+    where = f"{p['distribution']} {p['version']}" if p["distribution"] else (p["path"] or "no distribution")
+    line = f"provider     {p['module']} ({where}, {p['origin']})"
+    for d in p["displaced"]:
+        line += f"\n             displaces {d['module']} ({d['distribution'] or d['path']}, {d['origin']})"
+    return line
+
+
+def _attention_lines(a: dict) -> list[str]:
+    head = f"attention    on {a['platform']}, kv cache {a['kv_cache_dtype']}"
+    head += f", requested {a['requested_backend']}" if a["requested_backend"] else ""
+    lines = [head]
+    for g in a["layer_groups"]:
+        lines.append(f"  {g['kind']:<20} layers {compact_layers(g['layers'])} -> {g['backend'] or 'NO BACKEND'}")
+        for c in g["candidates"]:
+            lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<10} {c['reason']}")
+            lines += [f"        - {f}" for f in c["failures"]]
+    if a["error"]:
+        lines.append(f"  cannot run: {a['error']}")
+    return lines
+
+
+def _kv_lines(k: dict) -> list[str]:
+    lines = [f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); the full {k['context_tokens']:,}-token "
+             f"context takes {_human_bytes(k['context_bytes'])}"]
+    if k["memory_bytes"] is not None:
+        lines.append(f"             {_human_bytes(k['memory_bytes'])} holds {k['tokens_that_fit']:,} tokens")
+    return lines
+
+
+def compact_layers(layers: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8 (6)"; long lists are cut in the middle."""
+    runs, start = [], None
+    for i, layer in enumerate(layers):
+        start = layer if start is None else start
+        if i + 1 == len(layers) or layers[i + 1] != layer + 1:
+            runs.append(f"{start}-{layer}" if layer != start else f"{layer}")
+            start = None
+    text = ", ".join(runs if len(runs) <= 6 else runs[:3] + ["..."] + runs[-2:])
+    return f"{text} ({len(layers)})"
+
+
+def _human_bytes(n: int) -> str:
+    """1536 -> "1.5 KiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f} {unit}"
+
+
+__all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "render_text"]

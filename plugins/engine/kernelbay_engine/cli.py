@@ -1,0 +1,93 @@
+"""`kernelbay run [MODEL] --prompt TEXT`: stream a completion to stdout (default model: the embedded demo).
+
+Contributed to the `kernelbay` CLI host through the `kernelbay.commands` entry point `run`."""
+
+from __future__ import annotations
+
+import sys
+
+from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
+
+
+def add_run_command(parser):
+    """The `kernelbay.commands` hook: add `run`'s arguments to its parser, return its handler."""
+    parser.description = "generate text with a model folder (default: the embedded demo)"
+    add_arguments(parser)
+    return run
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", nargs="?", metavar="MODEL",
+                        help="model folder (config.json, safetensors weights, tokenizer); default: the demo")
+    parser.add_argument("--prompt", required=True, help="text to complete")
+    parser.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens to generate (default 64)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 (default) keeps every token")
+    parser.add_argument("--seed", type=int, help="make sampling reproducible")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
+    parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
+    parser.add_argument("--backend-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                        help="a typed option of one attention backend, e.g. FLEX.compile=false (repeatable)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
+    parser.add_argument("--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized "
+                        "for the request)")
+    parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="allow the folder's own config/tokenizer code to run (off by default)")
+    add_custom_dirs_argument(parser)
+
+
+def sampling_params(args):
+    from kernelbay_engine.sampling import SamplingParams
+
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                          top_k=args.top_k, seed=args.seed, stop=tuple(args.stop))
+
+
+def build_llm(args, folder):
+    from kernelbay_engine.llm import LLM
+
+    return LLM(folder, attention_backend=args.backend, dtype=args.dtype, max_num_seqs=1,
+               kv_cache_memory=args.kv_cache_memory, trust_remote_code=args.trust_remote_code,
+               attention_backend_options=backend_options(args.backend_option))
+
+
+def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """`["FLEX.compile=false"]` -> `{"FLEX": {"compile": "false"}}`; each backend types its own values."""
+    from kernelbay.errors import InputError
+
+    options: dict[str, dict[str, str]] = {}
+    for item in items:
+        name_key, sep, value = item.partition("=")
+        backend, dot, key = name_key.partition(".")
+        if not (sep and dot and backend and key):
+            raise InputError(f"--backend-option {item!r} is not of the form NAME.KEY=VALUE (e.g. FLEX.compile=false)")
+        options.setdefault(backend, {})[key] = value
+    return options
+
+
+def prompt_ids(llm, args) -> list[int]:
+    tokenizer = llm.tokenizer
+    if tokenizer is not None and tokenizer.has_chat_template and not args.raw:
+        return tokenizer.encode_chat([{"role": "user", "content": args.prompt}])
+    return llm.encode(args.prompt)
+
+
+def run(args) -> int:
+    from kernelbay.inputs import check_model_folder
+    from kernelbay_engine.inputs import demo_model_folder
+
+    params = sampling_params(args)  # bad flags and folders fail before torch is even imported
+    folder = check_model_folder(args.model if args.model else demo_model_folder())
+    load_custom_dirs(args)
+    llm = build_llm(args, folder)
+    ids = prompt_ids(llm, args)
+    try:
+        for delta in llm.stream([ids], params):
+            sys.stdout.write(delta.text)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 130
+    sys.stdout.write("\n")
+    return 0

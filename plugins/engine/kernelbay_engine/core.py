@@ -1,0 +1,87 @@
+"""The step loop: schedule, run the model on the packed batch, sample, retire finished requests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kernelbay_engine.request import FinishReason, Request
+from kernelbay_engine.runner import StepRequest
+from kernelbay_engine.sampling import Sampler
+from kernelbay_engine.scheduler import Scheduler, StepPlan
+
+
+class EngineCore:
+    """Drives a `ModelRunner` (anything with `step(list[StepRequest]) -> logits` and `free(request_id)`)."""
+
+    def __init__(self, runner, scheduler: Scheduler, eos_token_ids: Iterable[int], max_model_len: int):
+        self.runner = runner
+        self.scheduler = scheduler
+        self.sampler = Sampler()
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_model_len = max_model_len
+
+    def add(self, request: Request) -> None:
+        self.scheduler.add(request)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def step(self) -> list[Request]:
+        """One model step; returns the requests that got a new token (finished ones already retired;
+        a request whose prompt is still being prefilled in chunks gets none)."""
+        plan = self.scheduler.schedule()
+        for request in plan.preempted:
+            self.runner.free(request.request_id)
+        if not plan.chunks:
+            raise AssertionError(f"scheduler produced an empty step with work left: {self.scheduler.waiting}")
+        tokens = iter(self._run(plan))
+        sampled = []
+        for chunk in plan.chunks:
+            if chunk.samples:
+                self._advance(chunk.request, chunk.end_pos, next(tokens))
+                sampled.append(chunk.request)
+            else:  # a prefill chunk: the rest of the prompt follows in later steps
+                chunk.request.num_cached = chunk.end_pos
+        return sampled
+
+    def finish(self, request: Request, reason: FinishReason) -> None:
+        """Retire a running request now (stop string, or a finish decided in `_advance`)."""
+        if request.is_finished:
+            return
+        request.finish(reason)
+        self.scheduler.finish(request)
+        self.runner.free(request.request_id)
+
+    def abort_all(self) -> None:
+        """Drop every request (a generate() call interrupted); cached blocks are freed."""
+        for request in list(self.scheduler.running):
+            self.finish(request, FinishReason.STOP)
+        self.scheduler.waiting.clear()
+
+    def _run(self, plan: StepPlan) -> list[int]:
+        """Run the step; sample one token for each chunk that completes its request's tokens."""
+        steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos) for c in plan.chunks]
+        logits = self.runner.step(steps)
+        rows = [i for i, c in enumerate(plan.chunks) if c.samples]
+        if not rows:
+            return []
+        requests = [plan.chunks[i].request for i in rows]
+        if len(rows) < len(plan.chunks):
+            logits = logits[rows]
+        return self.sampler(logits, [r.params for r in requests], [r.generator for r in requests])
+
+    def _advance(self, request: Request, num_cached: int, token: int) -> None:
+        request.num_cached = num_cached
+        request.output_token_ids.append(token)
+        reason = self._finish_reason(request, token)
+        if reason is not None:
+            self.finish(request, reason)
+
+    def _finish_reason(self, request: Request, token: int) -> FinishReason | None:
+        if token in self.eos_token_ids and not request.params.ignore_eos:
+            return FinishReason.STOP
+        if len(request.output_token_ids) >= request.params.max_tokens or request.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH
+        return None
+

@@ -1,0 +1,184 @@
+"""Paged KV-cache block allocator: a free list, per-request block tables and slot mapping."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Hashable, Sequence
+
+from kernelbay.errors import KernelbayError
+from kernelbay.attention._metadata import StepRequest
+from kernelbay.attention._types import KVLayout
+
+
+class KVCacheExhausted(KernelbayError, MemoryError):
+    """Not enough free blocks for an allocation; nothing was allocated."""
+
+
+class _Request:
+    __slots__ = ("blocks", "num_tokens")
+
+    def __init__(self):
+        self.blocks: list[int] = []
+        self.num_tokens = 0
+
+
+_FREE, _USED = 0, 1
+_FREE_RUNS = re.compile(rb"\x00+")
+
+
+class KVCacheManager:
+    """Hands out cache blocks to requests; a block belongs to at most one request at a time.
+
+    Slots are logical (`block * block_size + offset`), the same for both layouts; the layout only
+    decides the cache tensor's shape (see `KVCacheSpec.cache_shape`).
+
+    Placement keeps each request's blocks consecutive when it can (backends then read an NHD cache
+    without copying): a new request goes to the middle of the largest free run, leaving room on both
+    sides; a growing request takes the block right after its last one when that is free. Any free
+    block is used when no run fits, so placement never costs capacity.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = 16, layout: KVLayout | str = KVLayout.NHD):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.layout = KVLayout.parse(layout)
+        self._free_map = bytearray(num_blocks)  # _FREE / _USED per block
+        self._num_free = num_blocks
+        self._owner: list[Hashable | None] = [None] * num_blocks
+        self._requests: dict[Hashable, _Request] = {}
+
+    # -- queries -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return self._num_free
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self._num_free
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return math.ceil(num_tokens / self.block_size)
+
+    def __contains__(self, request_id: Hashable) -> bool:
+        return request_id in self._requests
+
+    def request_ids(self) -> list[Hashable]:
+        return list(self._requests)
+
+    def num_tokens(self, request_id: Hashable) -> int:
+        return self._get(request_id).num_tokens
+
+    def block_table(self, request_id: Hashable) -> tuple[int, ...]:
+        """Physical block ids of the request, in token order."""
+        return tuple(self._get(request_id).blocks)
+
+    def slot_mapping(self, request_id: Hashable, num_new_tokens: int) -> list[int]:
+        """Flat slots of the request's last `num_new_tokens` tokens (the ones this step writes)."""
+        req = self._get(request_id)
+        if not 0 <= num_new_tokens <= req.num_tokens:
+            raise ValueError(f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}")
+        start = req.num_tokens - num_new_tokens
+        return [req.blocks[p // self.block_size] * self.block_size + p % self.block_size
+                for p in range(start, req.num_tokens)]
+
+    def step_request(self, request_id: Hashable, num_new_tokens: int) -> StepRequest:
+        """The metadata row for a request whose last `num_new_tokens` tokens are this step's queries."""
+        req = self._get(request_id)
+        return StepRequest(num_new_tokens, req.num_tokens - num_new_tokens, tuple(req.blocks))
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        return self.blocks_needed(num_tokens) <= self._num_free
+
+    def can_append(self, request_id: Hashable, num_tokens: int = 1) -> bool:
+        return self._extra_blocks(self._get(request_id), num_tokens) <= self._num_free
+
+    # -- changes -------------------------------------------------------------------------------
+    def allocate(self, request_id: Hashable, num_tokens: int) -> tuple[int, ...]:
+        """Reserve blocks for a new request's first `num_tokens` tokens; returns its block table."""
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id!r} already holds blocks; use append() to grow it or free() it first")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        req = _Request()
+        self._take(request_id, req, self.blocks_needed(num_tokens), num_tokens)
+        self._requests[request_id] = req
+        return tuple(req.blocks)
+
+    def append(self, request_id: Hashable, num_tokens: int = 1) -> tuple[int, ...]:
+        """Grow a request by `num_tokens` tokens; returns the blocks newly added (often none)."""
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        req = self._get(request_id)
+        before = len(req.blocks)
+        self._take(request_id, req, self._extra_blocks(req, num_tokens), req.num_tokens + num_tokens)
+        return tuple(req.blocks[before:])
+
+    def free(self, request_id: Hashable) -> int:
+        """Return every block of the request to the free list; returns how many."""
+        req = self._requests.pop(request_id, None)
+        if req is None:
+            raise KeyError(f"request {request_id!r} holds no blocks (never allocated or already freed)")
+        for block in req.blocks:
+            if self._owner[block] != request_id:
+                raise AssertionError(f"block {block} of {request_id!r} is owned by {self._owner[block]!r}")
+            self._owner[block] = None
+            self._free_map[block] = _FREE
+        self._num_free += len(req.blocks)
+        return len(req.blocks)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _get(self, request_id: Hashable) -> _Request:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise KeyError(f"request {request_id!r} holds no blocks; allocate() it first") from None
+
+    def _extra_blocks(self, req: _Request, num_tokens: int) -> int:
+        return self.blocks_needed(req.num_tokens + num_tokens) - len(req.blocks)
+
+    def _take(self, request_id: Hashable, req: _Request, count: int, new_num_tokens: int) -> None:
+        """All-or-nothing: either the request gets `count` more blocks or nothing changes."""
+        if count > self._num_free:
+            raise KVCacheExhausted(
+                f"KV cache exhausted: request {request_id!r} needs {count} more block(s) for {new_num_tokens} "
+                f"tokens but only {self._num_free} of {self.num_blocks} are free; free or preempt a request "
+                f"(KVCacheManager.free) or give the cache more blocks")
+        for block in self._place(count, req.blocks[-1] if req.blocks else None):
+            if self._owner[block] is not None or self._free_map[block] != _FREE:
+                raise AssertionError(f"free block {block} is still owned by {self._owner[block]!r}")
+            self._owner[block] = request_id
+            self._free_map[block] = _USED
+            req.blocks.append(block)
+        self._num_free -= count
+        req.num_tokens = new_num_tokens
+
+    def _place(self, count: int, last: int | None) -> list[int]:
+        """`count` free blocks: continuing after `last`, else centred in the largest free run, else any."""
+        picked: list[int] = []
+        nxt = None if last is None else last + 1
+        while nxt is not None and len(picked) < count and nxt < self.num_blocks and self._free_map[nxt] == _FREE:
+            picked.append(nxt)
+            nxt += 1
+        if len(picked) == count:
+            return picked
+        free_map = bytearray(self._free_map)
+        for block in picked:
+            free_map[block] = _USED
+        runs = sorted((m.span() for m in _FREE_RUNS.finditer(free_map)), key=lambda r: r[0] - r[1])
+        need = count - len(picked)
+        if runs and runs[0][1] - runs[0][0] >= need:
+            lo, hi = runs[0]
+            start = lo + (hi - lo - need) // 2 if lo > 0 else lo  # leave the left neighbour room to grow
+            return picked + list(range(start, start + need))
+        for lo, hi in runs:
+            picked += list(range(lo, hi))[: count - len(picked)]
+        return picked
+
+    def build_step(self, batch: Sequence[tuple[Hashable, int]]) -> list[StepRequest]:
+        """Metadata rows for `[(request_id, num_new_tokens), ...]` (tokens already appended/allocated)."""
+        return [self.step_request(rid, n) for rid, n in batch]

@@ -1,0 +1,37 @@
+"""The MLP activations the shipped families use, by their HF config names."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from kernelbay_engine.layers.linear import Linear, MergedLinear
+
+_ACTIVATIONS = {
+    "silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU,
+    "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
+}
+
+
+def activation(name: str) -> nn.Module:
+    """`hidden_act` -> module; an unknown name is an error listing the supported ones."""
+    factory = _ACTIVATIONS.get(name)
+    if factory is None:
+        raise ValueError(f"hidden_act {name!r} is not supported; use one of {', '.join(sorted(_ACTIVATIONS))}")
+    return factory()
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)); gate and up fused in one `gate_up_proj` (loads gate_proj/up_proj too)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, *, bias: bool = False):
+        super().__init__()
+
+        self.gate_up_proj = MergedLinear(hidden_size, {"gate_proj": intermediate_size, "up_proj": intermediate_size},
+                                         bias=bias)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+        self.act_fn = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        return self.down_proj(self.act_fn(gate) * up)

@@ -1,0 +1,126 @@
+"""Linear layers whose weights are created late, by a quantization method chosen per layer.
+
+A `Linear` is declared with its geometry only. After the whole module tree exists,
+`kernelbay_engine.models.quant.create_weights(model, ...)` picks each layer's `LinearMethod` (plain, or
+FP8 block-scaled unless the layer is excluded) and creates every weight in one pass.
+
+`MergedLinear` fuses several checkpoint projections (q/k/v, gate/up) into one matmul; it tells the
+loader which rows of its weights each checkpoint tensor fills (`checkpoint_aliases`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from kernelbay_engine.models.quant import LinearMethod
+
+
+class Linear(nn.Module):
+    """y = x W^T (+ b). W: [*batch_shape, out_features, in_features]; batch_shape is () or (num_experts,)."""
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = False,
+                 batch_shape: tuple[int, ...] = (), quantizable: bool = True):
+        super().__init__()
+        if in_features <= 0 or out_features <= 0:
+            raise ValueError(f"Linear needs positive sizes, got in={in_features}, out={out_features}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.has_bias = bias
+        self.batch_shape = tuple(batch_shape)
+        self.quantizable = quantizable  # False: always plain weights (e.g. the LM head)
+        self.method: LinearMethod | None = None
+
+    def create_weights(self, method: "LinearMethod", dtype: torch.dtype) -> None:
+        """Called once, by `quant.create_weights`, after the per-layer method is known."""
+        if self.method is not None:
+            raise RuntimeError(f"weights of {self!r} were already created")
+        self.method = method
+        method.create_weights(self, dtype)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """W in the compute dtype (what an MLA backend absorbs, what tests compare)."""
+        return self._require_method().weight(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._require_method().apply(self, x)
+
+    def _require_method(self) -> "LinearMethod":
+        if self.method is None:
+            raise RuntimeError("Linear weights were never created: build models through "
+                               "kernelbay.models.AutoModelForCausalLM (it calls quant.create_weights)")
+        return self.method
+
+    def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
+        """Checkpoint name -> (own parameter name, index into it) for tensors stored under other names."""
+        return {}
+
+    def extra_repr(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return f"in={self.in_features}, out={self.out_features}, bias={self.has_bias}{batch}, method={self.method}"
+
+
+class MergedLinear(Linear):
+    """One matmul for several projections; `parts` maps checkpoint sibling names to their output rows.
+
+    E.g. `MergedLinear(h, {"q_proj": 4096, "k_proj": 1024, "v_proj": 1024})` named `qkv_proj` loads
+    either a fused `qkv_proj.weight` (Phi-3) or `q_proj/k_proj/v_proj.weight` into row slices (Llama).
+    """
+
+    def __init__(self, in_features: int, parts: Mapping[str, int], *, bias: bool = False,
+                 batch_shape: tuple[int, ...] = ()):
+        if not parts:
+            raise ValueError("MergedLinear needs at least one part")
+        super().__init__(in_features, sum(parts.values()), bias=bias, batch_shape=batch_shape)
+        self.parts = dict(parts)
+
+    def part_rows(self) -> dict[str, tuple[int, int]]:
+        """Part name -> (first row, row count) in the fused output."""
+        rows, start = {}, 0
+        for name, size in self.parts.items():
+            rows[name] = (start, size)
+            start += size
+        return rows
+
+    def split(self, y: torch.Tensor) -> list[torch.Tensor]:
+        return list(torch.split(y, list(self.parts.values()), dim=-1))
+
+    def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
+        parent = prefix.rpartition(".")[0]
+        return self._part_aliases(lambda part, param: _join(parent, part, param), lambda rows: (rows,))
+
+    def _part_aliases(self, name_of, index_of) -> dict[str, tuple[str, tuple]]:
+        """For every part and parameter: checkpoint name -> (parameter, index of the part's rows)."""
+        aliases = {}
+        for part, (start, size) in self.part_rows().items():
+            for param in self.method.param_names(self):
+                rows = self.method.row_slice(self, param, start, size, part)
+                aliases[name_of(part, param)] = (param, index_of(rows))
+        return aliases
+
+
+class ExpertLinear(MergedLinear):
+    """Per-expert weights stacked on a leading dim; checkpoints name them `experts.<e>.<part>.<param>`."""
+
+    def __init__(self, in_features: int, parts: Mapping[str, int], *, num_experts: int):
+        super().__init__(in_features, parts, batch_shape=(num_experts,))
+
+    def expert_weight(self, expert: int) -> torch.Tensor:
+        """W of one expert, [out_features, in_features], dequantised if stored quantized."""
+        return self._require_method().weight(self, expert)
+
+    def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
+        experts = prefix.rpartition(".")[0]
+        aliases = {}
+        for e in range(self.batch_shape[0]):
+            aliases.update(self._part_aliases(lambda part, param, e=e: _join(experts, str(e), part, param),
+                                              lambda rows, e=e: (e, rows)))
+        return aliases
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)

@@ -1,0 +1,86 @@
+"""Fill a model's parameters from a checkpoint, one tensor at a time, with a progress bar.
+
+Parameters still on the `meta` device (the model was built with `MetaInitMode`) get real storage
+just before their first tensor is read into them, so memory grows by exactly the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from kernelbay_engine.loading.checkpoint import Checkpoint
+from kernelbay_engine.loading.plan import LoadPlan, NameRules, make_plan
+
+logger = logging.getLogger("kernelbay.models")
+
+
+def _slot(model: nn.Module, param_path: str) -> tuple[nn.Module, str]:
+    module_path, _, name = param_path.rpartition(".")
+    return model.get_submodule(module_path), name
+
+
+def _materialize(model: nn.Module, param_path: str) -> torch.Tensor:
+    """The parameter's tensor, given real (uninitialised) CPU storage if it is still on meta."""
+    module, name = _slot(model, param_path)
+    param = module._parameters[name]
+    if param.is_meta:
+        param = nn.Parameter(torch.empty(param.shape, dtype=param.dtype), requires_grad=False)
+        module._parameters[name] = param
+    return param.data
+
+
+def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
+    """mmap mode: make a still-unallocated parameter a view of the file itself; False if it cannot be."""
+    module, attr = _slot(model, target.param)
+    param = module._parameters[attr]
+    if target.index or not param.is_meta:
+        return False
+    mapped = reader.mapped(name, param.dtype)
+    if mapped is None or tuple(mapped.shape) != tuple(param.shape):
+        return False
+    module._parameters[attr] = nn.Parameter(mapped, requires_grad=False)
+    return True
+
+
+def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
+    if mmap and _map_whole(model, reader, name, target):
+        return
+    dest = _materialize(model, target.param)
+    reader.read_into(name, dest[target.index] if target.index else dest)
+
+
+def load_weights(model: nn.Module, checkpoint: Checkpoint, rules: NameRules = NameRules(), *,
+                 progress: bool | None = None, mmap: bool = False) -> LoadPlan:
+    """Load every tensor the plan maps (the plan raises first if anything is missing or unexpected).
+
+    `mmap=True`: tensors that map 1:1 onto a parameter in the same dtype become copy-on-write views of
+    the file (paged in on first use, shared with the page cache); fused, sliced or cast ones are read.
+    Only for checkpoints nobody rewrites while the model lives: untouched pages follow the file.
+    """
+    plan = make_plan(model, checkpoint.names, rules)
+    names = checkpoint.in_file_order(plan.assignments)
+    total = sum(_nbytes(checkpoint, n) for n in names)
+    show = sys.stderr.isatty() if progress is None else progress
+    start = time.perf_counter()
+    with checkpoint.reader() as reader, tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights",
+                                             disable=not show) as bar:
+        for name in names:
+            _load_one(model, reader, name, plan.assignments[name], mmap)
+            bar.update(_nbytes(checkpoint, name))
+    logger.info("loaded %d tensors (%.1f MB) from %s in %.2fs", len(names), total / 1e6, checkpoint.folder,
+                time.perf_counter() - start)
+    return plan
+
+
+def _nbytes(checkpoint: Checkpoint, name: str) -> int:
+    entry = checkpoint.entries.get(name)
+    if entry is not None:
+        return entry.nbytes
+    t = checkpoint.pickled[name]
+    return t.numel() * t.element_size()

@@ -1,0 +1,106 @@
+"""Which checkpoint tensor fills which model parameter (and which rows of it), checked before any read."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from kernelbay_engine.loading.checkpoint import CheckpointError
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Parameter `param` (dotted path in the model), at `index` (() for all of it)."""
+
+    param: str
+    index: tuple = ()
+
+
+@dataclass
+class LoadPlan:
+    """checkpoint name -> Target, for every tensor that will be read."""
+
+    assignments: dict[str, Target] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # ignored by the family (e.g. DeepSeek's MTP layer)
+
+
+@dataclass(frozen=True, slots=True)
+class NameRules:
+    """A family's checkpoint naming: renames applied to checkpoint names, and names to ignore."""
+
+    renames: Sequence[tuple[str, str]] = ()  # (regex, replacement), applied in order
+    ignore: Sequence[str] = ()  # regexes (fullmatch) of checkpoint tensors that have no place in the model
+    tied: Sequence[str] = ()  # checkpoint names that duplicate a tied parameter (skipped when present)
+
+    def rename(self, name: str) -> str:
+        for pattern, repl in self.renames:
+            name = re.sub(pattern, repl, name)
+        return name
+
+    def ignored(self, name: str) -> bool:
+        return name in self.tied or any(re.fullmatch(p, name) for p in self.ignore)
+
+
+def _direct_and_aliases(model: nn.Module) -> tuple[dict[str, Target], dict[str, list[str]]]:
+    """Direct names (param paths) and, per param, the alias checkpoint names that together fill it."""
+    direct = {name: Target(name) for name, _ in model.named_parameters()}
+    aliases_of: dict[str, list[str]] = {}
+    alias_targets: dict[str, Target] = {}
+    for path, module in model.named_modules():
+        hook = getattr(module, "checkpoint_aliases", None)
+        if hook is None:
+            continue
+        for ckpt_name, (param, index) in hook(path).items():
+            full = f"{path}.{param}" if path else param
+            alias_targets[ckpt_name] = Target(full, index)
+            aliases_of.setdefault(full, []).append(ckpt_name)
+    direct.update(alias_targets)
+    return direct, aliases_of
+
+
+def make_plan(model: nn.Module, names: Iterable[str], rules: NameRules) -> LoadPlan:
+    """Map every checkpoint name; raise one error naming all unexpected and all missing tensors."""
+    targets, aliases_of = _direct_and_aliases(model)
+    plan, unexpected = LoadPlan(), []
+    for name in names:
+        mapped = rules.rename(name)
+        if rules.ignored(name) or rules.ignored(mapped):
+            plan.skipped.append(name)
+        elif mapped in targets:
+            plan.assignments[name] = targets[mapped]
+        else:
+            unexpected.append(name)
+    missing = _missing(model, plan, aliases_of)
+    if unexpected or missing:
+        raise CheckpointError(_mismatch_message(unexpected, missing))
+    return plan
+
+
+def _missing(model: nn.Module, plan: LoadPlan, aliases_of: dict[str, list[str]]) -> list[str]:
+    """Parameters neither loaded whole nor through all of their aliases (reported by checkpoint name)."""
+    whole = {t.param for t in plan.assignments.values() if t.index == ()}
+    by_alias = {n for n, t in plan.assignments.items() if t.index != ()}
+    missing = []
+    for name, _ in model.named_parameters():
+        if name in whole:
+            continue
+        expected = aliases_of.get(name, [])
+        absent = [a for a in expected if a not in by_alias]
+        if not expected:
+            missing.append(name)
+        elif absent:
+            missing.extend(absent if len(absent) < len(expected) else [f"{name} (or {', '.join(expected)})"])
+    return missing
+
+
+def _mismatch_message(unexpected: list[str], missing: list[str]) -> str:
+    lines = ["the checkpoint does not match the model:"]
+    if missing:
+        lines.append(f"  missing tensors ({len(missing)}): " + ", ".join(missing))
+    if unexpected:
+        lines.append(f"  unexpected tensors ({len(unexpected)}): " + ", ".join(unexpected))
+    lines.append("  (is config.json's architecture right for these weights, and is the folder complete?)")
+    return "\n".join(lines)

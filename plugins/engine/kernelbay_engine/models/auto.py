@@ -1,0 +1,137 @@
+"""`AutoModelForCausalLM`: config -> registered class -> meta-built module tree -> weights.
+
+Resolution (DESIGN.md, "Model resolution and construction"):
+1. the slot name is `config.architecture` (`architectures[0]`);
+2. encoder-only deployments resolve the `vision_encoder` slot instead;
+3. a draft checkpoint (`draft_vocab_size`) resolves the `draft_model` slot `EAGLE3<TargetArch>`;
+4. the slot's winner may be an alternative implementation that declines with `NoTarget(reason)`:
+   `implementation="auto"` falls back to the default (built-in) implementation with a log line,
+   `implementation="require"` re-raises;
+5. the module is built under `MetaInitMode` (normal init if an op needs real tensors), then every
+   `Linear` gets its per-layer weight format and its weights, in one pass;
+6. safetensors weights are loaded (single or sharded), with a progress bar.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kernelbay.config import resolution_target
+from kernelbay.errors import NoTarget
+
+from kernelbay_engine.models.base import default_dtype, torch_dtype
+from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+from kernelbay_engine.models.meta import build_module
+from kernelbay_engine.models.quant import WeightFormat, create_weights
+
+logger = logging.getLogger("kernelbay.models")
+IMPLEMENTATION_MODES = ("auto", "require")
+
+
+def _import_target(target: str):
+    module, _, qualname = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _default_implementation(kind: str, name: str, declined) -> object | None:
+    """The built-in implementation the winner displaced, if any (what AUTO falls back to)."""
+    from kernelbay.registry import default_registry
+
+    slot = default_registry().slot(kind, name)
+    candidates = [r for r in (slot.displaced if slot else ()) if r.provider.is_builtin]
+    for reg in candidates:
+        impl = _import_target(reg.target)
+        if impl is not declined:
+            return impl
+    return None
+
+
+def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
+    from kernelbay_engine.attention import collect_attention_layers
+
+    weight_format = WeightFormat.from_quant_config(config.quantization)  # refuse unsupported formats first
+
+    def construct():
+        with default_dtype(dtype), collect_attention_layers() as layers:
+            model = impl(config)
+        model.attention_registry = layers
+        create_weights(model, weight_format, dtype)
+        return model
+
+    model, on_meta = build_module(construct, meta=meta)
+    model.built_on_meta = on_meta
+    return model
+
+
+def _describe(impl) -> str:
+    return f"{impl.__module__}.{impl.__qualname__}"
+
+
+def construct_model(config, *, dtype: torch.dtype, implementation: str = "auto", meta: bool = True) -> nn.Module:
+    """Steps 1-5: resolve the class, honour NoTarget, build on meta with per-layer weight formats."""
+    from kernelbay import resolve
+
+    if implementation not in IMPLEMENTATION_MODES:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATION_MODES}, got {implementation!r}")
+    kind, name = resolution_target(config)
+    impl = resolve(kind, name)
+    try:
+        return _build(impl, config, dtype, meta)
+    except NoTarget as declined:
+        if implementation == "require":
+            raise
+        fallback = _default_implementation(kind, name, impl)
+        if fallback is None:
+            raise NoTarget(f"{_describe(impl)} declined {name} ({declined.reason}) and no built-in "
+                           f"implementation of {name} is installed to fall back to") from declined
+        logger.warning("%s declined %s: %s; falling back to the default implementation %s",
+                       _describe(impl), name, declined.reason, _describe(fallback))
+        return _build(fallback, config, dtype, meta)
+
+
+def _tie(model: nn.Module) -> None:
+    """Share tied parameters (again after loading replaced them); vision encoders and drafts may not tie."""
+    tie = getattr(model, "tie_weights", None)
+    if tie is not None:
+        tie()
+
+
+class AutoModelForCausalLM:
+    """Entry point: `AutoModelForCausalLM.from_pretrained(path)` -> an eval-mode `CausalLM`."""
+
+    @classmethod
+    def from_config(cls, config, *, dtype: str | torch.dtype | None = None, implementation: str = "auto",
+                    meta: bool = True) -> nn.Module:
+        """The module tree with weights created but not loaded (on `meta` when `meta` and possible)."""
+        model = construct_model(config, dtype=torch_dtype(dtype or config.dtype), implementation=implementation,
+                                meta=meta)
+        _tie(model)
+        return model
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None,
+                        attention_backend: str | None = None, trust_remote_code: bool = False,
+                        allow_pickle: bool = False, implementation: str = "auto", encoder_only: bool = False,
+                        mmap: bool = False, progress: bool | None = None) -> nn.Module:
+        """Load a checkpoint folder. `attention_backend` is recorded for the runner's backend selection;
+        `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the
+        vision encoder of a multimodal checkpoint (the `vision_encoder` slot); `mmap=True` maps tensors
+        that need no fusing or cast straight from the file instead of reading them (see `load_weights`)."""
+        from kernelbay.config import ModelConfig
+
+        config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
+        model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
+        checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
+        rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
+        load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
+        _tie(model)
+        model.requested_attention_backend = attention_backend
+        return model.eval()

@@ -1,0 +1,136 @@
+"""What every kernelbay causal LM provides, and the helpers model families share.
+
+A family subclasses `CausalLM`, builds `self.model` (embeddings, layers, final norm) and
+`self.lm_head` in `__init__`, and implements `forward`. Weights are not created in `__init__`:
+`Linear` layers get theirs from `quant.create_weights` once the per-layer format is known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+from kernelbay_engine.layers.linear import Linear
+from kernelbay_engine.layers.rotary import RopeParams
+from kernelbay_engine.loading import NameRules
+
+if TYPE_CHECKING:
+    from kernelbay_engine.attention import Attention
+    from kernelbay.attention import AttentionMetadata
+    from kernelbay.config import ModelConfig
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'bfloat16' / torch.bfloat16 -> torch.bfloat16; anything else is an error naming the choices."""
+    if isinstance(dtype, torch.dtype) and dtype in TORCH_DTYPES.values():
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise ValueError(f"model dtype {dtype!r} is not supported; use one of {', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[name]
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Tensors created without an explicit dtype (norm weights, embeddings) get the model dtype."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def rope_params(config: "ModelConfig", *, rotary_dim: int | None = None, interleaved: bool = False,
+                theta: float | None = None) -> RopeParams:
+    """The config's resolved RoPE as the rotary layer's parameters."""
+    rope = config.rope
+    scaling = dict(rope.scaling or {})
+    if rope.factor is not None:
+        scaling["factor"] = rope.factor
+    if rope.original_max_position_embeddings is not None:
+        scaling["original_max_position_embeddings"] = rope.original_max_position_embeddings
+    return RopeParams(theta=float(theta or rope.theta), rotary_dim=int(rotary_dim or rope.rotary_dim),
+                      rope_type=rope.rope_type, max_position_embeddings=config.max_position_embeddings,
+                      scaling=scaling, interleaved=interleaved)
+
+
+class VocabEmbedding(nn.Module):
+    """Token embedding table, weight: [vocab_size, hidden_size]; `scale` multiplies the output (Gemma)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, *, scale: float | None = None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
+        self.scale = scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.embedding(input_ids, self.weight)
+        if self.scale is not None:
+            x = x * torch.tensor(self.scale).to(x.dtype)  # rounded like transformers
+        return x
+
+
+class CausalLM(nn.Module):
+    """Base class of decoder-only LMs. Subclasses set `self.model` (with `embed_tokens`) and `self.lm_head`.
+
+    forward(input_ids [T], positions [T], metadata) -> hidden states [T, hidden_size] (packed tokens);
+    compute_logits(hidden [N, hidden_size]) -> logits [N, vocab_size].
+    """
+
+    name_rules: ClassVar[NameRules] = NameRules()
+    final_logit_softcap: float | None = None
+
+    def __init__(self, config: "ModelConfig"):
+        super().__init__()
+        self.config = config
+        self.requested_attention_backend: str | None = None
+        self.attention_registry = None  # set by AutoModelForCausalLM: the layers built with this model
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                metadata: "AttentionMetadata") -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement forward(input_ids, positions, metadata)")
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden)
+        cap = self.final_logit_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def make_lm_head(self) -> Linear:
+        """The output projection; never quantized (checkpoints keep it in the model dtype)."""
+        return Linear(self.config.hidden_size, self.config.vocab_size, quantizable=False)
+
+    @property
+    def tied(self) -> bool:
+        return bool(self.config.tie_word_embeddings)
+
+    def tie_weights(self) -> None:
+        """Share the embedding table with the LM head when the config ties them."""
+        if self.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def checkpoint_rules(self) -> NameRules:
+        """The family's naming rules, plus `lm_head.weight` skipped when tied (some checkpoints store it)."""
+        rules = self.name_rules
+        if not self.tied:
+            return rules
+        return NameRules(rules.renames, rules.ignore, (*rules.tied, "lm_head.weight"))
+
+    def attention_layers(self) -> dict[str, "Attention"]:
+        """Every attention layer, keyed by layer index (`_0`, `_1` suffixes when two share an index).
+
+        Read from the weak-reference registry the layers joined while this model was built; a model
+        constructed outside `AutoModelForCausalLM` is walked instead.
+        """
+        from kernelbay_engine.attention import attention_layers
+
+        if self.attention_registry is not None:
+            return self.attention_registry.layers()
+        return attention_layers(self)

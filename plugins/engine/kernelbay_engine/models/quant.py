@@ -1,0 +1,170 @@
+"""Per-layer weight formats: which `LinearMethod` each `Linear` gets, and the methods themselves.
+
+Supported formats: plain weights, and FP8-e4m3 weights with 2-D block scales (`quant_method: fp8`,
+`weight_block_size: [bn, bk]`, as in DeepSeek-V3 and Qwen3-FP8). FP8 weights are dequantised inside
+the linear forward (activations stay in the model dtype), so they run on any CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernelbay.errors import ConfigError
+
+from kernelbay_engine.layers.linear import Linear
+from kernelbay_engine.layers.matmul import linear
+
+FP8_DTYPE = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    """The checkpoint's weight format, resolved once from `ModelConfig.quantization`."""
+
+    block_size: tuple[int, int] | None = None  # (rows, cols) of one FP8 scale block; None: plain weights
+    not_converted: tuple[str, ...] = ()  # module paths kept in plain weights (dotted, matched by component)
+
+    def __post_init__(self):
+        if self.block_size is not None and (len(self.block_size) != 2 or min(self.block_size) <= 0):
+            raise ConfigError(f"weight_block_size must be two positive ints, got {self.block_size}")
+
+    @classmethod
+    def from_quant_config(cls, quant) -> "WeightFormat":
+        """`quant`: a `kernelbay.config.QuantConfig` or None."""
+        if quant is None:
+            return cls()
+        method, fmt = getattr(quant, "quant_method", None), getattr(quant, "fmt", None) or "e4m3"
+        block = getattr(quant, "weight_block_size", None)
+        problems = []
+        if method != "fp8":
+            problems.append(f"quant_method {method!r}: only 'fp8' (block-scaled e4m3) is supported")
+        if fmt != "e4m3":
+            problems.append(f"fmt {fmt!r}: only 'e4m3' is supported")
+        if not block:
+            problems.append("weight_block_size is missing: per-tensor FP8 is not supported, only block scales")
+        if problems:
+            raise ConfigError("this checkpoint's quantization cannot be loaded", problems)
+        return cls(tuple(int(b) for b in block), tuple(getattr(quant, "modules_to_not_convert", None) or ()))
+
+    def excludes(self, module_path: str) -> bool:
+        """True when an entry of `not_converted` names this module or one of its parents."""
+        parts = module_path.split(".")
+        return any(_contains_run(parts, entry.split(".")) for entry in self.not_converted)
+
+    def method_for(self, module_path: str, layer: Linear) -> "LinearMethod":
+        if self.block_size is None or not layer.quantizable or self.excludes(module_path):
+            return UnquantizedLinearMethod()
+        return Fp8BlockLinearMethod(self.block_size)
+
+
+def _contains_run(parts: list[str], run: list[str]) -> bool:
+    n = len(run)
+    return any(parts[i:i + n] == run for i in range(len(parts) - n + 1))
+
+
+class LinearMethod:
+    """How one `Linear` stores and applies its weights."""
+
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        raise NotImplementedError
+
+    def param_names(self, layer: Linear) -> tuple[str, ...]:
+        return ("weight", "bias") if layer.has_bias else ("weight",)
+
+    def row_slice(self, layer: Linear, param: str, start: int, size: int, part: str) -> slice:
+        """Rows of `param` that hold output rows [start, start + size) of a merged layer."""
+        return slice(start, start + size)
+
+    def weight(self, layer: Linear, index=None) -> torch.Tensor:
+        w = layer.weight
+        return w if index is None else w[index]
+
+    def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight(layer).to(x.dtype), layer.bias if layer.has_bias else None)
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+def _new_param(shape: Iterable[int], dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.empty(tuple(shape), dtype=dtype), requires_grad=False)
+
+
+class UnquantizedLinearMethod(LinearMethod):
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        layer.weight = _new_param((*layer.batch_shape, layer.out_features, layer.in_features), dtype)
+        if layer.has_bias:
+            layer.bias = _new_param((*layer.batch_shape, layer.out_features), dtype)
+
+
+class Fp8BlockLinearMethod(LinearMethod):
+    """weight: [*, out, in] float8_e4m3fn; weight_scale_inv: [*, ceil(out/bn), ceil(in/bk)] float32.
+
+    W = weight * weight_scale_inv, each scale covering one bn x bk block (the checkpoint's convention).
+    """
+
+    def __init__(self, block_size: tuple[int, int]):
+        self.block_size = block_size
+
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        bn, bk = self.block_size
+        batch, out, inp = layer.batch_shape, layer.out_features, layer.in_features
+        layer.weight = _new_param((*batch, out, inp), FP8_DTYPE)
+        layer.weight_scale_inv = _new_param((*batch, math.ceil(out / bn), math.ceil(inp / bk)), torch.float32)
+        if layer.has_bias:
+            layer.bias = _new_param((*batch, out), dtype)
+
+    def param_names(self, layer: Linear) -> tuple[str, ...]:
+        return (*super().param_names(layer), "weight_scale_inv")
+
+    def row_slice(self, layer: Linear, param: str, start: int, size: int, part: str) -> slice:
+        if param != "weight_scale_inv":
+            return slice(start, start + size)
+        bn = self.block_size[0]
+        if start % bn:
+            raise ConfigError(f"cannot fuse {part!r} into one FP8 layer: it starts at row {start}, "
+                              f"not a multiple of the scale block height {bn}")
+        return slice(start // bn, math.ceil((start + size) / bn))
+
+    def weight(self, layer: Linear, index=None) -> torch.Tensor:
+        w, s = layer.weight, layer.weight_scale_inv
+        if index is not None:
+            w, s = w[index], s[index]
+        return dequantize_fp8_blocks(w, s, self.block_size)
+
+    def __repr__(self) -> str:
+        return f"Fp8BlockLinearMethod(block_size={self.block_size})"
+
+
+def dequantize_fp8_blocks(weight: torch.Tensor, scale: torch.Tensor, block_size: tuple[int, int]) -> torch.Tensor:
+    """weight [*, out, in] fp8, scale [*, ceil(out/bn), ceil(in/bk)] -> float32 [*, out, in]."""
+    bn, bk = block_size
+    out, inp = weight.shape[-2:]
+    full = scale.repeat_interleave(bn, dim=-2)[..., :out, :].repeat_interleave(bk, dim=-1)[..., :inp]
+    return weight.to(torch.float32) * full
+
+
+def quantize_fp8_blocks(weight: torch.Tensor, block_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of `dequantize_fp8_blocks` (max-abs scaling per block); for tests and converters."""
+    bn, bk = block_size
+    out, inp = weight.shape[-2:]
+    rows, cols = math.ceil(out / bn), math.ceil(inp / bk)
+    padded = F.pad(weight.float(), (0, cols * bk - inp, 0, rows * bn - out))
+    blocks = padded.unflatten(-1, (cols, bk)).unflatten(-3, (rows, bn))  # [*, rows, bn, cols, bk]
+    amax = blocks.abs().amax(dim=(-3, -1)).clamp(min=1e-12)  # [*, rows, cols]
+    scale = amax / torch.finfo(FP8_DTYPE).max
+    q = (blocks / scale[..., :, None, :, None]).to(FP8_DTYPE)
+    return q.flatten(-2).flatten(-3, -2)[..., :out, :inp].contiguous(), scale
+
+
+def create_weights(model: nn.Module, fmt: WeightFormat, dtype: torch.dtype) -> None:
+    """Give every `Linear` in `model` its method (exclusions honoured) and create all weights, in one pass."""
+    for path, module in model.named_modules():
+        if isinstance(module, Linear) and module.method is None:
+            module.create_weights(fmt.method_for(path, module), dtype)

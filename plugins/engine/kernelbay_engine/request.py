@@ -1,0 +1,68 @@
+"""One generation request's state as it moves waiting -> running -> finished (and back on preemption)."""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from kernelbay_engine.sampling import SamplingParams, make_generator
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    LENGTH = "length"
+    """max_tokens reached, or the model's context is full."""
+    STOP = "stop"
+    """end-of-sequence token or a stop string."""
+
+
+class Request:
+    """Token ids so far and how many of them are in the KV cache; mutated by the scheduler and the engine."""
+
+    __slots__ = ("request_id", "prompt_token_ids", "output_token_ids", "params", "generator", "status",
+                 "finish_reason", "num_cached", "max_total_tokens")
+
+    def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams, max_model_len: int):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.params = params
+        self.generator: torch.Generator | None = make_generator(params)
+        self.status = RequestStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.num_cached = 0
+        """Leading tokens whose keys/values are in the cache (0 while waiting, also after preemption)."""
+        self.max_total_tokens = min(len(self.prompt_token_ids) + params.max_tokens, max_model_len)
+        """Prompt plus every token it may generate: the most cache it can ever hold."""
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    def uncached_token_ids(self) -> list[int]:
+        """The tokens the next step must feed the model (the whole sequence after a preemption)."""
+        if self.num_cached == 0:
+            return self.all_token_ids()
+        tail = self.num_cached - len(self.prompt_token_ids)
+        return self.output_token_ids[tail:] if tail >= 0 else self.all_token_ids()[self.num_cached:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = RequestStatus.FINISHED
+        self.finish_reason = reason
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id}, {self.status.value}, prompt={len(self.prompt_token_ids)}, "
+                f"output={len(self.output_token_ids)}, cached={self.num_cached})")

@@ -1,0 +1,112 @@
+"""`SamplingParams` (what the user asks for) and `Sampler` (logits -> next token ids, batched).
+
+torch is imported inside the functions that sample, so building and validating `SamplingParams`
+(the CLI does it before loading anything) stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kernelbay.errors import SamplingParamsError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to pick each new token and when to stop.
+
+    temperature 0 is greedy (deterministic); otherwise tokens are drawn from the softmax of
+    `logits / temperature`, restricted to the `top_k` most likely (0: no limit) and to the smallest
+    set whose probability reaches `top_p`. A `seed` makes one request's draws reproducible whatever
+    else runs in the batch. Generation stops after `max_tokens`, at the end-of-sequence token
+    (unless `ignore_eos`), or when the text contains one of the `stop` strings (cut from the text).
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        problems = [p for p in self._problems() if p]
+        if problems:
+            raise SamplingParamsError("invalid SamplingParams: " + "; ".join(problems))
+
+    def _problems(self) -> list[str | None]:
+        return [
+            None if _is_int(self.max_tokens) and self.max_tokens >= 1 else
+            f"max_tokens must be a positive integer (the number of tokens to generate), got {self.max_tokens!r}",
+            None if isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+            and self.temperature >= 0 else
+            f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}",
+            None if isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1 else
+            f"top_p must be in (0, 1] (1 disables nucleus sampling), got {self.top_p!r}",
+            None if _is_int(self.top_k) and self.top_k >= 0 else
+            f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}",
+            None if self.seed is None or _is_int(self.seed) else f"seed must be an integer or None, got {self.seed!r}",
+            None if all(isinstance(s, str) and s for s in self.stop) else
+            f"stop must be non-empty strings, got {self.stop!r}",
+        ]
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def make_generator(params: SamplingParams) -> torch.Generator | None:
+    """A private random stream for one request: seeded when asked, else drawn from torch's global RNG."""
+    import torch
+
+    if params.greedy:
+        return None
+    seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+    return torch.Generator().manual_seed(seed)
+
+
+class Sampler:
+    """Picks one token per row of a logits batch; greedy rows share one argmax."""
+
+    def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+                 generators: Sequence[torch.Generator | None]) -> list[int]:
+        """logits: [N, vocab]; params, generators: one per row -> N token ids."""
+        tokens = logits.argmax(dim=-1).tolist()
+        for row, (p, gen) in enumerate(zip(params, generators)):
+            if not p.greedy:
+                tokens[row] = sample_row(logits[row], p, gen)
+        return tokens
+
+
+def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+    """One draw from `logits` [vocab] under temperature, top-k and top-p (computed on the kept set only)."""
+    import torch
+
+    logits = logits.float() / params.temperature
+    k = params.top_k if 0 < params.top_k < logits.numel() else logits.numel()
+    values, ids = torch.topk(logits, k) if k < logits.numel() or params.top_p < 1 else (logits, None)
+    probs = torch.softmax(values, dim=-1)
+    if params.top_p < 1:
+        probs = _nucleus(probs, params.top_p)
+    choice = int(torch.multinomial(probs, 1, generator=generator))
+    return int(ids[choice]) if ids is not None else choice
+
+
+def _nucleus(sorted_probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the most likely tokens (probs sorted descending) until their mass reaches top_p; at least one."""
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    return sorted_probs.masked_fill(mass_before >= top_p, 0.0)

@@ -1,0 +1,194 @@
+"""Continuous batching over a paged KV cache: who runs in the next step, and with how many tokens.
+
+Every step carries one token for each running request (decode) plus waiting requests' prompts
+(prefill), so new requests join while others decode. A prompt longer than what is left of the
+step's token budget is split across steps (chunked prefill, as in vLLM): a long prompt neither
+stalls the running decodes nor makes one huge step; no token is sampled until the last chunk. A finished request's blocks are free for
+the very next step. When a running request needs a block and none is free, the newest running
+request is preempted: its blocks are freed and it goes back to the front of the queue, to be
+recomputed from its tokens later (so its output is unchanged). A request that could not fit even
+in an empty cache is refused when it is added.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.request import Request, RequestStatus
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Limits of one step and of the cache the scheduler hands out."""
+
+    num_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 64
+    """Most requests in one step."""
+    max_num_batched_tokens: int = 2048
+    """Token budget of one step (decodes always get their one token)."""
+    enable_chunked_prefill: bool = True
+    """Split prompts at the budget; False: a prompt runs whole, alone in its step's prefill part if too long."""
+
+    def __post_init__(self):
+        for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ValueError(f"SchedulerConfig.enable_chunked_prefill must be True or False, "
+                             f"got {self.enable_chunked_prefill!r}")
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return math.ceil(num_tokens / self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    """Tokens of one request fed to the model this step, starting at position `start_pos`."""
+
+    request: Request
+    token_ids: list[int]
+    start_pos: int
+
+    @property
+    def end_pos(self) -> int:
+        return self.start_pos + len(self.token_ids)
+
+    @property
+    def samples(self) -> bool:
+        """True when this chunk reaches the end of the request's tokens (a prefill chunk does not)."""
+        return self.end_pos == self.request.num_tokens
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What the engine runs this step and which requests lost their cache (free them in the runner)."""
+
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.chunks)
+
+
+class BlockLedger:
+    """Blocks each request holds: exactly ceil(cached tokens / block_size), as the runner's allocator does."""
+
+    def __init__(self, config: SchedulerConfig):
+        self.config = config
+        self._held: dict[int, int] = {}
+        self.num_free = config.num_blocks
+
+    def extra_blocks(self, request: Request, num_tokens: int) -> int:
+        """More blocks `request` needs to hold `num_tokens` cached tokens."""
+        return self.config.blocks_for(num_tokens) - self._held.get(request.request_id, 0)
+
+    def grow(self, request: Request, num_tokens: int) -> None:
+        extra = self.extra_blocks(request, num_tokens)
+        if extra > self.num_free:
+            raise AssertionError(f"scheduler over-committed the KV cache ({extra} > {self.num_free} free blocks)")
+        self._held[request.request_id] = self._held.get(request.request_id, 0) + extra
+        self.num_free -= extra
+
+    def release(self, request: Request) -> None:
+        self.num_free += self._held.pop(request.request_id, 0)
+
+
+class Scheduler:
+    """Waiting queue (FIFO, preempted requests first) and running list (oldest first)."""
+
+    def __init__(self, config: SchedulerConfig):
+        self.config = config
+        self.ledger = BlockLedger(config)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add(self, request: Request) -> None:
+        need = self.config.blocks_for(request.max_total_tokens)
+        if need > self.config.num_blocks:
+            raise RequestTooLarge(
+                f"request {request.request_id} may hold {request.max_total_tokens} tokens (prompt + max_tokens) = "
+                f"{need} KV-cache blocks of {self.config.block_size}, but the whole cache has "
+                f"{self.config.num_blocks}; give the cache more memory (kv_cache_memory) or lower max_tokens")
+        self.waiting.append(request)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self._schedule_running(plan)
+        if not plan.preempted:
+            self._schedule_waiting(plan, budget)
+        return plan
+
+    def finish(self, request: Request) -> None:
+        """Drop a finished request; its blocks are free for the next step."""
+        self.running.remove(request)
+        self.ledger.release(request)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _schedule_running(self, plan: StepPlan) -> int:
+        """Decodes (one token each) and the next chunk of running prefills; returns the budget left."""
+        budget = self.config.max_num_batched_tokens
+        for request in list(self.running):
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            uncached = request.num_tokens - request.num_cached
+            count = 1 if uncached == 1 else min(uncached, budget)
+            if count <= 0:
+                continue  # a chunked prefill waiting for budget
+            if not self._make_room(request, count, plan):
+                break
+            self._commit(request, plan, count)
+            budget -= count
+        return budget
+
+    def _make_room(self, request: Request, count: int, plan: StepPlan) -> bool:
+        """Preempt the newest running requests until `request` can cache `count` more tokens; False if it was the victim."""
+        while self.ledger.extra_blocks(request, request.num_cached + count) > self.ledger.num_free:
+            victim = self.running[-1]
+            self._preempt(victim, plan)
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: Request, plan: StepPlan) -> None:
+        self.running.remove(request)
+        self.ledger.release(request)
+        request.status = RequestStatus.WAITING
+        request.num_cached = 0
+        self.waiting.appendleft(request)
+        plan.preempted.append(request)
+
+    def _schedule_waiting(self, plan: StepPlan, budget: int) -> None:
+        admitted = 0
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            count = self._first_chunk(request.num_tokens, budget, admitted)
+            if count <= 0 or self.ledger.extra_blocks(request, count) > self.ledger.num_free:
+                break
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            budget -= count
+            admitted += 1
+            self._commit(request, plan, count)
+
+    def _first_chunk(self, num_tokens: int, budget: int, admitted: int) -> int:
+        """Tokens a waiting request may feed this step (0: it waits)."""
+        if self.config.enable_chunked_prefill:
+            return min(num_tokens, budget)
+        return num_tokens if num_tokens <= budget or not admitted else 0
+
+    def _commit(self, request: Request, plan: StepPlan, count: int) -> None:
+        """Feed the next `count` uncached tokens of `request` this step and reserve the blocks they fill."""
+        tokens = request.uncached_token_ids()[:count]
+        self.ledger.grow(request, request.num_cached + count)
+        plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached))
