@@ -15,23 +15,16 @@ from __future__ import annotations
 from ._backend import AttentionBackend
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
-from ._groups import LayerGroupSelection, clear_group_cache, select_for_layer_groups, select_for_model
 from ._kv_spec import KVCacheSpec
 from ._factory import create_attention
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
 from ._requirements import AttentionRequirements
-from ._selector import (BACKEND_ENV, BackendNotCapable, CandidateReport, NoCapableBackend, SelectionResult,
-                        select_attention_backend)
-from ._selector import clear_selection_cache as _clear_single
+from ._selector import (BACKEND_ENV, BackendNotCapable, CandidateReport, LayerGroupSelection, NoCapableBackend,
+                        SelectionResult, clear_selection_cache, select_attention_backend, select_for_layer_groups,
+                        select_for_model)
 from ._types import AttentionType, KVLayout
 from ._validation import AttentionOptions, validate_options
-
-
-def clear_selection_cache() -> None:
-    """Forget every cached selection (after registering or unloading backends at runtime)."""
-    _clear_single()
-    clear_group_cache()
 
 
 __all__ = [

@@ -1,9 +1,13 @@
-"""Choosing an attention backend for a requirements record, with a reason for every candidate."""
+"""The selector: an attention backend per layer group, with a reason for every candidate.
+
+One selection path and one cache: `select_attention_backend` is the one-group case of
+`select_for_layer_groups`, and `select_for_model` builds the groups from a resolved ModelConfig."""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .._trace import trace
@@ -11,6 +15,7 @@ from ..errors import ConfigError, UnknownNameError, unknown_name_message
 from ._requirements import AttentionRequirements
 
 BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
+_NOT_INSTALLED = "not installed (no plugin provides it)"
 
 
 class BackendNotCapable(ConfigError):
@@ -86,7 +91,7 @@ def _candidate_order(priority: list[str], installed: list[str]) -> list[tuple[st
 def _ask(name: str, installed: set[str], req: AttentionRequirements) -> tuple[type | None, list[str]]:
     """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
     if name not in installed:
-        return None, ["not installed (no plugin provides it)"]
+        return None, [_NOT_INSTALLED]
     from ..registry import resolve
 
     try:
@@ -123,59 +128,123 @@ def _requested_name(requested: str | None) -> str | None:
     return requested or os.environ.get(BACKEND_ENV) or None
 
 
+@dataclass(frozen=True, slots=True)
+class LayerGroupSelection:
+    """One SelectionResult per layer group; `shared` when a single backend serves every group."""
+
+    groups: tuple[tuple[str, SelectionResult], ...]
+    shared: bool
+
+    def backend_for(self, group: str) -> SelectionResult:
+        for name, result in self.groups:
+            if name == group:
+                return result
+        raise KeyError(f"no layer group {group!r}; groups: {', '.join(n for n, _ in self.groups)}")
+
+    def to_dict(self) -> dict:
+        return {"shared_backend": self.shared, "groups": {n: r.to_dict() for n, r in self.groups}}
+
+
 def select_attention_backend(requirements: AttentionRequirements, requested: str | None = None,
                              platform=None) -> SelectionResult:
-    """The backend for `requirements` on `platform` (default: the current one).
+    """The backend for one group of layers on `platform` (default: the current one).
 
     `requested` (or KERNELBAY_ATTENTION_BACKEND) must be known and capable; there is no fallback.
     """
+    return select_for_layer_groups({"layers": requirements}, requested, platform).groups[0][1]
+
+
+def select_for_layer_groups(groups: Mapping[str, AttentionRequirements], requested: str | None = None,
+                            platform=None) -> LayerGroupSelection:
+    """Select per group; the first candidate capable for *every* group wins them all, else each its own."""
+    if not groups:
+        raise ValueError("select_for_layer_groups needs at least one layer group")
     plat = _resolve_platform(platform)
-    req = requirements.with_platform(plat.name) if requirements.platform is None else requirements
+    items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     from ..registry import names
 
-    return _select_cached(req, _requested_name(requested), plat.name, tuple(plat.backend_priority()),
+    return _select_groups(items, _requested_name(requested), plat.name, tuple(plat.backend_priority()),
                           tuple(names("attention_backend")))
 
 
+def select_for_model(cfg, kv_cache_dtype: str | None = "auto", requested: str | None = None, platform=None,
+                     dtype: str | None = None, **runtime) -> LayerGroupSelection:
+    """Per-group selection for a resolved ModelConfig (`cfg.layer_groups()`), skipping no-attention layers."""
+    groups = {kind: AttentionRequirements.from_model_config(cfg, kind, kv_cache_dtype=kv_cache_dtype,
+                                                            dtype=dtype, **runtime)
+              for kind, _layers in cfg.layer_groups() if kind != "no_attention"}
+    return select_for_layer_groups(groups, requested=requested, platform=platform)
+
+
 @functools.lru_cache(maxsize=256)
-def _select_cached(req: AttentionRequirements, requested: str | None, platform_name: str,
-                   priority: tuple[str, ...], installed: tuple[str, ...]) -> SelectionResult:
-    verdicts = evaluate_candidates(req, priority, installed)
+def _select_groups(items, requested, platform_name, priority, installed) -> LayerGroupSelection:
+    verdicts = {name: evaluate_candidates(req, priority, installed) for name, req in items}
     if requested is not None:
-        winner = _check_requested(requested, verdicts, req)
-    else:
-        winner = next((v for v in verdicts if v.cls is not None and not v.failures), None)
-        if winner is None:
-            raise NoCapableBackend(f"no installed attention backend can run {_describe(req)} on {platform_name}",
-                                   [f"{v.name}: {'; '.join(v.failures)}" for v in verdicts])
-    result = SelectionResult(winner.name, winner.cls, req, platform_name, requested,
-                             tuple(_report(v, winner.name, requested) for v in verdicts))
-    trace("select attention backend %s for %s on %s", winner.name, _describe(req), platform_name)
-    return result
+        for name, req in items:
+            _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req)
+    shared = requested or _first_capable_everywhere(verdicts)
+    results = tuple((name, _group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items)
+    for name, result in results:
+        trace("select attention backend %s for %s (%s) on %s", result.backend_name, name,
+              _describe(result.requirements), platform_name)
+    return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
 
 
-def _check_requested(requested: str, verdicts: list[_Verdict], req: AttentionRequirements) -> _Verdict:
+def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req: AttentionRequirements) -> None:
     from ..registry import names
 
-    by_name = {v.name: v for v in verdicts}
-    verdict = by_name.get(requested)
-    if verdict is None or verdict.failures == ("not installed (no plugin provides it)",):
-        raise UnknownNameError(unknown_name_message("attention backend", requested, names("attention_backend"))
+    where = f"layer group {group!r}: " if group else ""
+    verdict = next((v for v in verdicts if v.name == requested), None)
+    if verdict is None or verdict.failures == (_NOT_INSTALLED,):
+        raise UnknownNameError(where + unknown_name_message("attention backend", requested, names("attention_backend"))
                                + f" (requested via argument or {BACKEND_ENV})")
     if verdict.failures:
-        raise BackendNotCapable(f"requested attention backend {requested} cannot run {_describe(req)}; "
+        raise BackendNotCapable(f"{where}requested attention backend {requested} cannot run {_describe(req)}; "
                                 f"failed capabilities:", verdict.failures)
-    return verdict
 
 
-def _report(v: _Verdict, winner: str, requested: str | None) -> CandidateReport:
-    if v.name == winner:
-        reason = "requested and capable" if requested else "first capable candidate in priority order"
-        return CandidateReport(v.name, v.source, True, reason)
+def _first_capable_everywhere(verdicts: dict) -> str | None:
+    order = [v.name for v in next(iter(verdicts.values()))]
+    return next((name for name in order if all(_capable(vs, name) for vs in verdicts.values())), None)
+
+
+def _capable(verdicts, name: str) -> bool:
+    return any(v.name == name and v.cls is not None and not v.failures for v in verdicts)
+
+
+def _group_result(group, req, verdicts, shared, requested, platform_name) -> SelectionResult:
+    own = verdicts[group]
+    winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
+    if winner is None:
+        where = f"layer group {group!r}: " if len(verdicts) > 1 else ""
+        raise NoCapableBackend(f"{where}no installed attention backend can run {_describe(req)} on {platform_name}",
+                               [f"{v.name}: {'; '.join(v.failures)}" for v in own])
+    others = {g: vs for g, vs in verdicts.items() if g != group}
+    reports = tuple(_report(v, winner, requested, shared, others) for v in own)
+    cls = next(v.cls for v in own if v.name == winner)
+    return SelectionResult(winner, cls, req, platform_name, requested, reports)
+
+
+def _report(v: _Verdict, winner: str, requested: str | None, shared: str | None, others: dict) -> CandidateReport:
     if v.failures:
         return CandidateReport(v.name, v.source, False, "not capable", v.failures)
-    reason = f"capable, but {winner} was requested" if requested else f"capable, but {winner} comes first"
-    return CandidateReport(v.name, v.source, False, reason)
+    if v.name == winner:
+        return CandidateReport(v.name, v.source, True, _winner_reason(requested, shared, others))
+    if requested:
+        return CandidateReport(v.name, v.source, False, f"capable, but {winner} was requested")
+    lacking = [g for g, vs in others.items() if not _capable(vs, v.name)]
+    if shared and lacking:
+        return CandidateReport(v.name, v.source, False, f"capable here, but not for layer group(s) "
+                               f"{', '.join(lacking)}; {winner} serves every group")
+    return CandidateReport(v.name, v.source, False, f"capable, but {winner} comes first")
+
+
+def _winner_reason(requested: str | None, shared: str | None, others: dict) -> str:
+    if requested:
+        return "requested and capable"
+    if not others:
+        return "first capable candidate in priority order"
+    return "first candidate capable for every layer group" if shared else "first capable candidate"
 
 
 def _describe(req: AttentionRequirements) -> str:
@@ -185,5 +254,5 @@ def _describe(req: AttentionRequirements) -> str:
 
 
 def clear_selection_cache() -> None:
-    """Forget cached selections (after registering backends at runtime)."""
-    _select_cached.cache_clear()
+    """Forget cached selections (after registering or unloading backends at runtime)."""
+    _select_groups.cache_clear()
