@@ -16,8 +16,8 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith({heavy!r}))))
 """
 
 
-def _heavy_modules_after(body: str, env=None) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(body=body, heavy=HEAVY)], capture_output=True,
+def _heavy_modules_after(body: str, env=None, heavy=HEAVY) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(body=body, heavy=heavy)], capture_output=True,
                          text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -27,10 +27,29 @@ def test_import_kernelbay_imports_no_torch_transformers_or_plugin():
     assert _heavy_modules_after("import kernelbay") == []
 
 
+PLUGINS_JSON = """
+import contextlib, io
+from kernelbay.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(['plugins', '--json', '--log'])
+"""
+
+
 def test_plugins_command_imports_no_plugin_module(fixture_site):
     """`kernelbay plugins --json` (with fixture plugins installed) imports no plugin module and no torch."""
-    body = "import contextlib, io\nfrom kernelbay.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n    main(['plugins', '--json', '--log'])"
-    assert _heavy_modules_after(body, env_with_site(fixture_site)) == []
+    assert _heavy_modules_after(PLUGINS_JSON, env_with_site(fixture_site)) == []
+
+
+def test_import_kernelbay_leaves_the_metadata_libraries_to_discovery():
+    """`import kernelbay` imports neither importlib_metadata nor packaging: the first discovery does."""
+    assert _heavy_modules_after("import kernelbay", heavy=("importlib_metadata", "packaging", "email")) == []
+
+
+def test_plain_core_ranges_are_checked_without_importing_packaging_requirements(fixture_site):
+    """Plugins declaring `kernelbay>=a,<b` are checked with SpecifierSet alone (packaging.requirements, markers
+    and tags cost ~15 ms more to import); the fixtures and first-party plugins all declare such ranges."""
+    assert _heavy_modules_after(PLUGINS_JSON, env_with_site(fixture_site),
+                                heavy=("packaging.requirements", "packaging.markers")) == []
 
 
 def test_public_names_resolve_lazily_and_are_cached():

@@ -1,8 +1,13 @@
-"""Entry-point discovery from distribution metadata only: no plugin module is imported here."""
+"""Entry-point discovery from distribution metadata only: no plugin module is imported here.
+
+Metadata comes from `importlib_metadata`, requirements are checked with `packaging`; both are
+imported inside the functions that need them, so `import kernelbay` imports neither.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import namedtuple
 
@@ -76,163 +81,127 @@ def _split_names(text: str | None) -> set[str] | None:
     return {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
 
 
-class _InstalledDist(namedtuple("_InstalledDist", "name version requires entry_points location")):
-    """The few facts discovery needs from one installed distribution's metadata directory:
-    requires (Requires-Dist strings), entry_points ((group, name, value) of kernelbay groups)."""
+def _kernelbay_distributions(path: list[str] | None):
+    """Distributions declaring `kernelbay.*` entry points: path entry by path entry (sys.path by
+    default), by metadata directory within one, so the order does not depend on the file system.
 
-    __slots__ = ()
+    `importlib_metadata` is imported here, not at module level: it (and the email parser its metadata
+    needs) costs ~20 ms, which `import kernelbay` must not pay.
+    """
+    import importlib_metadata
 
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _parse_entry_points(text: str) -> list[tuple[str, str, str]]:
-    """The INI format of entry_points.txt (PyPA spec), kernelbay groups only."""
-    out, group = [], None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
+    for entry in sys.path if path is None else path:
+        if not os.path.exists(entry or "."):  # spares a zip probe (and importing zipfile) for absent entries
             continue
-        if line.startswith("[") and line.endswith("]"):
-            group = line[1:-1].strip()
-        elif group in GROUPS and "=" in line:
-            name, _, value = line.partition("=")
-            out.append((group, name.strip(), value.strip()))
+        dists = [d for d in importlib_metadata.distributions(path=[entry]) if _declares_kernelbay_group(d)]
+        yield from sorted(dists, key=lambda d: _location(d) or "")
+
+
+def _declares_kernelbay_group(dist) -> bool:
+    # A substring test before parsing: most distributions have entry points, none of them kernelbay's
+    text = dist.read_text("entry_points.txt")
+    return bool(text) and "[kernelbay." in text
+
+
+def _read_metadata(dist) -> tuple[str, str, list[str]] | None:
+    """Normalised name, version and requirements, from one parse of the metadata file."""
+    try:
+        meta = dist.metadata
+    except OSError:  # MetadataNotFound: a metadata directory without METADATA or PKG-INFO
+        return None
+    name = meta.get("Name")
+    if not name:
+        return None
+    # `dist.requires` would parse the file again; it is needed for an egg-info's requires.txt
+    requires = meta.get_all("Requires-Dist") or dist.requires or []
+    return normalize_dist(name), meta.get("Version") or "", requires
+
+
+def _location(dist) -> str | None:
+    # The metadata directory, which tells two copies apart; PathDistribution keeps it as `_path`
+    # (pip reads it the same way), other providers may have none.
+    where = getattr(dist, "_path", None)
+    return None if where is None else str(where)
+
+
+# The project name a requirement string starts with (PEP 508), to parse only those naming the core.
+_LEADING_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _core_requirement_texts(requires) -> list[tuple[str, str]]:
+    """(requirement, what follows the name) for each Requires-Dist naming kernelbay."""
+    out = []
+    for text in requires or ():
+        match = _LEADING_NAME.match(text)
+        if match and normalize_dist(match.group(1)) == "kernelbay":
+            out.append((text, text[match.end():].strip()))
     return out
 
 
-def _parse_metadata(text: str) -> tuple[str, str, list[str]]:
-    """Name, Version and Requires-Dist from the METADATA/PKG-INFO header block."""
-    name = version = ""
-    requires = []
-    for line in text.splitlines():
-        if not line.strip():
-            break
-        key, _, value = line.partition(":")
-        key, value = key.strip().lower(), value.strip()
-        if key == "name":
-            name = value
-        elif key == "version":
-            version = value
-        elif key == "requires-dist":
-            requires.append(value)
-    return name, version, requires
+def _plain_clauses(rest: str) -> bool:
+    """Whether what follows the name is only version clauses (no extras, URL, marker or parentheses)."""
+    return not rest or (rest[0] in "<>=!~" and not any(c in rest for c in ";@[("))
 
 
-def _load_dist(meta_dir: str) -> _InstalledDist | None:
-    text = _read(os.path.join(meta_dir, "entry_points.txt"))
-    if not text or "[kernelbay." not in text:
+def _applicable_specifier(text: str, rest: str):
+    """The SpecifierSet one requirement on kernelbay sets here; None when its marker is false here
+    (another Python, or only with an extra)."""
+    if _plain_clauses(rest):
+        # SpecifierSet alone reads these: the common case skips importing packaging.requirements
+        # (~15 ms more: markers, tags, dataclasses)
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(rest)
+    from packaging.requirements import Requirement
+
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
         return None
-    egg = meta_dir.endswith(".egg-info")
-    header = _read(os.path.join(meta_dir, "PKG-INFO" if egg else "METADATA")) or ""
-    name, version, requires = _parse_metadata(header)
-    if egg:
-        requires = [r for r in (_read(os.path.join(meta_dir, "requires.txt")) or "").split("[")[0].splitlines() if r]
-    if not name:
-        return None
-    return _InstalledDist(normalize_dist(name), version, tuple(requires), tuple(_parse_entry_points(text)), meta_dir)
+    return req.specifier
 
 
-def _iter_kernelbay_distributions(path: list[str] | None):
-    """Distributions with `[kernelbay.*]` entry points, first on sys.path wins (as for imports).
-
-    Reads `*.dist-info` / `*.egg-info` directories directly (the PyPA on-disk format): scanning
-    stays cheap with thousands of installed distributions and imports nothing heavy.
-    """
-    seen: set[str] = set()
-    for entry in path if path is not None else sys.path:
-        try:
-            names = sorted(os.listdir(entry or "."))
-        except OSError:
-            continue
-        for item in names:
-            if not item.endswith((".dist-info", ".egg-info")):
-                continue
-            dist = _load_dist(os.path.join(entry or ".", item))
-            if dist is not None and dist.name not in seen:
-                seen.add(dist.name)
-                yield dist
+def _core_specifier(texts: list[tuple[str, str]]):
+    """What the requirements on kernelbay that apply here allow together (pip requires them all).
+    Raises ValueError (InvalidRequirement, InvalidSpecifier) for one packaging cannot read."""
+    spec = None
+    for text, rest in texts:
+        one = _applicable_specifier(text, rest)
+        if one is not None:
+            spec = one if spec is None else spec & one
+    return spec
 
 
-def _kernelbay_requirement(requires) -> str | None:
-    for req_text in requires:
-        spec, _, marker = req_text.partition(";")
-        head = spec.strip()
-        name = head.split("[")[0]
-        for i, ch in enumerate(head):
-            if ch in "<>=!~ ([":
-                name = head[:i]
-                break
-        if normalize_dist(name.strip()) != "kernelbay" or "extra" in marker:
-            continue
-        return head[len(name):].strip().strip("()").strip()
-    return None
-
-
-_OPS = {
-    ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
-}
-
-
-def _release(text: str) -> tuple[int, ...] | None:
-    """A plain release number ("0.1", "1.2.3") as a zero-padded tuple; None for anything richer."""
-    parts = text.strip().split(".")
-    if not all(p.isdigit() for p in parts):
-        return None
-    return tuple(int(p) for p in parts) + (0,) * (6 - len(parts))
-
-
-def _simple_clauses(spec: str) -> list[tuple[str, tuple[int, ...]]] | None:
-    clauses = []
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op = next((o for o in (">=", "<=", "==", "!=", ">", "<") if clause.startswith(o)), None)
-        if op is None or clause.startswith(("===", "~=")):
-            return None
-        version = _release(clause[len(op):])
-        if version is None:
-            return None
-        clauses.append((op, version))
-    return clauses
-
-
-def _satisfies(spec: str) -> bool:
-    """PEP 440 check of the core version against `spec`.
-
-    Comparison clauses between plain release numbers (the usual `>=0.1,<0.2`) are exact as
-    tuple comparisons and need no import; anything else (`~=`, wildcards, pre-releases, local
-    versions) goes through `packaging.specifiers.SpecifierSet`.
-    """
-    current = _release(__version__)
-    clauses = _simple_clauses(spec)
-    if current is not None and clauses is not None:
-        return all(_OPS[op](current, version) for op, version in clauses)
-    from packaging.specifiers import SpecifierSet
-
-    return SpecifierSet(spec).contains(__version__, prereleases=True)
-
-
-def _version_refusal(name: str, version: str, spec: str | None) -> str | None:
-    if not spec or name == "kernelbay":
-        return None
-    if _satisfies(spec):
+def _version_refusal(name: str, version: str, spec) -> str | None:
+    # prereleases=True: the core is already installed, and a dev or rc build still satisfies
+    # `>=0.1` (pip check judges installed versions the same way)
+    if spec.contains(__version__, prereleases=True):
         return None
     return (f"{name} {version} requires kernelbay{spec}, but kernelbay {__version__} is installed; "
             f"install a {name} release built for kernelbay {__version__}, or a kernelbay matching {spec}")
 
 
-def _plugin_info(dist: _InstalledDist) -> tuple[PluginInfo, list[EntryPointRecord]]:
-    origin = origin_of(dist.name)
-    info = PluginInfo(dist.name, dist.version, origin, _kernelbay_requirement(dist.requires) or None, dist.location)
+def _core_requirement(name: str, version: str, requires) -> tuple[str | None, str | None]:
+    """(the range of kernelbay the plugin declares for this environment, why it is refused if it is)."""
+    texts = _core_requirement_texts(requires)
+    if not texts or name == "kernelbay":
+        return None, None
+    try:
+        spec = _core_specifier(texts)
+    except ValueError as exc:  # packaging's InvalidRequirement and InvalidSpecifier
+        return texts[0][1], f"{name} {version} declares a requirement on kernelbay that packaging cannot read: {exc}"
+    if spec is None:
+        return None, None
+    return str(spec) or None, _version_refusal(name, version, spec)
+
+
+def _plugin_info(dist, name: str, version: str) -> tuple[PluginInfo, list[EntryPointRecord]]:
+    origin = origin_of(name)
+    info = PluginInfo(name, version, origin, None, _location(dist))
     records = []
-    for group, name, value in dist.entry_points:
-        info.groups.setdefault(group, []).append(name)
-        records.append(EntryPointRecord(group, name, value, dist.name, dist.version, origin))
+    for ep in dist.entry_points:
+        if ep.group in GROUPS:
+            info.groups.setdefault(ep.group, []).append(ep.name)
+            records.append(EntryPointRecord(ep.group, ep.name, ep.value, name, version, origin))
     return info, records
 
 
@@ -252,15 +221,18 @@ def discover(environ: dict | None = None, path: list[str] | None = None) -> Disc
     allow = _split_names(env.get("KERNELBAY_PLUGINS"))
     deny = _split_names(env.get("KERNELBAY_DISABLE_PLUGINS"))
     found = Discovery()
-    for dist in _iter_kernelbay_distributions(path):
-        name = dist.name
-        info, eps = _plugin_info(dist)
-        info.refused = _filter_refusal(name, allow, deny) or _version_refusal(
-            name, info.version, info.requires_kernelbay)
-        found.plugins[name] = info
+    for dist in _kernelbay_distributions(path):
+        meta = _read_metadata(dist)
+        if meta is None or meta[0] in found.plugins:  # the first copy on the path wins, as for imports
+            continue
+        name, version, requires = meta
+        info, eps = _plugin_info(dist, name, version)
+        info.requires_kernelbay, version_refusal = _core_requirement(name, version, requires)
+        info.refused = _filter_refusal(info.distribution, allow, deny) or version_refusal
+        found.plugins[info.distribution] = info
         if info.refused is None:
             found.entries.extend(eps)
-        trace("discovered %s %s (%s): %s", name, info.version, info.origin, info.refused or "enabled")
+        trace("discovered %s %s (%s): %s", info.distribution, info.version, info.origin, info.refused or "enabled")
     named = (allow or set()) | (deny or set())
     found.unknown_filter_names = sorted(n for n in named if n not in found.plugins)
     return found
