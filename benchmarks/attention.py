@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from kernelbay import resolve
 from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay.attention import create_attention
-from kernelbay.attention._cache_ops import torch_dtype
+from kernelbay.dtypes import torch_dtype
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from kernelbay.attention import AttentionBackend
+from kernelbay.attention import ANY, AttentionBackend
+from kernelbay.dtypes import MODEL_DTYPES
 
 
 class FusedRopeOnly(AttentionBackend):
     """Claims fused RoPE, refuses sliding windows."""
 
     name = "FAKE_ROPE"
+    head_sizes = block_sizes = platforms = ANY
+    dtypes = frozenset(MODEL_DTYPES)
     fused_rope = True
 
 
@@ -16,6 +19,8 @@ class UnavailableBackend(AttentionBackend):
     """Capable of everything VANILLA is, but its kernels are missing."""
 
     name = "FAKE_GONE"
+    head_sizes = block_sizes = platforms = ANY
+    dtypes = frozenset(MODEL_DTYPES)
     mla = sliding_window = chunked_attention = logit_softcap = True
 
     @classmethod

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 import pytest
 import torch
 
 from kernelbay import resolve
 from kernelbay_engine.attention import Attention, attention_layers, collect_attention_layers
-from kernelbay.attention import AttentionForwardArgs, AttentionType, KVCacheSpec, create_attention
+from kernelbay.attention import (ANY, AttentionBackend, AttentionForwardArgs, AttentionRequirements, AttentionType,
+                                 KVCacheSpec, create_attention)
 from kernelbay.errors import ConfigError
 
 from ._harness import SPECS, assert_close, make_data, run_backend
@@ -17,15 +19,45 @@ from ._harness import SPECS, assert_close, make_data, run_backend
 MLA = {"kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": None}
 
 
-def test_capabilities_are_answerable_without_an_instance():
-    """Every capability question is a classmethod."""
+def test_capabilities_are_answered_without_an_instance_by_one_method():
+    """Declarations are class attributes; `capability_failures(req)` answers a requirements record with them."""
     sdpa = resolve("attention_backend", "SDPA")
-    assert sdpa.supports_head_size(80) and sdpa.supports_dtype("bfloat16")
-    assert sdpa.supports_kv_cache_dtype("fp8") and not sdpa.supports_logit_softcap()
-    assert not sdpa.supports_mla() and sdpa.supports_sliding_window() and sdpa.supports_chunked_attention()
-    assert sdpa.supported_block_sizes() is None and sdpa.supports_kv_layout("HND")
-    assert not sdpa.supports_fused_rope() and not sdpa.supports_fused_qkv() and sdpa.supports_sparse("none")
-    assert sdpa.supports_platform("cpu") and sdpa.is_available() == (True, "available")
+    assert 80 in sdpa.head_sizes and "bfloat16" in sdpa.dtypes and "fp8_e4m3" in sdpa.kv_cache_dtypes
+    assert sdpa.sliding_window and sdpa.chunked_attention and not sdpa.mla and not sdpa.logit_softcap
+    assert sdpa.is_available() == (True, "available")
+    req = AttentionRequirements(head_size=80, dtype="bfloat16", kv_cache_dtype="fp8", kv_layout="HND",
+                                block_size=48, platform="cpu", attn_type="sliding_attention")
+    assert sdpa.capability_failures(req) == []
+    assert sdpa.capability_failures(replace(req, logit_softcap=True, fused_qkv=True, sparse_mode="dsa")) == [
+        "logit_softcap: attention logit soft-capping is not supported",
+        "sparse_mode: dsa is not supported (supported: none)", "fused_qkv: fused QKV input is not supported"]
+
+
+def test_capability_defaults_are_conservative(fresh_registry):
+    """A backend that declares nothing gets no head size, dtype, block size, layout or platform (cuda included)."""
+    class Bare(AttentionBackend):
+        name = "BARE"
+
+    req = AttentionRequirements(head_size=64, dtype="float32", block_size=16, kv_layout="NHD", platform="cuda")
+    assert Bare.capability_failures(req) == [
+        "head_size: 64 is not supported (supported: none declared)",
+        "dtype: float32 is not supported (supported: none declared)",
+        "block_size: 16 is not supported (supported: none declared)",
+        "kv_layout: NHD is not supported (supported: none declared)",
+        "platform: cuda is not supported (supported: none declared)"]
+    assert Bare.capability_failures(replace(req, kv_cache_dtype="fp8"))[2] == (
+        "kv_cache_dtype: fp8_e4m3 is not supported (supported: auto)")
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"dtypes": frozenset({"float64"})}, "dtypes: unknown name"),
+    ({"head_sizes": 64}, "head_sizes must be a set of values or ANY"),
+    ({"block_sizes": (16, 32), "preferred_block_size": 8}, "preferred_block_size 8 is not among block_sizes 16, 32"),
+])
+def test_impossible_declarations_are_refused_when_the_class_is_made(attrs, message):
+    """A vendor's typo in a declaration fails at class creation, naming the attribute."""
+    with pytest.raises(TypeError, match=message):
+        type("Typo", (AttentionBackend,), {"name": "TYPO", **attrs})
 
 
 def test_mla_accepts_null_q_lora_rank():
@@ -70,6 +102,7 @@ def test_chunked_attention_on_an_incapable_backend_is_refused(fresh_registry):
 
     class NoChunks(AttentionBackend):
         name = "NOCHUNK"
+        head_sizes = ANY
 
     with pytest.raises(ValueError, match="attention backend NOCHUNK cannot build layer 3: chunked_attention: "
                                          "chunked attention is not supported"):

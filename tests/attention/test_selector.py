@@ -118,7 +118,7 @@ def test_no_capable_backend_lists_every_candidate(fresh_registry):
     assert text.startswith("no installed attention backend can run layers (full_attention, head_size=64, bfloat16, "
                            "kv=auto) on fakeplat")
     for name in ("SDPA", "VANILLA", "FLEX"):
-        assert f"  - {name}: sparse: mode 'blocksparse' is not supported (supported: none)" in text
+        assert f"  - {name}: sparse_mode: blocksparse is not supported (supported: none)" in text
 
 
 def test_selection_is_cached_and_serialisable(fresh_registry):

@@ -33,8 +33,8 @@ def test_every_violation_is_reported_at_once(fresh_registry):
         "speculative decoding off",
         "sparse attention (blocksparse) cannot be combined with a KV cache in another precision than the model "
         "(kv_cache_dtype=fp8, dtype=bfloat16); use kv_cache_dtype=auto",
-        "attention backend SDPA does not support sparse mode 'blocksparse'",
-        "attention backend SDPA does not support logit soft-capping",
+        "attention backend SDPA: logit_softcap: attention logit soft-capping is not supported",
+        "attention backend SDPA: sparse_mode: blocksparse is not supported (supported: none)",
     ]
 
 
@@ -69,7 +69,9 @@ def test_capabilities_of_the_chosen_backend(fresh_registry):
     """Chunked attention, MLA, block size and head size are checked against the backend's declarations."""
     found = violations_of(backend="FLEX", head_size=72, mla={"kv_lora_rank": 8, "qk_nope_head_dim": 8,
                                                               "qk_rope_head_dim": 0, "v_head_dim": 8})
-    assert found == ["attention backend FLEX does not support head size 72", "attention backend FLEX does not support MLA"]
+    assert found == [
+        "attention backend FLEX: head_size: 72 is not supported (supported: 16, 32, 64, 80, 96, 128, 256)",
+        "attention backend FLEX: mla: multi-head latent attention is not supported"]
 
 
 def test_backend_options_unknown_keys_and_types(fresh_registry):

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelbay.attention._cache_ops import torch_dtype
+from kernelbay.dtypes import torch_dtype
 
 from ._harness import MLA_SPECS, SPECS, BatchSpec, assert_close, make_data, run_backend
 

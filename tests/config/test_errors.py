@@ -188,7 +188,7 @@ def test_unknown_dtype(write_config):
 def test_unknown_kv_cache_dtype(write_config):
     """kv_bytes_per_token refuses a KV dtype it cannot size, listing the known ones."""
     cfg = ModelConfig.from_pretrained(write_config(tiny()))
-    with pytest.raises(ConfigError, match="Unknown kv_cache_dtype 'fp3'; use 'auto' or one of .*fp8_e4m3"):
+    with pytest.raises(ConfigError, match="unknown KV-cache dtype 'fp3'; use one of: auto, .*fp8_e4m3"):
         cfg.kv_bytes_per_token("fp3")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelbay.config import CHUNKED, FULL, NO_ATTENTION, SLIDING, ModelConfig
+from kernelbay.errors import ConfigError
 
 from .test_errors import DROP, tiny
 
@@ -169,10 +170,17 @@ def test_dtype_spellings(write_config, changes, dtype):
 
 
 @pytest.mark.parametrize("kv_dtype, element", [("auto", 4), (None, 4), ("bfloat16", 2), ("fp8", 1),
-                                               ("fp8_e4m3", 1), ("fp8_e5m2", 1)])
+                                               ("fp8_e4m3", 1), ("torch.float8_e4m3fn", 1), ("bf16", 2)])
 def test_kv_cache_dtypes(write_config, kv_dtype, element):
     """kv_cache_dtype sizes the cache: auto follows the checkpoint, fp8 spellings take one byte."""
     assert resolve(write_config).kv_bytes_per_token(kv_dtype) == 2 * (2 * 2 * 16) * element
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e5m2", "int8", "float64"])
+def test_kv_cache_dtype_outside_the_vocabulary_is_refused(write_config, kv_dtype):
+    """The config speaks kernelbay.dtypes' vocabulary: what the cache cannot store is an error naming the choices."""
+    with pytest.raises(ConfigError, match=r"unknown KV-cache dtype .*use one of: auto, float32, bfloat16"):
+        resolve(write_config).kv_bytes_per_token(kv_dtype)
 
 
 # ---- record behaviour --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import AttentionBackend, AttentionMetadata, KVLayout
+from kernelbay.attention import ANY, AttentionBackend, AttentionMetadata, KVLayout
 
 from .int8_cache import Int8KVCacheSpec, Int8PagedKV
 
@@ -17,6 +17,7 @@ from .int8_cache import Int8KVCacheSpec, Int8PagedKV
 class AcmeInt8Backend(AttentionBackend):
     name = "ACME_INT8"
     # Honest capabilities: what `_attend` below really implements, nothing more.
+    head_sizes = ANY  # the int8 kernel is head-size agnostic
     dtypes = frozenset({"float32", "bfloat16", "float16"})
     kv_cache_dtypes = frozenset({"auto"})  # the cache is always int8 + per-block scales ("auto" = native)
     block_sizes = (16, 32)  # Acme's DMA engine moves whole 16- or 32-token pages

@@ -28,7 +28,7 @@ class Int8KVCacheSpec(KVCacheSpec):
         if self.dtype != "int8":
             raise ValueError(f"Int8KVCacheSpec stores int8; got dtype {self.dtype!r} (use KVCacheSpec for others)")
         if self.mla:
-            raise ValueError("Int8KVCacheSpec does not cache MLA latents; ACME_INT8 declares supports_mla() False")
+            raise ValueError("Int8KVCacheSpec does not cache MLA latents; ACME_INT8 does not declare mla")
         object.__setattr__(self, "layout", KVLayout.parse(self.layout))
         if self.layout is not KVLayout.NHD:
             raise ValueError("Int8KVCacheSpec pages are NHD ([block_size, kv_heads, head_dim] per block); got HND")

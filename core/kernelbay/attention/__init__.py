@@ -1,6 +1,6 @@
 """The attention protocol, the paged KV cache and the backend selector.
 
-- protocol: `AttentionBackend`, `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
+- protocol: `AttentionBackend` (declarations; `ANY`), `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
   `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
 - construction: `create_attention` (a backend instance for one layer, geometry validated);
 - KV cache: `KVCacheSpec` (what a backend stores per block; the engine allocates and pages it);
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from ._backend import AttentionBackend
+from ._capabilities import ANY
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
 from ._kv_spec import KVCacheSpec
@@ -28,7 +29,7 @@ from ._validation import AttentionOptions, validate_options
 
 
 __all__ = [
-    "BACKEND_ENV", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",
+    "ANY", "BACKEND_ENV", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",
     "AttentionMetadata", "AttentionOptions", "AttentionRequirements", "AttentionType", "BackendNotCapable",
     "CandidateReport", "KVCacheSpec", "KVLayout", "LayerGroupSelection",
     "MLASpec", "NoCapableBackend", "NoOptions", "SelectionResult", "StepRequest",

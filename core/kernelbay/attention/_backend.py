@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import ClassVar, Generic, TypeVar
 
 import torch
@@ -14,7 +14,8 @@ from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
 from ._options import NoOptions, parse_options
 from ._requirements import AttentionRequirements
-from ._types import MODEL_DTYPES, AttentionType, SPARSE_NONE, KVLayout, normalize_kv_cache_dtype, storage_dtype
+from ..dtypes import normalize_kv_cache_dtype, storage_dtype
+from ._types import SPARSE_NONE, AttentionType, KVLayout
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
 _GEOMETRY_KEYS = ("scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
@@ -22,19 +23,28 @@ _GEOMETRY_KEYS = ("scale", "attn_type", "sliding_window", "chunk_size", "logit_s
 
 
 class AttentionBackend(Generic[TMetadata]):
-    """Subclass, set the capability class attributes (or override the `supports_*` classmethods), and
-    implement `_attend`. Everything a selector asks is a classmethod: no instance, no cache, no tensors."""
+    """Subclass, declare capabilities as class attributes and implement `_attend`.
+
+    Declarations are conservative: what a backend does not declare (head sizes, dtypes, block sizes,
+    layouts, platforms, features) it does not get. `ANY` declares every value of an open-ended set
+    (a pure-torch kernel runs at any head size). `capability_failures(req)` is the one question the
+    selector, option validation and the conformance kit ask; override it (calling super) only for a
+    capability that depends on more than the class (a library version, say).
+    """
 
     name: ClassVar[str] = ""
     Metadata: ClassVar[type[AttentionMetadata]] = AttentionMetadata
     Options: ClassVar[type] = NoOptions
 
-    # capability declarations (None = any)
-    head_sizes: ClassVar[frozenset[int] | None] = None
-    dtypes: ClassVar[frozenset[str]] = frozenset(MODEL_DTYPES)
-    kv_cache_dtypes: ClassVar[frozenset[str]] = frozenset({"auto", *MODEL_DTYPES})
-    block_sizes: ClassVar[tuple[int, ...] | None] = None
-    kv_layouts: ClassVar[frozenset[KVLayout]] = frozenset(KVLayout)
+    # -- capability declarations (docs/guides/attention-backend-plugin.md, "Protocol reference") --------
+    head_sizes: ClassVar[Collection[int]] = frozenset()
+    dtypes: ClassVar[Collection[str]] = frozenset()
+    kv_cache_dtypes: ClassVar[Collection[str]] = frozenset({"auto"})
+    """"auto" stores K/V in the model dtype; list "fp8_e4m3" etc. only if the kernel reads them."""
+    block_sizes: ClassVar[Collection[int]] = frozenset()
+    kv_layouts: ClassVar[Collection[KVLayout]] = frozenset()
+    platforms: ClassVar[Collection[str]] = frozenset()
+    sparse_modes: ClassVar[Collection[str]] = frozenset({SPARSE_NONE})
     mla: ClassVar[bool] = False
     sliding_window: ClassVar[bool] = False
     encoder: ClassVar[bool] = False
@@ -42,83 +52,23 @@ class AttentionBackend(Generic[TMetadata]):
     logit_softcap: ClassVar[bool] = False
     fused_rope: ClassVar[bool] = False
     fused_qkv: ClassVar[bool] = False
-    sparse_modes: ClassVar[frozenset[str]] = frozenset({SPARSE_NONE})
-    platforms: ClassVar[frozenset[str] | None] = None
     preferred_block_size: ClassVar[int] = 16
+    """The block size `get_kv_cache_spec` uses when the engine does not insist; must be declared."""
 
-    # -- capabilities ----------------------------------------------------------------------------
-    @classmethod
-    def supports_head_size(cls, head_size: int) -> bool:
-        return cls.head_sizes is None or head_size in cls.head_sizes
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        from ._capabilities import check_declarations
 
-    @classmethod
-    def supports_dtype(cls, dtype: str) -> bool:
-        return dtype in cls.dtypes
-
-    @classmethod
-    def supports_kv_cache_dtype(cls, kv_cache_dtype: str) -> bool:
-        return normalize_kv_cache_dtype(kv_cache_dtype) in cls.kv_cache_dtypes
-
-    @classmethod
-    def supported_block_sizes(cls) -> tuple[int, ...] | None:
-        """Block sizes this backend can page with; None means any."""
-        return cls.block_sizes
-
-    @classmethod
-    def supports_block_size(cls, block_size: int) -> bool:
-        sizes = cls.supported_block_sizes()
-        return sizes is None or block_size in sizes
-
-    @classmethod
-    def supports_kv_layout(cls, layout: KVLayout | str) -> bool:
-        return KVLayout.parse(layout) in cls.kv_layouts
-
-    @classmethod
-    def supports_mla(cls) -> bool:
-        return cls.mla
-
-    @classmethod
-    def supports_sliding_window(cls) -> bool:
-        return cls.sliding_window
-
-    @classmethod
-    def supports_encoder(cls) -> bool:
-        """Bidirectional (non-causal) encoder layers."""
-        return cls.encoder
-
-    @classmethod
-    def supports_chunked_attention(cls) -> bool:
-        return cls.chunked_attention
-
-    @classmethod
-    def supports_logit_softcap(cls) -> bool:
-        return cls.logit_softcap
-
-    @classmethod
-    def supports_fused_rope(cls) -> bool:
-        return cls.fused_rope
-
-    @classmethod
-    def supports_fused_qkv(cls) -> bool:
-        return cls.fused_qkv
-
-    @classmethod
-    def supports_sparse(cls, mode: str) -> bool:
-        return mode in cls.sparse_modes
-
-    @classmethod
-    def supports_platform(cls, platform: str) -> bool:
-        return cls.platforms is None or platform in cls.platforms
+        check_declarations(cls)
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
         """Whether the kernels can run in this process (libraries importable, ...), and why not."""
         return True, "available"
 
-    # -- the selector's question -------------------------------------------------------------------
     @classmethod
     def capability_failures(cls, req: AttentionRequirements) -> list[str]:
-        """Every capability `req` needs that this backend lacks, one line each (empty: capable)."""
+        """Every capability `req` needs that this backend does not declare, one line each (empty: capable)."""
         from ._capabilities import capability_failures
 
         return capability_failures(cls, req)
@@ -176,9 +126,9 @@ class AttentionBackend(Generic[TMetadata]):
 
     def _refuse_unsupported_geometry(self) -> None:
         req = AttentionRequirements.from_geometry(self.geometry, dtype="float32")
-        from ._capabilities import geometry_failures
+        from ._capabilities import GEOMETRY, capability_failures
 
-        failures = geometry_failures(type(self), req)
+        failures = capability_failures(type(self), req, fields=GEOMETRY)
         if failures:
             raise ValueError(f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "
                              f"{'; '.join(failures)}. Pick a backend that supports it "

@@ -4,27 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ..dtypes import dtype_name, torch_dtype  # noqa: F401 - backends read them here
 from ._types import KVLayout
 
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                 "fp8_e4m3": torch.float8_e4m3fn}
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """torch dtype of a canonical dtype name."""
-    try:
-        return _TORCH_DTYPES[name]
-    except KeyError:
-        raise ValueError(f"no torch dtype for {name!r}; use one of: {', '.join(_TORCH_DTYPES)}") from None
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """Canonical name of a torch dtype."""
-    for name, value in _TORCH_DTYPES.items():
-        if value == dtype:
-            return name
-    raise ValueError(f"unsupported dtype {dtype}; use one of: {', '.join(_TORCH_DTYPES)}")
 
 
 def _to_storage(x: torch.Tensor, storage: torch.dtype, scale: float) -> torch.Tensor:

@@ -1,57 +1,102 @@
-"""Asking a backend class every capability a requirements record needs; each failure is one line."""
+"""The one capability check: a backend's declarations against a requirements record, a line per failure."""
 
 from __future__ import annotations
 
 from ._requirements import AttentionRequirements
+from ..dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
+from ._types import KVLayout
 
 
-def _sorted(values) -> str:
-    return ", ".join(str(v) for v in sorted(values, key=str))
+class _Any:
+    """`ANY`: a declaration that contains every value (`head_sizes = ANY`)."""
+
+    def __contains__(self, value) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "ANY"
 
 
-def geometry_failures(cls, req: AttentionRequirements) -> list[str]:
-    """Failures a layer's geometry alone reveals (head size, MLA, window, chunking, soft-cap)."""
-    failures = []
-    if not cls.supports_head_size(req.head_size):
-        sizes = f" (supported: {_sorted(cls.head_sizes)})" if cls.head_sizes is not None else ""
-        failures.append(f"head_size: {req.head_size} is not supported{sizes}")
-    flags = [(req.use_mla, cls.supports_mla, "mla: multi-head latent attention is not supported"),
-             (req.sliding_window, cls.supports_sliding_window, "sliding_window: sliding-window attention is not supported"),
-             (req.attn_type.value == "encoder_attention", cls.supports_encoder,
-              "encoder: bidirectional encoder attention is not supported"),
-             (req.chunked_attention, cls.supports_chunked_attention, "chunked_attention: chunked attention is not supported"),
-             (req.logit_softcap, cls.supports_logit_softcap, "logit_softcap: attention logit soft-capping is not supported")]
-    failures += [line for needed, supports, line in flags if needed and not supports()]
+ANY = _Any()
+
+# Every declaration in the order failures are listed (geometry first): requirement field, declaration,
+# and for a boolean feature what the failure line says (None: a set of accepted values).
+_CHECKS = (
+    ("head_size", "head_sizes", None),
+    ("use_mla", "mla", "multi-head latent attention"),
+    ("sliding_window", "sliding_window", "sliding-window attention"),
+    ("encoder", "encoder", "bidirectional encoder attention"),
+    ("chunked_attention", "chunked_attention", "chunked attention"),
+    ("logit_softcap", "logit_softcap", "attention logit soft-capping"),
+    ("dtype", "dtypes", None),
+    ("kv_cache_dtype", "kv_cache_dtypes", None),
+    ("block_size", "block_sizes", None),
+    ("kv_layout", "kv_layouts", None),
+    ("sparse_mode", "sparse_modes", None),
+    ("fused_rope", "fused_rope", "fused RoPE"),
+    ("fused_qkv", "fused_qkv", "fused QKV input"),
+    ("platform", "platforms", None),
+)
+# Geometry is fixed when a layer is built; the rest (dtypes, cache, platform) is chosen at run time.
+GEOMETRY = frozenset({"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap"})
+
+
+def _listed(values) -> str:
+    if values is ANY:
+        return "any"
+    ordered = sorted(values, key=lambda v: (not isinstance(v, int), v if isinstance(v, int) else str(v)))
+    return ", ".join(str(v) for v in ordered) or "none declared"
+
+
+def _wanted(req: AttentionRequirements, field: str):
+    if field == "encoder":
+        return req.attn_type.value == "encoder_attention"
+    value = getattr(req, field)
+    return value.value if isinstance(value, KVLayout) else value
+
+
+def capability_failures(cls, req: AttentionRequirements, fields=None) -> list[str]:
+    """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability."""
+    failures = [_failure(cls, field, declared, what, _wanted(req, field))
+                for field, declared, what in _CHECKS if fields is None or field in fields]
+    failures = [line for line in failures if line]
+    if fields is None:
+        available, reason = cls.is_available()
+        if not available:
+            failures.append(f"available: {reason}")
     return failures
 
 
-def _runtime_failures(cls, req: AttentionRequirements) -> list[str]:
-    failures = []
-    if not cls.supports_dtype(req.dtype):
-        failures.append(f"dtype: {req.dtype} is not supported (supported: {_sorted(cls.dtypes)})")
-    if not cls.supports_kv_cache_dtype(req.kv_cache_dtype):
-        failures.append(f"kv_cache_dtype: {req.kv_cache_dtype} is not supported "
-                        f"(supported: {_sorted(cls.kv_cache_dtypes)})")
-    if req.block_size is not None and not cls.supports_block_size(req.block_size):
-        failures.append(f"block_size: {req.block_size} is not supported "
-                        f"(supported: {_sorted(cls.supported_block_sizes())})")
-    if req.kv_layout is not None and not cls.supports_kv_layout(req.kv_layout):
-        failures.append(f"kv_layout: {req.kv_layout.value} is not supported (supported: {_sorted(cls.kv_layouts)})")
-    if not cls.supports_sparse(req.sparse_mode):
-        failures.append(f"sparse: mode {req.sparse_mode!r} is not supported (supported: {_sorted(cls.sparse_modes)})")
-    if req.fused_rope and not cls.supports_fused_rope():
-        failures.append("fused_rope: fused RoPE is not supported")
-    if req.fused_qkv and not cls.supports_fused_qkv():
-        failures.append("fused_qkv: fused QKV input is not supported")
-    return failures
+def _failure(cls, field: str, declared: str, what: str | None, wanted) -> str | None:
+    if what is not None:
+        return f"{declared}: {what} is not supported" if wanted and not getattr(cls, declared) else None
+    if wanted is None or wanted in _declared(cls, declared):
+        return None
+    return f"{field}: {wanted} is not supported (supported: {_listed(getattr(cls, declared))})"
 
 
-def capability_failures(cls, req: AttentionRequirements) -> list[str]:
-    """Every capability in `req` the backend class lacks, plus platform and availability."""
-    failures = geometry_failures(cls, req) + _runtime_failures(cls, req)
-    if req.platform is not None and not cls.supports_platform(req.platform):
-        failures.append(f"platform: {req.platform} is not supported (supported: {_sorted(cls.platforms or ())})")
-    available, reason = cls.is_available()
-    if not available:
-        failures.append(f"available: {reason}")
-    return failures
+def _declared(cls, declared: str):
+    values = getattr(cls, declared)
+    if declared == "kv_layouts" and values is not ANY:
+        return {KVLayout.parse(v).value for v in values}
+    return values
+
+
+def check_declarations(cls) -> None:
+    """Refuse a backend class whose declarations cannot be right, naming the attribute (at class creation)."""
+    problems = []
+    for _field, declared, what in _CHECKS:
+        values = getattr(cls, declared)
+        if what is not None:
+            continue
+        if values is not ANY and (isinstance(values, str) or not hasattr(values, "__contains__")):
+            problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
+    unknown = {"dtypes": set(cls.dtypes) - set(MODEL_DTYPES) if cls.dtypes is not ANY else set(),
+               "kv_cache_dtypes": set(cls.kv_cache_dtypes) - set(KV_CACHE_DTYPES) if cls.kv_cache_dtypes is not ANY
+               else set()}
+    problems += [f"{declared}: unknown name(s) {', '.join(sorted(v))}" for declared, v in unknown.items() if v]
+    if cls.block_sizes and cls.preferred_block_size not in cls.block_sizes:
+        problems.append(f"preferred_block_size {cls.preferred_block_size} is not among block_sizes "
+                        f"{_listed(cls.block_sizes)}")
+    if problems:
+        raise TypeError(f"attention backend {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._types import ELEMENT_BYTES, KVLayout, normalize_kv_cache_dtype
+from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype
+from ._types import KVLayout
 
 KV_SCALE_MODES = ("none", "per_tensor")
 
@@ -67,6 +68,14 @@ class KVCacheSpec:
     def bytes_per_block(self) -> int:
         return self.bytes_per_token * self.block_size
 
+    @property
+    def page_size_bytes(self) -> int:
+        """Bytes one block takes across its planes, with any scale storage the spec allocates (vLLM's name).
+
+        The engine plans its block count from this; it reads `bytes_per_block`, so a spec that stores more
+        per block (e.g. per-block scales beside an int8 payload) is counted as it allocates."""
+        return self.bytes_per_block
+
     def num_blocks_for(self, num_bytes: int) -> int:
         """How many blocks fit in `num_bytes` of memory for this layer."""
         return num_bytes // self.bytes_per_block
@@ -90,7 +99,7 @@ class KVCacheSpec:
         """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`."""
         import torch
 
-        from ._cache_ops import torch_dtype
+        from ..dtypes import torch_dtype
 
         shape = self.cache_shape(num_blocks)
         physical = torch.zeros([shape[d] for d in self.stride_order], dtype=torch_dtype(self.dtype), device=device)

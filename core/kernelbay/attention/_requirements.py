@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ._geometry import AttentionGeometry
-from ._types import SPARSE_NONE, AttentionType, KVLayout, normalize_dtype, normalize_kv_cache_dtype
+from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
+from ._types import SPARSE_NONE, AttentionType, KVLayout
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError, unknown_name_message
 from ._geometry import MLASpec
-from ._types import SPARSE_NONE, KVLayout, normalize_dtype, normalize_kv_cache_dtype
+from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
+from ._types import SPARSE_NONE, KVLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,25 +102,28 @@ def _load_backend(name: str):
 
 
 def _capability_lines(cls, o: AttentionOptions) -> list[str]:
-    checks = [(o.head_size is not None, lambda: cls.supports_head_size(o.head_size), f"head size {o.head_size}"),
-              (True, lambda: cls.supports_kv_cache_dtype(o.kv_cache_dtype), f"kv_cache_dtype {o.kv_cache_dtype}"),
-              (True, lambda: cls.supports_dtype(normalize_dtype(o.dtype)), f"dtype {o.dtype}"),
-              (o.sparse_mode != SPARSE_NONE, lambda: cls.supports_sparse(o.sparse_mode), f"sparse mode {o.sparse_mode!r}"),
-              (o.chunked_attention, cls.supports_chunked_attention, "chunked attention"),
-              (o.sliding_window, cls.supports_sliding_window, "sliding-window attention"),
-              (o.logit_softcap, cls.supports_logit_softcap, "logit soft-capping"),
-              (o.mla is not None, cls.supports_mla, "MLA"),
-              (o.block_size is not None, lambda: cls.supports_block_size(o.block_size), f"block size {o.block_size}"),
-              (o.kv_layout is not None, lambda: cls.supports_kv_layout(o.kv_layout), f"KV layout {o.kv_layout}"),
-              (o.platform is not None, lambda: cls.supports_platform(o.platform), f"platform {o.platform}")]
-    out = []
-    for needed, supports, what in checks:
-        try:
-            if needed and not supports():
-                out.append(f"attention backend {cls.name} does not support {what}")
-        except ValueError:
-            pass  # a bad name is reported by _names_rule
-    return out
+    """The backend's one capability check, asked with the options as a requirements record."""
+    from ._capabilities import capability_failures
+    from ._requirements import AttentionRequirements
+
+    try:
+        mla = MLASpec.from_any(o.mla) if o.mla is not None else None
+        req = AttentionRequirements(
+            head_size=o.head_size or (mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla else 1), dtype=o.dtype,
+            kv_cache_dtype=o.kv_cache_dtype, use_mla=mla is not None, sliding_window=o.sliding_window,
+            chunked_attention=o.chunked_attention, logit_softcap=o.logit_softcap, sparse_mode=o.sparse_mode,
+            block_size=o.block_size, kv_layout=o.kv_layout, platform=o.platform)
+    except ValueError:
+        return []  # a bad name, size or MLA geometry is reported by the other rules
+    # availability is the selector's business (options may be checked on another machine than they run on)
+    fields = _ALL_FIELDS if o.head_size is not None or mla is not None else _ALL_FIELDS - {"head_size"}
+    return [f"attention backend {cls.name}: {line}"
+            for line in capability_failures(cls, req, fields=fields)]
+
+
+_ALL_FIELDS = frozenset({"head_size", "dtype", "kv_cache_dtype", "block_size", "kv_layout", "sparse_mode", "platform",
+                         "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "fused_rope",
+                         "fused_qkv"})
 
 
 def _backend_rule(o: AttentionOptions) -> list[str]:

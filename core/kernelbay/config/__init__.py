@@ -8,7 +8,6 @@ Light to import: transformers is imported when a config is first read; `import k
 loads this package.
 """
 
-from ._dtypes import KV_CACHE_DTYPE_BYTES
 from ._layers import (BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING)
 from ._loading import config_class_for, read_config_json
 from ._model_config import MODEL_KINDS, ModelConfig
@@ -16,7 +15,7 @@ from ._naming import draft_architecture, resolution_target
 from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
 
 __all__ = [
-    "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "KV_CACHE_DTYPE_BYTES", "LAYER_KINDS", "MODEL_KINDS",
+    "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "LAYER_KINDS", "MODEL_KINDS",
     "NO_ATTENTION", "ROPE_TYPES", "SLIDING", "BlockSparseGeometry", "MLAGeometry", "ModelConfig", "QuantConfig",
     "RopeConfig", "config_class_for", "draft_architecture", "read_config_json", "resolution_target",
 ]

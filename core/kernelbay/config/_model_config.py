@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ._dtypes import DTYPE_BYTES, kv_element_bytes
+from ..dtypes import MODEL_DTYPES
+from ._dtypes import kv_element_bytes
 from ._layers import CACHELESS_KINDS, CHUNKED, LAYER_KINDS, SLIDING
 from ._records import BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
 
@@ -142,8 +143,8 @@ def _sizes_problems(c: ModelConfig) -> list[str]:
     if c.num_key_value_heads <= 0 or c.num_attention_heads % c.num_key_value_heads:
         problems.append(f"num_key_value_heads={c.num_key_value_heads} must divide "
                         f"num_attention_heads={c.num_attention_heads}")
-    if c.dtype not in DTYPE_BYTES:
-        problems.append(f"dtype={c.dtype!r} must be one of {', '.join(DTYPE_BYTES)}")
+    if c.dtype not in MODEL_DTYPES:
+        problems.append(f"dtype={c.dtype!r} must be one of {', '.join(MODEL_DTYPES)}")
     if not c.attention_scale > 0:
         problems.append(f"attention_scale={c.attention_scale} must be positive")
     return problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import AttentionBackend, KVLayout
+from kernelbay.attention import ANY, AttentionBackend, KVLayout
 
 from .availability import current_availability
 from .metadata import FlashInferMetadata
@@ -23,6 +23,7 @@ class FlashInferBackend(AttentionBackend[FlashInferMetadata]):
     sliding_window = True
     logit_softcap = True
     platforms = frozenset({"cuda"})
+    block_sizes = ANY  # FlashInfer pages at any page size
     preferred_block_size = 16
 
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import AttentionBackend, KVLayout
+from kernelbay.attention import ANY, AttentionBackend, KVLayout
 
 from .availability import current_availability
 from .metadata import FlashInferMetadata
@@ -22,10 +22,12 @@ class FlashInferMLABackend(AttentionBackend[FlashInferMetadata]):
     name = "FLASHINFER_MLA"
     Metadata = FlashInferMetadata
     mla = True
+    head_sizes = ANY  # absorbed: the kernel sees latent 512 + rope 64 whatever qk_nope_head_dim is
     dtypes = frozenset({"bfloat16", "float16"})
     kv_cache_dtypes = frozenset({"auto", "bfloat16", "float16"})
     kv_layouts = frozenset({KVLayout.NHD})
     platforms = frozenset({"cuda"})
+    block_sizes = ANY  # FlashInfer pages at any page size
     preferred_block_size = 16
 
     @classmethod

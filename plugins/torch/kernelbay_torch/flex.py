@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelbay.attention import AttentionBackend, AttentionForwardArgs, AttentionMetadata
-from kernelbay.attention._types import KV_CACHE_DTYPES
+from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 MIN_BUCKET = 128  # flex_attention's default block size
 RECOMPILE_LIMIT = 64  # one compiled kernel per (q bucket, kv bucket, dtype, head geometry)
@@ -153,8 +153,12 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
     name = "FLEX"
     Metadata = FlexMetadata
     Options = FlexOptions
-    kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
     head_sizes = frozenset({16, 32, 64, 80, 96, 128, 256})
+    dtypes = frozenset(MODEL_DTYPES)
+    kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
+    block_sizes = ANY  # the block mask is built per step from whatever pages the engine uses
+    kv_layouts = frozenset(KVLayout)
+    platforms = ANY  # torch.compile targets the device the tensors live on
     sliding_window = True
     chunked_attention = True
     encoder = True

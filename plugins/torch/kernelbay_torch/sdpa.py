@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernelbay.attention import AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
 from kernelbay.attention import _cache_ops as ops
-from kernelbay.attention._types import KV_CACHE_DTYPES
+from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 from ._masks import allowed_keys, request_spans
 from ._workspace import scratch
@@ -53,7 +53,12 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
 
     name = "SDPA"
     Metadata = SdpaMetadata
+    head_sizes = ANY  # plain torch: any head size, block size and platform torch runs on
+    dtypes = frozenset(MODEL_DTYPES)
     kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
+    block_sizes = ANY
+    kv_layouts = frozenset(KVLayout)
+    platforms = ANY
     sliding_window = True
     chunked_attention = True
     encoder = True

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import AttentionBackend, AttentionForwardArgs, AttentionMetadata
-from kernelbay.attention._types import KV_CACHE_DTYPES
+from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 from ._masks import allowed_keys, request_spans
 
@@ -14,7 +14,12 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
     """Readable and complete rather than fast: every other backend is tested against it."""
 
     name = "VANILLA"
+    head_sizes = ANY  # plain torch: any head size, block size and platform torch runs on
+    dtypes = frozenset(MODEL_DTYPES)
     kv_cache_dtypes = frozenset(KV_CACHE_DTYPES)
+    block_sizes = ANY
+    kv_layouts = frozenset(KVLayout)
+    platforms = ANY
     mla = True
     sliding_window = True
     chunked_attention = True

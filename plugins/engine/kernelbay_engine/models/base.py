@@ -23,17 +23,14 @@ if TYPE_CHECKING:
     from kernelbay.attention import AttentionMetadata
     from kernelbay.config import ModelConfig
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'bfloat16' / torch.bfloat16 -> torch.bfloat16; anything else is an error naming the choices."""
-    if isinstance(dtype, torch.dtype) and dtype in TORCH_DTYPES.values():
-        return dtype
-    name = str(dtype).removeprefix("torch.")
-    if name not in TORCH_DTYPES:
-        raise ValueError(f"model dtype {dtype!r} is not supported; use one of {', '.join(TORCH_DTYPES)}")
-    return TORCH_DTYPES[name]
+    from kernelbay.dtypes import normalize_dtype, torch_dtype as to_torch
+
+    try:
+        return to_torch(normalize_dtype(dtype))
+    except ValueError as err:
+        raise ValueError(f"model dtype: {err}") from None
 
 
 @contextlib.contextmanager
