@@ -69,6 +69,24 @@ def test_every_claimed_spec_matches_vanilla(acme):
     assert not errors, f"[ACME_INT8] specs beyond int8 error of VANILLA: {errors}"
 
 
+def test_conformance_kit_passes(sites):
+    """`kernelbay check-backend ACME_INT8` on the installed vendor package: every claimed spec within int8 error
+    of the kit's reference, every refusal honest through the selector, exit code 0."""
+    import json
+
+    from kernelbay.testing.specs import INTEGER_KV_TOLERANCE
+
+    from .conftest import run_kernelbay
+
+    done = run_kernelbay(sites, "check-backend", "ACME_INT8", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    claimed = {r["spec"] for r in report["results"] if r["status"] == "pass"}
+    assert report["passed"] and MUST_CLAIM <= claimed, f"[ACME_INT8] {report}"
+    assert INTEGER_KV_TOLERANCE == INT8_TOLERANCE and all(r["detail"].endswith("(integer KV cache)")
+                                                          for r in report["results"] if r["status"] == "pass")
+
+
 def _filled_layer(acme, spec, seed=0):
     data = make_data(spec, seed)
     layer = create_attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, backend=acme.backend.AcmeInt8Backend,

@@ -1,0 +1,28 @@
+"""kernelbay's conformance kit for attention backends: the protocol made executable.
+
+- `check_backend(NAME or class, specs=None)` -> `ConformanceReport` (`SpecResult` per spec: pass / fail /
+  not-claimed / skipped); also `kernelbay check-backend NAME` and `pytest --kernelbay-backend NAME`;
+- the named batch specs: `BatchSpec`, `SPECS`, `MLA_SPECS`, `ALL_SPECS`, `TOLERANCE`;
+- the dense reference: `reference_attention`; the engine-like driver: `run_backend`, `make_data`.
+
+Importing this package imports nothing heavy (no torch) until a name is used: pytest loads its plugin
+module in every run.
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_LAZY = {
+    **dict.fromkeys(("BackendUnderTest", "ConformanceReport", "SpecResult", "check_backend"),
+                    "kernelbay.testing.conformance"),
+    **dict.fromkeys(("ALL_SPECS", "BatchSpec", "MLA_SPECS", "SPECS", "TOLERANCE", "tolerance"),
+                    "kernelbay.testing.specs"),
+    **dict.fromkeys(("StepData", "block_tables", "build_layer", "make_data", "reference_output", "run_backend",
+                     "run_step"), "kernelbay.testing.runner"),
+    "reference_attention": "kernelbay.testing.reference",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)

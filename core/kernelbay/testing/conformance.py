@@ -1,0 +1,199 @@
+"""`check_backend`: every spec a backend claims matches the reference; every spec it refuses is refused honestly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..attention import ANY, BackendNotCapable, NoCapableBackend, select_attention_backend
+from ..attention._capabilities import GEOMETRY, capability_failures
+from ..attention._factory import backend_class
+from ..platforms import Platform
+from .runner import build_layer, make_data, reference_output, run_step
+from .specs import BatchSpec, select_specs, tolerance
+
+PASS, FAIL, NOT_CLAIMED, SKIPPED = "pass", "fail", "not-claimed", "skipped"
+_MARKS = {PASS: "PASS", FAIL: "FAIL", NOT_CLAIMED: "----", SKIPPED: "SKIP"}
+
+
+@dataclass(frozen=True, slots=True)
+class SpecResult:
+    """One spec's verdict on one backend."""
+
+    spec: str
+    status: str
+    """"pass", "fail", "not-claimed" (the backend refuses it, honestly) or "skipped" (backend unavailable)."""
+    detail: str
+    max_error: float | None = None
+    tolerance: float | None = None
+    """The allowed max error, already scaled by the reference's magnitude."""
+
+    def line(self) -> str:
+        return f"{_MARKS[self.status]}  {self.spec:<22} {self.detail}"
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec, "status": self.status, "detail": self.detail, "max_error": self.max_error,
+                "tolerance": self.tolerance}
+
+
+@dataclass(frozen=True, slots=True)
+class ConformanceReport:
+    """Every checked spec of one backend."""
+
+    backend: str
+    results: tuple[SpecResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """No spec failed (refused and skipped specs are not failures)."""
+        return all(r.status != FAIL for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(r.status == status for r in self.results) for status in _MARKS}
+
+    def summary(self) -> str:
+        c = self.counts()
+        verdict = "conforms" if self.passed else "DOES NOT CONFORM"
+        if self.passed and c[NOT_CLAIMED] and not c[PASS]:
+            verdict = "claims none of these specs"
+        return (f"{self.backend}: {verdict}: {c[PASS]} passed, {c[FAIL]} failed, {c[NOT_CLAIMED]} not claimed, "
+                f"{c[SKIPPED]} skipped")
+
+    def render(self) -> str:
+        return "\n".join([*(r.line() for r in self.results), self.summary()])
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "passed": self.passed, "counts": self.counts(),
+                "results": [r.to_dict() for r in self.results]}
+
+
+class _KitPlatform(Platform):
+    """A platform listing the backend under test first: automatic selection picks it whenever it claims a spec."""
+
+    device_type = "cpu"
+
+    def __init__(self, name: str, backend: str):
+        self.name, self._backend = name, backend
+
+    def is_current(self) -> tuple[bool, str]:
+        return True, "the conformance kit's platform"
+
+    def backend_priority(self) -> list[str]:
+        return [self._backend]
+
+
+def _is_installed_as(cls, name: str) -> bool:
+    """Whether the registry's backend `name` is this very class (the selector checks need it)."""
+    from ..registry import names, resolve
+
+    try:
+        return name in names("attention_backend") and resolve("attention_backend", name) is cls
+    except Exception:  # noqa: BLE001 - a broken slot is simply not this class
+        return False
+
+
+@dataclass(frozen=True)
+class BackendUnderTest:
+    """One backend class, how the selector knows it, and how the kit builds it."""
+
+    cls: type
+    name: str
+    installed: bool
+    """True when `name` resolves to `cls` in the registry, so refusals can be checked through the selector."""
+    options: Mapping | None = None
+    device: str = "cpu"
+
+    @classmethod
+    def of(cls, backend, options: Mapping | None = None, device: str = "cpu") -> "BackendUnderTest":
+        """From an installed name (unknown: UnknownNameError listing the known ones) or a backend class."""
+        klass = backend_class(backend)
+        name = backend if isinstance(backend, str) else (klass.name or klass.__name__)
+        klass.parse_options(options)  # an unknown or mistyped option is the caller's error, not every spec's
+        return cls(klass, name, _is_installed_as(klass, name), options, device)
+
+    def platform(self) -> Platform:
+        """The kit's platform, named after one the backend declares (any name when it declares ANY)."""
+        declared = [] if self.cls.platforms is ANY else sorted(self.cls.platforms)
+        return _KitPlatform(declared[0] if declared else "conformance-kit", self.name)
+
+    def check(self, spec: BatchSpec) -> SpecResult:
+        """The verdict on one spec; anything the backend raises is a failure carrying its message."""
+        available, reason = self.cls.is_available()
+        if not available:
+            return SpecResult(spec.name, SKIPPED, f"backend unavailable: {reason}")
+        try:
+            failures = self.cls.capability_failures(spec.requirements())
+            return self._check_refusal(spec, failures) if failures else self._check_claim(spec)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised: one bad spec must not hide the others
+            return SpecResult(spec.name, FAIL, f"raised {type(exc).__name__}: {exc}")
+
+    def _check_claim(self, spec: BatchSpec) -> SpecResult:
+        data = make_data(spec)
+        on_device = data.to(self.device)
+        layer = build_layer(self.cls, spec, on_device, self.options)
+        got = run_step(layer, spec, on_device, device=self.device).cpu()
+        return compare(spec, got, reference_output(spec, data), layer.kv_cache.dtype)
+
+    def _check_refusal(self, spec: BatchSpec, failures: list[str]) -> SpecResult:
+        problems = [p for p in (self._builds_anyway(spec), *self._selected_anyway(spec)) if p]
+        refused = "; ".join(failures)
+        if problems:
+            return SpecResult(spec.name, FAIL, f"refuses ({refused}) yet {'; '.join(problems)}")
+        unchecked = "" if self.installed else f" (selector not checked: {self.name} is not installed as this class)"
+        return SpecResult(spec.name, NOT_CLAIMED, f"not claimed: {refused}{unchecked}")
+
+    def _builds_anyway(self, spec: BatchSpec) -> str | None:
+        """A refused geometry must be a ValueError at construction, never a layer that attends differently."""
+        if not capability_failures(self.cls, spec.requirements(), fields=GEOMETRY):
+            return None
+        try:
+            build_layer(self.cls, spec, make_data(spec), self.options)
+        except ValueError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - the wrong error is the finding
+            return f"building the layer raised {type(exc).__name__} instead of ValueError: {exc}"
+        return "a layer with that geometry was built (construction must raise ValueError)"
+
+    def _selected_anyway(self, spec: BatchSpec) -> list[str]:
+        """Neither a request by name nor automatic selection (with the backend first in priority) may pick it."""
+        if not self.installed:
+            return []
+        req, platform, problems = spec.requirements(), self.platform(), []
+        try:
+            select_attention_backend(req, requested=self.name, platform=platform)
+            problems.append(f"select_attention_backend(requested={self.name!r}) accepted it")
+        except BackendNotCapable:
+            pass
+        try:
+            if select_attention_backend(req, platform=platform).backend_name == self.name:
+                problems.append("automatic selection picked it")
+        except (NoCapableBackend, BackendNotCapable):
+            pass
+        return problems
+
+
+def compare(spec: BatchSpec, got, want, cache_dtype=None) -> SpecResult:
+    """PASS when `got` has the reference's shape and its max abs error is within the spec's tolerance."""
+    if tuple(got.shape) != tuple(want.shape):
+        return SpecResult(spec.name, FAIL, f"output shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+    tol = tolerance(spec, cache_dtype)
+    allowed = tol * max(1.0, want.abs().max().item())
+    err = (got.double() - want).abs().max().item()
+    note = " (integer KV cache)" if cache_dtype is not None and not cache_dtype.is_floating_point else ""
+    if err <= allowed:
+        return SpecResult(spec.name, PASS, f"max err {err:.1e} <= {allowed:.1e}{note}", err, allowed)
+    return SpecResult(spec.name, FAIL, f"max err {err:.2e} > {allowed:.1e}{note}", err, allowed)
+
+
+def check_backend(backend, specs: Iterable | None = None, *, options: Mapping | None = None,
+                  device: str = "cpu") -> ConformanceReport:
+    """Run the conformance kit on `backend` (an installed name or an AttentionBackend class).
+
+    `specs`: names in ALL_SPECS or BatchSpec records (default: all); `options`: the backend's typed options
+    (e.g. `{"compile": False}` for FLEX)."""
+    from ..attention import clear_selection_cache
+
+    subject = BackendUnderTest.of(backend, options, device)
+    chosen = select_specs(specs)
+    clear_selection_cache()  # selections cached before a runtime registration must not answer for this class
+    return ConformanceReport(subject.name, tuple(subject.check(spec) for spec in chosen))
