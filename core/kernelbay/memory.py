@@ -1,12 +1,9 @@
-"""How many KV-cache blocks a memory budget buys."""
+"""Memory sizes as users write them, and how many tokens of KV cache a budget holds (`kernelbay explain`)."""
 
 from __future__ import annotations
 
 import math
 import re
-
-DEFAULT_KV_CACHE_MEMORY = 512 * 2**20
-"""Cap of the default cache: enough for max_num_seqs full-context requests, at most this many bytes."""
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
@@ -35,18 +32,3 @@ def tokens_that_fit(memory_bytes: int, bytes_per_token: int) -> int:
     """Tokens of KV cache `memory_bytes` holds (every layer of the model cached per token)."""
     return memory_bytes // bytes_per_token if bytes_per_token > 0 else 0
 
-
-def plan_num_blocks(*, bytes_per_token: int, block_size: int, kv_cache_memory: int | float | str | None,
-                    max_num_seqs: int, max_model_len: int) -> int:
-    """Blocks for an explicit budget, or by default for max_num_seqs full-context requests (capped)."""
-    block_bytes = max(1, bytes_per_token * block_size)
-    if kv_cache_memory is not None:
-        budget = parse_memory(kv_cache_memory)
-    else:
-        budget = min(DEFAULT_KV_CACHE_MEMORY, max_num_seqs * max_model_len * bytes_per_token)
-        budget = max(budget, max_model_len * bytes_per_token)
-    blocks = budget // block_bytes
-    if blocks < 1:
-        raise ValueError(f"kv_cache_memory {kv_cache_memory!r} holds no KV-cache block ({block_bytes} bytes = "
-                         f"{block_size} tokens x {bytes_per_token} bytes); give it at least that much")
-    return int(blocks)

@@ -20,6 +20,14 @@ def test_spec_bytes_standard_and_mla():
     assert KVCacheSpec(8, 128, "float32", block_size=32).bytes_per_block == 32 * 2 * 8 * 128 * 4
 
 
+@pytest.mark.parametrize("spec", [KVCacheSpec(2, 8, "bfloat16", block_size=16), KVCacheSpec(1, 40, "float32", mla=True),
+                                  KVCacheSpec(4, 8, "fp8_e4m3", kv_scale_mode="per_tensor").with_layout("HND")])
+def test_page_size_is_what_one_block_allocates(spec):
+    """page_size_bytes is the bytes a block of the allocated cache tensor takes (planes included)."""
+    cache = spec.allocate(3)
+    assert spec.page_size_bytes == spec.bytes_per_block == cache.numel() * cache.element_size() // 3
+
+
 def test_spec_shapes_per_layout():
     """NHD keeps [block, token, head, dim]; HND swaps token and head."""
     spec = KVCacheSpec(4, 64, "float16", block_size=16)
@@ -115,6 +123,34 @@ def test_placement_keeps_requests_in_runs_while_it_can():
     mgr.allocate("c", 5)
     assert mgr.block_table("c") == (11, 12, 13, 14, 15)
     assert mgr.append("c", 2) == (5, 6)  # no room after c: any free blocks, capacity is never lost
+
+
+def test_grow_to_and_extra_blocks_count_tokens_in_all():
+    """grow_to allocates a new request or extends a known one to a total; extra_blocks prices that total."""
+    mgr = KVCacheManager(num_blocks=6, block_size=4)
+    assert mgr.extra_blocks("a", 5) == 2
+    assert mgr.grow_to("a", 5) == mgr.block_table("a") and mgr.num_tokens("a") == 5
+    assert mgr.extra_blocks("a", 8) == 0 and mgr.extra_blocks("a", 9) == 1
+    assert len(mgr.grow_to("a", 9)) == 3 and mgr.num_free_blocks == 3
+    with pytest.raises(ValueError, match="cannot shrink"):
+        mgr.grow_to("a", 4)
+    with pytest.raises(KVCacheExhausted, match="needs 4 more block"):
+        mgr.grow_to("b", 13)
+    assert "b" not in mgr and mgr.num_free_blocks == 3
+
+
+def test_reserve_step_is_all_or_nothing_and_checks_positions():
+    """A step's growth is checked as a whole before any request grows; positions must continue the cache."""
+    mgr = KVCacheManager(num_blocks=3, block_size=4)
+    rows = mgr.reserve_step([("a", 0, 9)])
+    assert [(r.query_len, r.context_len, r.block_table) for r in rows] == [(9, 0, mgr.block_table("a"))]
+    with pytest.raises(KVCacheExhausted, match="this step needs 2 more KV-cache block"):
+        mgr.reserve_step([("a", 9, 4), ("b", 0, 1)])
+    assert mgr.num_tokens("a") == 9 and "b" not in mgr
+    with pytest.raises(ValueError, match="start_pos 3 but 9 tokens are cached"):
+        mgr.reserve_step([("a", 3, 1)])
+    with pytest.raises(ValueError, match="is new .* start_pos is 5"):
+        mgr.reserve_step([("c", 5, 1)])
 
 
 def test_freed_blocks_are_reused():

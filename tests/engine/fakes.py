@@ -1,15 +1,14 @@
-"""A model-free runner: the next token is a hash of every token in the request's cache.
+"""A model-free runner over a paged token cache: the next token is a hash of every token in the request's cache.
 
-It keeps each request's cache as a token list and a real `KVCacheManager` with the scheduler's
-block count, so a step that feeds tokens out of order, reuses a freed request's cache, or needs
-more blocks than exist fails loudly.
+Like the real runner it keeps no block accounting: it writes each step's tokens into the slots the
+request's block table names and reads the whole sequence back through that table. A block handed to
+two requests at once, a table too short for its tokens, or tokens fed out of order change or break
+the output.
 """
 
 from __future__ import annotations
 
 import torch
-
-from kernelbay_engine.kv_cache import KVCacheManager
 
 VOCAB = 97
 
@@ -24,8 +23,9 @@ def next_token(tokens: list[int]) -> int:
 
 class FakeRunner:
     def __init__(self, num_blocks: int, block_size: int):
-        self.kv = KVCacheManager(num_blocks, block_size)
-        self.cache: dict = {}
+        self.block_size = block_size
+        self.slots: list[int | None] = [None] * (num_blocks * block_size)
+        """Token id cached at each flat slot (block * block_size + offset)."""
         self.steps: list[list[tuple[int, int]]] = []
         """Per step: (request_id, number of new tokens)."""
         self.prefills: dict = {}
@@ -36,23 +36,17 @@ class FakeRunner:
         for row, r in enumerate(requests):
             if r.start_pos == 0:
                 self.prefills[r.request_id] = self.prefills.get(r.request_id, 0) + 1
-            cached = self.cache.setdefault(r.request_id, [])
-            assert r.start_pos == len(cached), f"request {r.request_id} fed from {r.start_pos}, cache {len(cached)}"
-            self._grow(r.request_id, len(r.token_ids))
-            cached.extend(r.token_ids)
+            end = r.start_pos + len(r.token_ids)
+            assert len(r.block_table) == -(-end // self.block_size), f"request {r.request_id}: table {r.block_table}"
+            for pos, token in enumerate(r.token_ids, r.start_pos):
+                self.slots[self._slot(r.block_table, pos)] = token
+            cached = [self.slots[self._slot(r.block_table, pos)] for pos in range(end)]
             logits[row, next_token(cached)] = 1.0
         self.steps.append([(r.request_id, len(r.token_ids)) for r in requests])
         return logits
 
-    def _grow(self, request_id, count: int) -> None:
-        if request_id in self.kv:
-            self.kv.append(request_id, count)
-        else:
-            self.kv.allocate(request_id, count)
-
-    def free(self, request_id) -> None:
-        del self.cache[request_id]
-        self.kv.free(request_id)
+    def _slot(self, table: tuple[int, ...], pos: int) -> int:
+        return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
 
 def reference_tokens(prompt: list[int], max_tokens: int) -> list[int]:

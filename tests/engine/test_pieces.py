@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from kernelbay_engine.detokenize import TextTracker
-from kernelbay.memory import parse_memory, plan_num_blocks, tokens_that_fit
+from kernelbay.memory import parse_memory, tokens_that_fit
+from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 
@@ -38,13 +39,18 @@ def test_parse_memory_rejects_nonsense(bad):
 
 
 def test_block_planning():
-    """An explicit budget is divided into blocks; the default covers max_num_seqs full contexts (capped)."""
-    assert plan_num_blocks(bytes_per_token=100, block_size=16, kv_cache_memory=16_000, max_num_seqs=4,
+    """An explicit budget is divided into blocks of bytes_per_block; the default covers max_num_seqs full
+    contexts (a partial last block included), capped at 512 MiB but never below one full context."""
+    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=16_000, max_num_seqs=4,
                            max_model_len=64) == 10
-    assert plan_num_blocks(bytes_per_token=100, block_size=16, kv_cache_memory=None, max_num_seqs=4,
+    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=4,
                            max_model_len=64) == 16
+    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=2,
+                           max_model_len=65) == 10
+    assert plan_num_blocks(bytes_per_block=2**28, block_size=16, kv_cache_memory=None, max_num_seqs=8,
+                           max_model_len=64) == 4
     with pytest.raises(ValueError, match="holds no KV-cache block"):
-        plan_num_blocks(bytes_per_token=100, block_size=16, kv_cache_memory=100, max_num_seqs=1, max_model_len=8)
+        plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=100, max_num_seqs=1, max_model_len=8)
     assert tokens_that_fit(2**30, 2**17) == 8192
 
 

@@ -34,13 +34,25 @@ def random_prompts(count: int, seed: int = 0) -> list[tuple[list[int], int]]:
     return [([rng.randrange(VOCAB) for _ in range(rng.randint(1, 20))], rng.randint(1, 24)) for _ in range(count)]
 
 
-def run_to_end(core: EngineCore, runner: FakeRunner, check_ledger: bool = True) -> int:
+def check_ledger(scheduler: Scheduler) -> None:
+    """The one ledger after a step: each running request holds ceil(cached / block_size) blocks of its own,
+    waiting ones hold none, and every other block is free."""
+    blocks = scheduler.blocks
+    tables = {r.request_id: blocks.block_table(r.request_id) for r in scheduler.running}
+    for r in scheduler.running:
+        assert len(tables[r.request_id]) == blocks.blocks_needed(r.num_cached), f"request {r.request_id}"
+    held = [b for table in tables.values() for b in table]
+    assert len(held) == len(set(held)), "a block is held by two requests"
+    assert blocks.num_used_blocks == len(held) and set(blocks.request_ids()) == set(tables)
+    assert not any(r.request_id in blocks for r in scheduler.waiting)
+
+
+def run_to_end(core: EngineCore, runner: FakeRunner) -> int:
     steps = 0
     while core.has_unfinished:
         core.step()
         steps += 1
-        if check_ledger:
-            assert core.scheduler.ledger.num_free == runner.kv.num_free_blocks, "ledger and allocator disagree"
+        check_ledger(core.scheduler)
     return steps
 
 
@@ -79,12 +91,11 @@ def test_request_joins_while_others_decode():
 
 
 def test_finished_request_frees_its_blocks_at_once():
-    """After the last token every block is back in the free list, in the ledger and in the allocator."""
+    """After the last token every block is back in the scheduler's free list and no request holds a table."""
     core, runner = make_engine(num_blocks=16)
     core.add(make_request(0, list(range(9)), 3))
     run_to_end(core, runner)
-    assert core.scheduler.ledger.num_free == 16 and runner.kv.num_free_blocks == 16
-    assert not runner.cache
+    assert core.scheduler.blocks.num_free_blocks == 16 and not core.scheduler.blocks.request_ids()
 
 
 @pytest.mark.parametrize("num_blocks", [8, 11, 16])
@@ -108,7 +119,7 @@ def test_request_filling_the_whole_cache_runs():
     core, runner = make_engine(num_blocks=4, block_size=4)
     core.add(make_request(0, [3] * 6, 10))
     run_to_end(core, runner)
-    assert core.scheduler.ledger.num_free == 4
+    assert core.scheduler.blocks.num_free_blocks == 4
 
 
 def test_context_limit_ends_generation():
@@ -195,8 +206,8 @@ workloads = st.lists(st.tuples(st.lists(st.integers(0, VOCAB - 1), min_size=1, m
 @given(workloads, st.integers(7, 24), st.integers(1, 4), st.integers(4, 32), st.booleans())
 def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, token_budget, chunked):
     """Random arrivals, cache sizes, slots, budgets, with and without chunked prefill: every request ends
-    with exactly its solo tokens, the scheduler's block ledger always equals the allocator's, and a
-    chunked step never exceeds the token budget."""
+    with exactly its solo tokens, the scheduler's one block ledger stays consistent with the requests it
+    runs, and a chunked step never exceeds the token budget."""
     core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=token_budget, chunked=chunked)
     requests = [make_request(i, p, n) for i, (p, n, _) in enumerate(workload)]
@@ -207,7 +218,7 @@ def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, t
             core.add(requests[arrivals.pop(0)])
         if core.has_unfinished:
             core.step()
-            assert core.scheduler.ledger.num_free == runner.kv.num_free_blocks
+            check_ledger(core.scheduler)
             assert not chunked or sum(n for _, n in runner.steps[-1]) <= token_budget
         step += 1
     for r, (prompt, n, _) in zip(requests, workload):

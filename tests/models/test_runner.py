@@ -47,13 +47,49 @@ def test_mixed_step_equals_separate_steps(model):
 
 
 def test_free_returns_the_blocks(model):
-    """free() gives a finished request's blocks back; the id can then start again at position 0."""
-    runner = _runner(model)
-    runner.step([StepRequest("a", PROMPT_A, 0)])
-    assert runner.kv.num_free_blocks == 32 - 3
+    """Driven by hand, free() gives a request's blocks back: a cache full with it has room for another."""
+    runner = _runner(model, num_blocks=3)
+    runner.step([StepRequest("a", PROMPT_A, 0)])  # 9 tokens: all 3 blocks
     runner.free("a")
-    assert runner.kv.num_free_blocks == 32 and runner.num_cached_tokens("a") == 0
-    runner.step([StepRequest("a", PROMPT_B, 0)])
+    assert runner.num_cached_tokens("a") == 0
+    runner.step([StepRequest("b", PROMPT_A + [1, 2, 3], 0)])
+    assert runner.num_cached_tokens("b") == 12
+
+
+def test_steps_with_block_tables_use_them(model):
+    """Given the scheduler's block tables the runner allocates nothing and returns what it returns driven by
+    hand; mixing steps with and without tables over one cache is refused."""
+    from kernelbay_engine.kv_cache import KVCacheManager
+
+    by_hand = _runner(model)
+    by_hand.step([StepRequest("a", PROMPT_A, 0)])
+    want = by_hand.step([StepRequest("a", [7], len(PROMPT_A)), StepRequest("b", PROMPT_B, 0)])
+    blocks, runner = KVCacheManager(32, 4), _runner(model)
+    blocks.allocate("x", 5)  # tables elsewhere in the cache than the runner's own allocator would pick
+    runner.step([StepRequest("a", PROMPT_A, 0, blocks.grow_to("a", len(PROMPT_A)))])
+    got = runner.step([StepRequest("a", [7], len(PROMPT_A), blocks.grow_to("a", len(PROMPT_A) + 1)),
+                       StepRequest("b", PROMPT_B, 0, blocks.grow_to("b", len(PROMPT_B)))])
+    assert torch.allclose(got, want, atol=1e-5)
+    assert runner.num_cached_tokens("a") == 0, "the runner kept no accounting of its own"
+    with pytest.raises(ValueError, match="handed out by the caller's allocator"):
+        runner.step([StepRequest("c", [1], 0)])
+    with pytest.raises(ValueError, match="beyond this runner's cache of 32 blocks"):
+        runner.step([StepRequest("c", [1], 0, (32,))])
+    with pytest.raises(ValueError, match="handed out by the runner's own allocator"):
+        by_hand.step([StepRequest("c", [1], 0, (5,))])
+
+
+def test_cache_is_planned_before_it_is_allocated(model):
+    """Without num_blocks the runner prices one block (the layers' page_size_bytes) and allocates on request."""
+    runner = ModelRunner(model, block_size=4, attention_backend="VANILLA")
+    layers = model.attention_layers().values()
+    spec = runner.cache.layers[0].spec
+    assert runner.bytes_per_block == len(layers) * spec.page_size_bytes == len(layers) * 4 * spec.bytes_per_token
+    with pytest.raises(RuntimeError, match="allocate_cache"):
+        runner.step([StepRequest("a", [1], 0)])
+    runner.allocate_cache(5)
+    assert {layer.backend.kv_cache.shape[1] for layer in layers} == {5}
+    assert runner.step([StepRequest("a", PROMPT_B, 0)]).shape == (1, model.config.vocab_size)
 
 
 def test_start_pos_must_continue_the_cache(model):

@@ -91,12 +91,12 @@ class Attention(torch.nn.Module):
         return backend
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata,
-                forward_args=None, **legacy) -> torch.Tensor:
+                forward_args=None) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent, k_pe) -> [T, H, v_head_dim]."""
         if self.backend is None:
             raise RuntimeError(f"attention layer {self.layer_idx} ({self.prefix or 'attention'}) is not bound; "
                                f"the engine must call Attention.bind(backend, kv_cache) first")
-        return self.backend.forward(q, k, v, metadata, forward_args, **legacy)
+        return self.backend.forward(q, k, v, metadata, forward_args)
 
     def extra_repr(self) -> str:
         g = self.geometry

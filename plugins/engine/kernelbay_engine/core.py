@@ -11,7 +11,11 @@ from kernelbay_engine.scheduler import Scheduler, StepPlan
 
 
 class EngineCore:
-    """Drives a `ModelRunner` (anything with `step(list[StepRequest]) -> logits` and `free(request_id)`)."""
+    """Drives a `ModelRunner` (anything with `step(list[StepRequest]) -> logits`).
+
+    The scheduler allocates and frees the cache blocks; each StepRequest carries its block table, so the
+    runner keeps no per-request state and is told nothing when a request is preempted or finishes.
+    """
 
     def __init__(self, runner, scheduler: Scheduler, eos_token_ids: Iterable[int], max_model_len: int):
         self.runner = runner
@@ -31,8 +35,6 @@ class EngineCore:
         """One model step; returns the requests that got a new token (finished ones already retired;
         a request whose prompt is still being prefilled in chunks gets none)."""
         plan = self.scheduler.schedule()
-        for request in plan.preempted:
-            self.runner.free(request.request_id)
         if not plan.chunks:
             raise AssertionError(f"scheduler produced an empty step with work left: {self.scheduler.waiting}")
         tokens = iter(self._run(plan))
@@ -51,7 +53,6 @@ class EngineCore:
             return
         request.finish(reason)
         self.scheduler.finish(request)
-        self.runner.free(request.request_id)
 
     def abort_all(self) -> None:
         """Drop every request (a generate() call interrupted); cached blocks are freed."""
@@ -61,7 +62,7 @@ class EngineCore:
 
     def _run(self, plan: StepPlan) -> list[int]:
         """Run the step; sample one token for each chunk that completes its request's tokens."""
-        steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos) for c in plan.chunks]
+        steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos, c.block_table) for c in plan.chunks]
         logits = self.runner.step(steps)
         rows = [i for i, c in enumerate(plan.chunks) if c.samples]
         if not rows:

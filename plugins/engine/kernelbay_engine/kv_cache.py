@@ -1,4 +1,9 @@
-"""Paged KV-cache block allocator: a free list, per-request block tables and slot mapping."""
+"""Paged KV-cache block allocator: a free list, per-request block tables and slot mapping.
+
+The engine keeps exactly one: the scheduler's (it allocates as it schedules, frees on preemption and
+finish, and hands each step's block tables to the runner). A `ModelRunner` driven by hand, without a
+scheduler, makes one for itself.
+"""
 
 from __future__ import annotations
 
@@ -91,6 +96,11 @@ class KVCacheManager:
         req = self._get(request_id)
         return StepRequest(num_new_tokens, req.num_tokens - num_new_tokens, tuple(req.blocks))
 
+    def extra_blocks(self, request_id: Hashable, num_tokens: int) -> int:
+        """More blocks the request needs to hold `num_tokens` tokens in all (every one, if it holds none)."""
+        req = self._requests.get(request_id)
+        return self.blocks_needed(num_tokens) - (len(req.blocks) if req else 0)
+
     def can_allocate(self, num_tokens: int) -> bool:
         return self.blocks_needed(num_tokens) <= self._num_free
 
@@ -118,6 +128,30 @@ class KVCacheManager:
         self._take(request_id, req, self._extra_blocks(req, num_tokens), req.num_tokens + num_tokens)
         return tuple(req.blocks[before:])
 
+    def grow_to(self, request_id: Hashable, num_tokens: int) -> tuple[int, ...]:
+        """Make the request hold `num_tokens` tokens in all (allocating it if new); returns its block table."""
+        if request_id not in self._requests:
+            return self.allocate(request_id, num_tokens)
+        held = self._requests[request_id].num_tokens
+        if num_tokens < held:
+            raise ValueError(f"request {request_id!r} holds {held} tokens; it cannot shrink to {num_tokens}")
+        self.append(request_id, num_tokens - held)
+        return self.block_table(request_id)
+
+    def reserve_step(self, batch: Sequence[tuple[Hashable, int, int]]) -> list[StepRequest]:
+        """Grow every request of a step by its new tokens, all or nothing; returns the step's metadata rows.
+
+        `batch`: (request_id, start_pos, num_new_tokens). A new request must start at position 0; a known
+        one must continue exactly where its cache ends.
+        """
+        needed = sum(self._step_extra(rid, start, n) for rid, start, n in batch)
+        if needed > self._num_free:
+            raise KVCacheExhausted(f"this step needs {needed} more KV-cache block(s) but only {self._num_free} of "
+                                   f"{self.num_blocks} are free; run fewer requests per step or free finished ones")
+        for rid, start, n in batch:
+            self.grow_to(rid, start + n)
+        return [self.step_request(rid, n) for rid, _, n in batch]
+
     def free(self, request_id: Hashable) -> int:
         """Return every block of the request to the free list; returns how many."""
         req = self._requests.pop(request_id, None)
@@ -137,6 +171,16 @@ class KVCacheManager:
             return self._requests[request_id]
         except KeyError:
             raise KeyError(f"request {request_id!r} holds no blocks; allocate() it first") from None
+
+    def _step_extra(self, request_id: Hashable, start: int, n: int) -> int:
+        """Blocks a step's `n` tokens at `start` add; checks that `start` continues the request's cache."""
+        cached = self._requests[request_id].num_tokens if request_id in self._requests else None
+        if cached is None and start != 0:
+            raise ValueError(f"request {request_id!r} is new (nothing cached) but start_pos is {start}; start at 0")
+        if cached is not None and start != cached:
+            raise ValueError(f"request {request_id!r}: start_pos {start} but {cached} tokens are cached; "
+                             f"send the tokens from position {cached}")
+        return self.extra_blocks(request_id, start + n)
 
     def _extra_blocks(self, req: _Request, num_tokens: int) -> int:
         return self.blocks_needed(req.num_tokens + num_tokens) - len(req.blocks)

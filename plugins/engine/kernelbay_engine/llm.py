@@ -18,7 +18,7 @@ from kernelbay_engine.detokenize import TextTracker
 from kernelbay.errors import InputError, PromptTooLong
 from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay_engine.inputs import demo_model_folder, model_errors
-from kernelbay.memory import plan_num_blocks
+from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
 from kernelbay_engine.request import FinishReason, Request
 from kernelbay_engine.sampling import SamplingParams
@@ -71,9 +71,11 @@ class LLM:
         self.max_model_len = _max_model_len(self.config, max_model_len)
         self.tokenizer = Tokenizer(self.folder, trust_remote_code=trust_remote_code) \
             if has_tokenizer(self.folder) else None
-        scheduler_config = self._scheduler_config(kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
-                                                  max_num_batched_tokens, enable_chunked_prefill)
-        self.runner = self._make_runner(scheduler_config, attention_backend, kv_cache_dtype, attention_backend_options)
+        self.runner = self._make_runner(block_size, attention_backend, kv_cache_dtype, attention_backend_options)
+        scheduler_config = self._scheduler_config(kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens,
+                                                  enable_chunked_prefill)
+        with backend_errors():
+            self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
@@ -189,23 +191,21 @@ class LLM:
             select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend,
                              dtype=str(dtype).removeprefix("torch.") if dtype else None, block_size=block_size)
 
-    def _scheduler_config(self, kv_cache_memory, kv_cache_dtype, block_size, max_num_seqs,
-                          max_num_batched_tokens, enable_chunked_prefill) -> SchedulerConfig:
-        compute_dtype = str(self.model.model.embed_tokens.weight.dtype).removeprefix("torch.")
-        per_token = self.config.kv_bytes_per_token(compute_dtype if kv_cache_dtype in (None, "auto")
-                                                   else kv_cache_dtype)
-        num_blocks = plan_num_blocks(bytes_per_token=per_token, block_size=block_size,
+    def _scheduler_config(self, kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens,
+                          enable_chunked_prefill) -> SchedulerConfig:
+        """Blocks priced by the specs the chosen backends allocate (scales and all), not by the config."""
+        num_blocks = plan_num_blocks(bytes_per_block=self.runner.bytes_per_block, block_size=block_size,
                                      kv_cache_memory=kv_cache_memory, max_num_seqs=max_num_seqs,
                                      max_model_len=self.max_model_len)
         return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill)
 
-    def _make_runner(self, config: SchedulerConfig, attention_backend, kv_cache_dtype, backend_options):
+    def _make_runner(self, block_size: int, attention_backend, kv_cache_dtype, backend_options):
+        """The runner with every layer's backend and cache spec chosen; its cache is allocated once planned."""
         from kernelbay_engine.runner import ModelRunner
 
         with backend_errors():
-            return ModelRunner(self.model, num_blocks=config.num_blocks, block_size=config.block_size,
-                               attention_backend=attention_backend, kv_cache_dtype=kv_cache_dtype,
-                               attention_backend_options=backend_options)
+            return ModelRunner(self.model, block_size=block_size, attention_backend=attention_backend,
+                               kv_cache_dtype=kv_cache_dtype, attention_backend_options=backend_options)
 
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""

@@ -1,11 +1,14 @@
 """`ModelRunner`: runs a kernelbay model one packed step at a time over a paged KV cache.
 
-The runner owns the cache: at construction it selects an attention backend per layer group
-(`select_for_model`: an explicit name, else the first backend capable of every group), allocates one
-cache tensor per layer and binds it (`Attention.bind`). Each `step` takes any mix of prefills,
-prefill chunks and decodes, builds one `AttentionMetadata`, runs the model on the packed tokens and
-returns the logits of each request's last new token. Scheduling and sampling live above it
-(`kernelbay.engine` scheduler / LLM).
+At construction the runner selects an attention backend per layer group (`select_for_model`: an
+explicit name, else the first backend capable of every group) and the cache spec each layer's backend
+allocates; `bytes_per_block` prices one block across every layer, and `allocate_cache(num_blocks)`
+allocates one cache tensor per layer and binds it (`Attention.bind`). Each `step` takes any mix of
+prefills, prefill chunks and decodes, builds one `AttentionMetadata` from the requests' block tables,
+runs the model on the packed tokens and returns the logits of each request's last new token.
+
+In the engine the scheduler owns the block allocator and every StepRequest brings its block table; the
+runner keeps no block accounting. Driven by hand (no block tables), the runner allocates blocks itself:
 
     runner = ModelRunner(model, num_blocks=256, block_size=16)
     logits = runner.step([StepRequest("a", prompt_ids, 0)])            # prefill
@@ -21,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from kernelbay.attention import AttentionMetadata
+from kernelbay.attention._metadata import StepRequest as MetadataRow
 from kernelbay_engine.kv_cache import KVCacheManager
 
-from kernelbay_engine._runner_cache import CacheSetup, bind_attention, reserve_blocks
+from kernelbay_engine._runner_cache import CachePlan, plan_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,9 @@ class StepRequest:
     token_ids: tuple[int, ...]
     start_pos: int
     """Tokens of this request already in the cache (0 for a new request)."""
+    block_table: tuple[int, ...] | None = None
+    """Blocks holding positions 0 .. start_pos + len(token_ids) - 1 (the scheduler's); None: the runner
+    allocates them (driven by hand, without a scheduler)."""
 
     def __post_init__(self):
         object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
@@ -41,6 +48,8 @@ class StepRequest:
             raise ValueError(f"request {self.request_id!r}: a step needs at least one new token")
         if self.start_pos < 0:
             raise ValueError(f"request {self.request_id!r}: start_pos must be >= 0, got {self.start_pos}")
+        if self.block_table is not None:
+            object.__setattr__(self, "block_table", tuple(int(b) for b in self.block_table))
 
 
 def _model_dtype(model: torch.nn.Module) -> str:
@@ -56,42 +65,62 @@ def _require_loaded(model: torch.nn.Module) -> None:
 
 
 class ModelRunner:
-    """Binds `model`'s attention layers to a paged cache of `num_blocks` x `block_size` tokens and runs steps."""
+    """Binds `model`'s attention layers to a paged cache of `num_blocks` x `block_size` tokens and runs steps.
 
-    def __init__(self, model: torch.nn.Module, *, num_blocks: int, block_size: int = 16,
+    num_blocks=None plans the cache without allocating it: read `bytes_per_block`, then `allocate_cache`.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, num_blocks: int | None = None, block_size: int = 16,
                  attention_backend: str | None = None, kv_cache_dtype: str | None = "auto",
                  attention_backend_options: Mapping[str, Mapping] | None = None):
         _require_loaded(model)
         self.model = model.eval()
         self.device = model.model.embed_tokens.weight.device
+        self.block_size = block_size
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
-        self.cache: CacheSetup = bind_attention(
-            model.attention_layers(), model.config, model_dtype=_model_dtype(model), num_blocks=num_blocks,
-            block_size=block_size, requested=requested, kv_cache_dtype=kv_cache_dtype,
-            options=attention_backend_options, device=self.device)
-        self.kv = KVCacheManager(num_blocks, block_size, self.cache.layout)
+        self.cache: CachePlan = plan_cache(
+            model.attention_layers(), model.config, model_dtype=_model_dtype(model), block_size=block_size,
+            requested=requested, kv_cache_dtype=kv_cache_dtype, options=attention_backend_options)
+        self.num_blocks: int | None = None
+        self._own_blocks: KVCacheManager | None = None  # made only when driven by hand (no block tables)
+        self._table_source: str | None = None  # "caller" or "runner": who hands out this cache's blocks
+        if num_blocks is not None:
+            self.allocate_cache(num_blocks)
 
     @property
-    def block_size(self) -> int:
-        return self.kv.block_size
+    def bytes_per_block(self) -> int:
+        """Bytes one block takes across every attention layer (sum of the layers' spec.page_size_bytes)."""
+        return self.cache.bytes_per_block
+
+    def allocate_cache(self, num_blocks: int) -> None:
+        """Allocate every layer's cache of `num_blocks` blocks and bind it (once)."""
+        if self.num_blocks is not None:
+            raise RuntimeError(f"the cache is already allocated ({self.num_blocks} blocks)")
+        if not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+        self.cache.bind(num_blocks, self.device)
+        self.num_blocks = num_blocks
 
     def backend_for(self, layer_kind: str) -> str:
         """Name of the backend serving `layer_kind` layers ("full_attention", "sliding_attention", ...)."""
         return self.cache.selection.backend_for(layer_kind).backend_name
 
     def num_cached_tokens(self, request_id: Hashable) -> int:
-        return self.kv.num_tokens(request_id) if request_id in self.kv else 0
+        """Tokens the runner's own allocator holds for `request_id` (driven by hand; 0 if none)."""
+        blocks = self._own_blocks
+        return blocks.num_tokens(request_id) if blocks is not None and request_id in blocks else 0
 
     def prepare(self, requests: Sequence[StepRequest]) -> tuple[torch.Tensor, AttentionMetadata]:
-        """Reserve cache blocks and build (input_ids [T], metadata) for one step."""
+        """Build (input_ids [T], metadata) for one step from the requests' block tables."""
         if not requests:
             raise ValueError("a step needs at least one StepRequest")
+        if self.num_blocks is None:
+            raise RuntimeError("the KV cache is not allocated yet; call allocate_cache(num_blocks) first")
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError(f"a request may appear once per step; got ids {ids}")
-        reserve_blocks(self.kv, [(r.request_id, r.start_pos, len(r.token_ids)) for r in requests])
-        rows = [self.kv.step_request(r.request_id, len(r.token_ids)) for r in requests]
-        metadata = self.cache.metadata_backend.prepare(rows, self.block_size, self.cache.layout, self.device)
+        metadata = self.cache.metadata_backend.prepare(self._rows(requests), self.block_size, self.cache.layout,
+                                                       self.device)
         tokens = torch.tensor([t for r in requests for t in r.token_ids], dtype=torch.long, device=self.device)
         return tokens, metadata
 
@@ -104,5 +133,35 @@ class ModelRunner:
         return self.model.compute_logits(hidden[last])
 
     def free(self, request_id: Hashable) -> None:
-        """Release a finished (or preempted) request's cache blocks."""
-        self.kv.free(request_id)
+        """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""
+        if self._own_blocks is None:
+            raise KeyError(f"request {request_id!r} holds no blocks of this runner; its blocks belong to whoever "
+                           f"handed out its block table (the scheduler frees them)")
+        self._own_blocks.free(request_id)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _rows(self, requests: Sequence[StepRequest]) -> list[MetadataRow]:
+        """The metadata rows: the given block tables, or blocks from the runner's own allocator."""
+        sources = {"caller" if r.block_table is not None else "runner" for r in requests}
+        if len(sources) > 1:
+            raise ValueError("every request of a step brings its block table, or none does")
+        source = sources.pop()
+        if self._table_source not in (None, source):  # two allocators over one cache would share blocks
+            raise ValueError(f"this runner's blocks are handed out by {_SOURCES[self._table_source]}; "
+                             f"a step cannot switch to {_SOURCES[source]}")
+        self._table_source = source
+        if source == "caller":
+            return [self._given_row(r) for r in requests]
+        if self._own_blocks is None:
+            self._own_blocks = KVCacheManager(self.num_blocks, self.block_size, self.cache.layout)
+        return self._own_blocks.reserve_step([(r.request_id, r.start_pos, len(r.token_ids)) for r in requests])
+
+    def _given_row(self, request: StepRequest) -> MetadataRow:
+        if request.block_table and max(request.block_table) >= self.num_blocks:
+            raise ValueError(f"request {request.request_id!r}: block table {request.block_table} names a block "
+                             f"beyond this runner's cache of {self.num_blocks} blocks")
+        return MetadataRow(len(request.token_ids), request.start_pos, request.block_table)
+
+
+_SOURCES = {"caller": "the caller's allocator (steps with block tables)",
+            "runner": "the runner's own allocator (steps without block tables)"}

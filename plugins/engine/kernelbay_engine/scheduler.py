@@ -3,20 +3,23 @@
 Every step carries one token for each running request (decode) plus waiting requests' prompts
 (prefill), so new requests join while others decode. A prompt longer than what is left of the
 step's token budget is split across steps (chunked prefill, as in vLLM): a long prompt neither
-stalls the running decodes nor makes one huge step; no token is sampled until the last chunk. A finished request's blocks are free for
-the very next step. When a running request needs a block and none is free, the newest running
-request is preempted: its blocks are freed and it goes back to the front of the queue, to be
-recomputed from its tokens later (so its output is unchanged). A request that could not fit even
-in an empty cache is refused when it is added.
+stalls the running decodes nor makes one huge step; no token is sampled until the last chunk.
+
+The scheduler owns the engine's only block allocator (`KVCacheManager`): it allocates a chunk's blocks
+when it schedules the chunk and hands the runner each request's block table in the plan. A finished
+request's blocks are free for the very next step. When a running request needs a block and none is
+free, the newest running request is preempted: its blocks are freed and it goes back to the front of
+the queue, to be recomputed from its tokens later (so its output is unchanged). A request that could
+not fit even in an empty cache is refused when it is added.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay_engine.request import Request, RequestStatus
 
 
@@ -42,9 +45,6 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.enable_chunked_prefill must be True or False, "
                              f"got {self.enable_chunked_prefill!r}")
 
-    def blocks_for(self, num_tokens: int) -> int:
-        return math.ceil(num_tokens / self.block_size)
-
 
 @dataclass(frozen=True, slots=True)
 class ScheduledChunk:
@@ -53,6 +53,8 @@ class ScheduledChunk:
     request: Request
     token_ids: list[int]
     start_pos: int
+    block_table: tuple[int, ...]
+    """The request's blocks, in token order, covering every position up to `end_pos`."""
 
     @property
     def end_pos(self) -> int:
@@ -66,7 +68,7 @@ class ScheduledChunk:
 
 @dataclass(slots=True)
 class StepPlan:
-    """What the engine runs this step and which requests lost their cache (free them in the runner)."""
+    """What the engine runs this step, and which requests were preempted (their blocks are already free)."""
 
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
@@ -76,40 +78,18 @@ class StepPlan:
         return sum(len(c.token_ids) for c in self.chunks)
 
 
-class BlockLedger:
-    """Blocks each request holds: exactly ceil(cached tokens / block_size), as the runner's allocator does."""
-
-    def __init__(self, config: SchedulerConfig):
-        self.config = config
-        self._held: dict[int, int] = {}
-        self.num_free = config.num_blocks
-
-    def extra_blocks(self, request: Request, num_tokens: int) -> int:
-        """More blocks `request` needs to hold `num_tokens` cached tokens."""
-        return self.config.blocks_for(num_tokens) - self._held.get(request.request_id, 0)
-
-    def grow(self, request: Request, num_tokens: int) -> None:
-        extra = self.extra_blocks(request, num_tokens)
-        if extra > self.num_free:
-            raise AssertionError(f"scheduler over-committed the KV cache ({extra} > {self.num_free} free blocks)")
-        self._held[request.request_id] = self._held.get(request.request_id, 0) + extra
-        self.num_free -= extra
-
-    def release(self, request: Request) -> None:
-        self.num_free += self._held.pop(request.request_id, 0)
-
-
 class Scheduler:
     """Waiting queue (FIFO, preempted requests first) and running list (oldest first)."""
 
     def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.ledger = BlockLedger(config)
+        self.blocks = KVCacheManager(config.num_blocks, config.block_size)
+        """The engine's block ledger: free list and each running request's block table."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
     def add(self, request: Request) -> None:
-        need = self.config.blocks_for(request.max_total_tokens)
+        need = self.blocks.blocks_needed(request.max_total_tokens)
         if need > self.config.num_blocks:
             raise RequestTooLarge(
                 f"request {request.request_id} may hold {request.max_total_tokens} tokens (prompt + max_tokens) = "
@@ -131,7 +111,7 @@ class Scheduler:
     def finish(self, request: Request) -> None:
         """Drop a finished request; its blocks are free for the next step."""
         self.running.remove(request)
-        self.ledger.release(request)
+        self._release(request)
 
     # -- internals -------------------------------------------------------------------------------
     def _schedule_running(self, plan: StepPlan) -> int:
@@ -152,7 +132,7 @@ class Scheduler:
 
     def _make_room(self, request: Request, count: int, plan: StepPlan) -> bool:
         """Preempt the newest running requests until `request` can cache `count` more tokens; False if it was the victim."""
-        while self.ledger.extra_blocks(request, request.num_cached + count) > self.ledger.num_free:
+        while self.blocks.extra_blocks(request.request_id, request.num_cached + count) > self.blocks.num_free_blocks:
             victim = self.running[-1]
             self._preempt(victim, plan)
             if victim is request:
@@ -161,7 +141,7 @@ class Scheduler:
 
     def _preempt(self, request: Request, plan: StepPlan) -> None:
         self.running.remove(request)
-        self.ledger.release(request)
+        self._release(request)
         request.status = RequestStatus.WAITING
         request.num_cached = 0
         self.waiting.appendleft(request)
@@ -172,7 +152,7 @@ class Scheduler:
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
             count = self._first_chunk(request.num_tokens, budget, admitted)
-            if count <= 0 or self.ledger.extra_blocks(request, count) > self.ledger.num_free:
+            if count <= 0 or self.blocks.extra_blocks(request.request_id, count) > self.blocks.num_free_blocks:
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
@@ -188,7 +168,11 @@ class Scheduler:
         return num_tokens if num_tokens <= budget or not admitted else 0
 
     def _commit(self, request: Request, plan: StepPlan, count: int) -> None:
-        """Feed the next `count` uncached tokens of `request` this step and reserve the blocks they fill."""
+        """Feed the next `count` uncached tokens of `request` this step and allocate the blocks they fill."""
         tokens = request.uncached_token_ids()[:count]
-        self.ledger.grow(request, request.num_cached + count)
-        plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached))
+        table = self.blocks.grow_to(request.request_id, request.num_cached + count)
+        plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached, table))
+
+    def _release(self, request: Request) -> None:
+        if request.request_id in self.blocks:
+            self.blocks.free(request.request_id)
