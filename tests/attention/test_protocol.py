@@ -111,14 +111,13 @@ def test_chunked_attention_on_an_incapable_backend_is_refused(fresh_registry):
         create_attention(3, 4, 16, 2, backend="SDPA", logit_softcap=30.0)
 
 
-def test_forward_args_and_legacy_keywords_never_merge():
-    """Passing AttentionForwardArgs and keyword options together is an error; unknown keywords too."""
+def test_forward_args_are_one_typed_record():
+    """Options travel in AttentionForwardArgs only: keyword options and other objects are refused."""
     spec = SPECS["small_decode"]
-    with pytest.raises(TypeError, match="pass either forward_args=AttentionForwardArgs\\(...\\) or keyword options "
-                                        "\\(causal\\), not both"):
-        _forward(spec, forward_args=AttentionForwardArgs(), causal=True)
-    with pytest.raises(TypeError, match="unknown attention forward option\\(s\\) casual; known: causal"):
-        _forward(spec, casual=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'causal'"):
+        _forward(spec, causal=True)
+    with pytest.raises(TypeError, match="forward_args must be an AttentionForwardArgs, got dict"):
+        _forward(spec, forward_args={"causal": False})
     with pytest.raises(TypeError, match="causal must be a bool"):
         AttentionForwardArgs(causal="yes")
 
@@ -131,13 +130,13 @@ def _forward(spec, **kwargs):
     return layer.forward(data.queries[:1], data.keys[0][:1], data.values[0][:1], md, **kwargs)
 
 
-def test_forward_args_output_and_legacy_form_agree():
-    """causal=False via the record or the keyword gives the same result, written into `output`."""
+def test_forward_args_output_is_written_in_place():
+    """A preallocated `output` receives the result; causal=False on one new token equals the default."""
     spec = SPECS["small_decode"]
     out = torch.empty(1, 4, 64)
     via_record = _forward(spec, forward_args=AttentionForwardArgs(causal=False, output=out))
     assert via_record is out
-    assert torch.equal(_forward(spec, causal=False), out)
+    assert torch.equal(_forward(spec), out)
 
 
 def test_forward_refuses_missing_cache_and_wrong_metadata():

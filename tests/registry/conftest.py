@@ -27,12 +27,17 @@ def install_fixture_dists(target: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fixture_site(tmp_path_factory) -> Path:
-    """A site directory holding every fixture distribution, on sys.path for this session."""
-    site = install_fixture_dists(tmp_path_factory.mktemp("site"))
-    sys.path.insert(0, str(site))
-    yield site
-    sys.path.remove(str(site))
+def _installed_fixture_site(tmp_path_factory) -> Path:
+    return install_fixture_dists(tmp_path_factory.mktemp("site"))
+
+
+@pytest.fixture
+def fixture_site(_installed_fixture_site) -> Path:
+    """A site directory holding every fixture distribution, on sys.path while the test runs (only then: a
+    registry another area's test builds later in this process must never discover the fixture plugins)."""
+    sys.path.insert(0, str(_installed_fixture_site))
+    yield _installed_fixture_site
+    sys.path.remove(str(_installed_fixture_site))
 
 
 def _purge_fixture_modules() -> None:

@@ -150,10 +150,10 @@ class AttentionBackend(Generic[TMetadata]):
         self.kv_cache, self.k_scale, self.v_scale = kv_cache, float(k_scale), float(v_scale)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: TMetadata,
-                forward_args: AttentionForwardArgs | None = None, **legacy) -> torch.Tensor:
+                forward_args: AttentionForwardArgs | None = None) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent [T, kv_lora_rank], k_pe [T, rope])
         -> [T, H, v_head_dim]. Writes k/v into the paged cache, then attends."""
-        args = resolve_forward_args(forward_args, legacy)
+        args = resolve_forward_args(forward_args)
         self._check_inputs(q, metadata)
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)

@@ -61,8 +61,7 @@ class Registry:
         self._local = threading.local()
         self._discovery = discovery
         self._indexed = False
-        self._log: dict[str, list[Registration]] = {}
-        self._slots: dict[tuple[str, str], Slot] = {}
+        self._log: dict[str, list[Registration]] = {}  # provider module -> its registrations; slots derive from it
         self._objects: dict[str, object] = {}
         self._resolved: dict[tuple[str, str], object] = {}
         self._broken: dict[str, BrokenProvider] = {}
@@ -103,7 +102,7 @@ class Registry:
         found = self.discovery()
         # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
         indexed = set() if kind in ("vision_encoder", "draft_model") else {e.name for e in found.in_group(INDEX_GROUP[kind])}
-        return sorted(indexed | {n for (k, n), s in self._slots.items() if k == kind and (s.winner or s.conflict)})
+        return sorted(indexed | {n for (k, n) in self._all_slots() if k == kind})
 
     # ---- recording ----------------------------------------------------------------------
     def _frames(self) -> list[_Frame]:
@@ -164,20 +163,29 @@ class Registry:
                 trace("register %s %r -> %s by %s", reg.kind, reg.name, reg.target, provider.describe())
         self._unloaded.discard(provider.module)
         for key in {r.key for r in regs}:
-            self._recompute(key)
+            self._changed(key)
 
-    def _recompute(self, key: tuple[str, str]) -> None:
+    def _changed(self, key: tuple[str, str]) -> None:
+        """The claims on `key` changed: forget its resolved object, warn if an external now displaces a built-in."""
+        self._resolved.pop(key, None)
+        self._warn_displacement(self._slot(key))
+
+    def _slot(self, key: tuple[str, str]) -> Slot | None:
+        """The slot as the precedence rule derives it from the log (never stored: the log is the state)."""
         claims = [r for regs in self._log.values() for r in regs if r.key == key]
         slot = decide(key[0], key[1], claims, self._prefs)
-        if slot.winner is None and not slot.conflict:
-            self._slots.pop(key, None)
-        else:
-            self._slots[key] = slot
-        self._resolved.pop(key, None)
-        self._warn_displacement(slot)
+        return slot if slot.winner is not None or slot.conflict else None
 
-    def _warn_displacement(self, slot: Slot) -> None:
-        if slot.winner is None or slot.winner.provider.is_builtin:
+    def _all_slots(self) -> dict[tuple[str, str], Slot]:
+        by_key: dict[tuple[str, str], list[Registration]] = {}
+        for regs in self._log.values():
+            for reg in regs:
+                by_key.setdefault(reg.key, []).append(reg)
+        slots = {key: decide(key[0], key[1], claims, self._prefs) for key, claims in by_key.items()}
+        return {key: slot for key, slot in slots.items() if slot.winner is not None or slot.conflict}
+
+    def _warn_displacement(self, slot: Slot | None) -> None:
+        if slot is None or slot.winner is None or slot.winner.provider.is_builtin:
             return
         for loser in slot.displaced:
             mark = (slot.kind, slot.name, slot.winner.provider.module)
@@ -247,7 +255,7 @@ class Registry:
         with self._lock:
             self.discovery()
             broken = self._import_indexed(kind, name)
-            slot = self._slots.get((kind, name))
+            slot = self._slot((kind, name))
             self._raise_if_unresolvable(kind, name, slot, broken)
             obj = self._load_winner(slot.winner)
             self._resolved[(kind, name)] = obj
@@ -297,7 +305,7 @@ class Registry:
     def indexed_slots(self) -> list[tuple[Slot, str]]:
         """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
         found = self.discovery()
-        out = {key: (slot, "registered") for key, slot in self._slots.items()}
+        out = {key: (slot, "registered") for key, slot in self._all_slots().items()}
         by_name: dict[str, list[Registration]] = {}
         for entry in found.in_group("kernelbay.models"):
             provider = self.provider_of_entry(entry)
@@ -310,11 +318,12 @@ class Registry:
     # ---- the log ------------------------------------------------------------------------
     def slot(self, kind: str, name: str) -> Slot | None:
         self.discovery()
-        return self._slots.get((kind, name))
+        return self._slot((kind, name))
 
     def slots(self) -> list[Slot]:
         self.discovery()
-        return [self._slots[k] for k in sorted(self._slots)]
+        slots = self._all_slots()
+        return [slots[k] for k in sorted(slots)]
 
     def log(self) -> list[Registration]:
         self.discovery()
@@ -324,12 +333,11 @@ class Registry:
         return list(self._broken.values())
 
     def rebuild(self) -> None:
-        """Drop every slot and replay the log."""
+        """Replay the log: slots are derived from it, so this forgets every resolved object."""
         with self._lock:
-            self._slots.clear()
             self._resolved.clear()
             for key in {r.key for r in self.log()}:
-                self._recompute(key)
+                self._changed(key)
 
     def unregister_provider(self, module: str) -> list[Registration]:
         """Remove a provider's registrations; the slots it held go back to whoever else claims them."""
@@ -337,7 +345,7 @@ class Registry:
             removed = self._log.pop(module, [])
             self._unloaded.add(module)
             for key in {r.key for r in removed}:
-                self._recompute(key)
+                self._changed(key)
             trace("unregistered %s (%d registrations)", module, len(removed))
             return removed
 
