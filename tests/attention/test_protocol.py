@@ -221,3 +221,11 @@ def test_backend_customises_its_kv_cache_spec():
     assert BigBlocks.get_kv_cache_spec(geometry, "bfloat16").block_size == 64
     spec = BigBlocks.get_kv_cache_spec(geometry, "bfloat16", "fp8", block_size=16, layout="HND")
     assert (spec.block_size, spec.dtype, spec.layout.value, spec.bytes_per_token) == (16, "fp8_e4m3", "HND", 512)
+
+
+def test_a_layers_geometry_record_is_built_once_and_shared_with_its_backend():
+    """The engine's Attention layer builds its AttentionGeometry; binding hands that record to the backend."""
+    layer = Attention(2, 4, 64, 2, scale=0.125, attn_type="sliding_attention", sliding_window=8)
+    backend = layer.bind("VANILLA", KVCacheSpec(num_kv_heads=2, head_dim=64, dtype="float32").allocate(4))
+    assert backend.geometry is layer.geometry
+    assert create_attention(0, 4, 64, 2, backend="VANILLA").geometry.scale == 64 ** -0.5

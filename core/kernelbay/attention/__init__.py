@@ -2,7 +2,8 @@
 
 - protocol: `AttentionBackend` (declarations; `ANY`), `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
   `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
-- construction: `create_attention` (a backend instance for one layer, geometry validated);
+- construction: `create_attention` (a backend instance for one layer, geometry validated), `build_backend`
+  (the same from an `AttentionGeometry` record a layer already holds);
 - KV cache: `KVCacheSpec` (what a backend stores per block; the engine allocates and pages it);
 - selection: `AttentionRequirements`, `select_attention_backend`, `SelectionResult`, `CandidateReport`,
   `select_for_layer_groups`, `select_for_model`, `LayerGroupSelection`, `BackendNotCapable`,
@@ -17,7 +18,7 @@ from ._capabilities import ANY
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
 from ._kv_spec import KVCacheSpec
-from ._factory import create_attention
+from ._factory import build_backend, create_attention
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
 from ._requirements import AttentionRequirements
@@ -33,6 +34,6 @@ __all__ = [
     "AttentionMetadata", "AttentionOptions", "AttentionRequirements", "AttentionType", "BackendNotCapable",
     "CandidateReport", "KVCacheSpec", "KVLayout", "LayerGroupSelection",
     "MLASpec", "NoCapableBackend", "NoOptions", "SelectionResult", "StepRequest",
-    "build_metadata", "clear_selection_cache", "create_attention",
+    "build_backend", "build_metadata", "clear_selection_cache", "create_attention",
     "select_attention_backend", "select_for_layer_groups", "select_for_model", "validate_options",
 ]

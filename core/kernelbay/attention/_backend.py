@@ -18,7 +18,7 @@ from ..dtypes import normalize_kv_cache_dtype, storage_dtype
 from ._types import SPARSE_NONE, AttentionType, KVLayout
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
-_GEOMETRY_KEYS = ("scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
+_GEOMETRY_KEYS = ("geometry", "scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
                   "kv_cache_dtype", "options")
 
 
@@ -108,12 +108,12 @@ class AttentionBackend(Generic[TMetadata]):
         if unknown:
             raise TypeError(f"{type(self).__name__}: unknown geometry argument(s) {', '.join(unknown)}; "
                             f"known: {', '.join(_GEOMETRY_KEYS)}")
-        self.geometry = AttentionGeometry(
+        self.geometry = geometry.get("geometry") or AttentionGeometry(
             layer_idx=layer_idx, num_heads=num_heads, head_dim=head_dim,
             num_kv_heads=num_kv_heads or num_heads, scale=geometry.get("scale") or head_dim ** -0.5,
             attn_type=geometry.get("attn_type", "full_attention"), sliding_window=geometry.get("sliding_window"),
             chunk_size=geometry.get("chunk_size"), logit_softcap=geometry.get("logit_softcap"),
-            mla=geometry.get("mla"))
+            mla=geometry.get("mla"))  # a layer that holds its record passes it (`geometry=`): built once
         self._refuse_unsupported_geometry()
         self.quant_config = quant_config
         self.kv_b_proj = geometry.get("kv_b_proj")

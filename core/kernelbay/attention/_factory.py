@@ -27,10 +27,17 @@ def create_attention(layer_idx: int, num_heads: int, head_dim: int, num_kv_heads
 
     Every problem is a ValueError that says what to change; nothing falls back to full attention.
     """
-    cls = backend_class(backend)
     mla_spec = MLASpec.from_any(mla) if mla is not None else None
-    AttentionGeometry(layer_idx, num_heads, head_dim, num_kv_heads or num_heads, scale or head_dim ** -0.5,
-                      attn_type, sliding_window, chunk_size, logit_softcap, mla_spec)
-    return cls(layer_idx, num_heads, head_dim, num_kv_heads, quant_config, scale=scale, attn_type=attn_type,
-               sliding_window=sliding_window, chunk_size=chunk_size, logit_softcap=logit_softcap, mla=mla_spec,
-               kv_b_proj=kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options)
+    geometry = AttentionGeometry(layer_idx, num_heads, head_dim, num_kv_heads or num_heads,
+                                 scale or head_dim ** -0.5, attn_type, sliding_window, chunk_size, logit_softcap,
+                                 mla_spec)
+    return build_backend(backend, geometry, kv_b_proj=kv_b_proj, quant_config=quant_config,
+                         kv_cache_dtype=kv_cache_dtype, options=options)
+
+
+def build_backend(backend: str | type[AttentionBackend], geometry: AttentionGeometry, *, kv_b_proj=None,
+                  quant_config=None, kv_cache_dtype: str | None = "auto", options=None) -> AttentionBackend:
+    """A backend instance for a layer whose geometry record is already built (and validated)."""
+    g = geometry
+    return backend_class(backend)(g.layer_idx, g.num_heads, g.head_dim, g.num_kv_heads, quant_config, geometry=g,
+                                  kv_b_proj=kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options)

@@ -9,11 +9,8 @@ from collections.abc import Iterator
 
 import torch
 
-from kernelbay.attention._backend import AttentionBackend
-from kernelbay.attention._factory import create_attention
-from kernelbay.attention._geometry import AttentionGeometry, MLASpec
-from kernelbay.attention._metadata import AttentionMetadata
-from kernelbay.attention._types import AttentionType
+from kernelbay.attention import (AttentionBackend, AttentionGeometry, AttentionMetadata, AttentionType, MLASpec,
+                                 build_backend)
 
 
 class AttentionLayerRegistry:
@@ -81,11 +78,8 @@ class Attention(torch.nn.Module):
              kv_cache_dtype: str | None = None, *, k_scale: float = 1.0, v_scale: float = 1.0,
              options=None) -> AttentionBackend:
         """Build this layer's backend instance and give it its cache tensor (the engine calls this)."""
-        g = self.geometry
-        backend = create_attention(g.layer_idx, g.num_heads, g.head_dim, g.num_kv_heads, backend=backend_cls,
-                                   scale=g.scale, attn_type=g.attn_type.value, sliding_window=g.sliding_window,
-                                   chunk_size=g.chunk_size, logit_softcap=g.logit_softcap, mla=g.mla,
-                                   kv_b_proj=self.kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options)
+        backend = build_backend(backend_cls, self.geometry, kv_b_proj=self.kv_b_proj, kv_cache_dtype=kv_cache_dtype,
+                                options=options)
         backend.attach_kv_cache(kv_cache, k_scale, v_scale)
         self.backend = backend
         return backend

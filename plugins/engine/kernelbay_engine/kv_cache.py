@@ -12,8 +12,7 @@ import re
 from collections.abc import Hashable, Sequence
 
 from kernelbay.errors import KernelbayError
-from kernelbay.attention._metadata import StepRequest
-from kernelbay.attention._types import KVLayout
+from kernelbay.attention import KVLayout, StepRequest
 
 
 class KVCacheExhausted(KernelbayError, MemoryError):

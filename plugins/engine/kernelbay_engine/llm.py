@@ -60,13 +60,13 @@ class LLM:
                  attention_backend_options: Mapping[str, Mapping] | None = None, prepack_weights: str = "auto"):
         _check_prepack_policy(prepack_weights)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
-        self._select_backends(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
+        config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         from kernelbay_engine import AutoModelForCausalLM
 
         with model_errors():
             self.model = AutoModelForCausalLM.from_pretrained(
                 self.folder, dtype=dtype, attention_backend=attention_backend,
-                trust_remote_code=trust_remote_code, progress=progress)
+                trust_remote_code=trust_remote_code, progress=progress, config=config)
         self.config = self.model.config
         self.max_model_len = _max_model_len(self.config, max_model_len)
         self.tokenizer = Tokenizer(self.folder, trust_remote_code=trust_remote_code) \
@@ -181,8 +181,10 @@ class LLM:
         return self.tokenizer
 
     # -- construction helpers ------------------------------------------------------------------------
-    def _select_backends(self, attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code) -> None:
-        """Fail on an unknown or incapable backend before any weight is read (the runner selects the same)."""
+    def _read_config_and_select(self, attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code):
+        """The folder's config, read once; an unknown or incapable backend fails before any weight is read.
+
+        The selection is cached (one selector, one cache): the runner's identical request is a cache hit."""
         from kernelbay.attention import select_for_model
         from kernelbay.config import ModelConfig
 
@@ -190,6 +192,7 @@ class LLM:
         with backend_errors():
             select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend,
                              dtype=str(dtype).removeprefix("torch.") if dtype else None, block_size=block_size)
+        return config
 
     def _scheduler_config(self, kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens,
                           enable_chunked_prefill) -> SchedulerConfig:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelbay.attention import AttentionMetadata
-from kernelbay.attention._metadata import StepRequest as MetadataRow
+from kernelbay.attention import StepRequest as MetadataRow
 from kernelbay_engine.kv_cache import KVCacheManager
 
 from kernelbay_engine._runner_cache import CachePlan, plan_cache

@@ -120,14 +120,16 @@ class AutoModelForCausalLM:
     def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None,
                         attention_backend: str | None = None, trust_remote_code: bool = False,
                         allow_pickle: bool = False, implementation: str = "auto", encoder_only: bool = False,
-                        mmap: bool = False, progress: bool | None = None) -> nn.Module:
-        """Load a checkpoint folder. `attention_backend` is recorded for the runner's backend selection;
+                        mmap: bool = False, progress: bool | None = None, config=None) -> nn.Module:
+        """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
+        `attention_backend` is recorded for the runner's backend selection;
         `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the
         vision encoder of a multimodal checkpoint (the `vision_encoder` slot); `mmap=True` maps tensors
         that need no fusing or cast straight from the file instead of reading them (see `load_weights`)."""
         from kernelbay.config import ModelConfig
 
-        config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
+        if config is None:
+            config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
         model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
