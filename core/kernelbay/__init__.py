@@ -34,7 +34,16 @@ _LAZY = {
 }
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+# Names the runtime distribution provides: asking the core for them says where they live.
+_RUNTIME = frozenset({"LLM", "SamplingParams", "AutoModelForCausalLM"})
+_lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY)
+
+
+def __getattr__(name: str):
+    if name in _RUNTIME:
+        raise AttributeError(f"kernelbay is the contract only; {name} is the runtime's: pip install kernelbay-engine, "
+                             f"then `from kernelbay_engine import {name}`")
+    return _lazy_getattr(name)
 
 __all__ = [
     "__version__", "AttentionBackend", "ConfigError", "KernelbayError",

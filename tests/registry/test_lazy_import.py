@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import env_with_site
 
 HEAVY = ("torch", "transformers", "kernelbay_", "kb_")
@@ -59,3 +61,11 @@ def test_public_names_resolve_lazily_and_are_cached():
     first = kernelbay.register_model
     assert "register_model" in vars(kernelbay) and kernelbay.register_model is first
     assert "ModelConfig" in dir(kernelbay) and "LLM" not in dir(kernelbay)  # the runtime is kernelbay-engine
+
+
+def test_runtime_names_asked_of_the_core_say_where_they_live():
+    """`kernelbay.LLM` is not the core's: the error names kernelbay-engine and the import to write."""
+    import kernelbay
+
+    with pytest.raises(AttributeError, match=r"pip install kernelbay-engine, then `from kernelbay_engine import LLM`"):
+        kernelbay.LLM  # noqa: B018 - the attribute access is the test
