@@ -1,4 +1,4 @@
-"""pluggy hooks for what is not a slot: config validation rules, model defaults.
+"""pluggy hooks for what is not a slot: config validation rules, model-type (family) config rules.
 
 Plugins implement `register_*(register)` callbacks; the core owns collection and provenance.
 Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call, not at import::
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from ._trace import warn
+
+if TYPE_CHECKING:
+    from .registry._records import Provider
 
 PROJECT = "kernelbay"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -30,8 +34,9 @@ class HookSpecs:
         """Call `register(rule)`; `rule(options) -> list[str]` returns every violation it finds."""
 
     @hookspec
-    def register_model_defaults(self, register):
-        """Call `register(architecture, defaults: dict)` to supply defaults for an architecture."""
+    def register_model_type_rules(self, register):
+        """Call `register(model_types, **rules)`: how configs of those model_types resolve what config.json
+        leaves implicit (rule points: `kernelbay.config.RULE_POINTS`)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class BrokenHookPlugin:
 _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
 _broken: list[BrokenHookPlugin] = []
+_providers: dict[str, Provider] = {}  # hook plugin name -> its entry point's provider
 
 
 def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
@@ -56,6 +62,7 @@ def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
         try:
             module = import_module(provider)
             pm.register(module, name=entry.name)
+            _providers[entry.name] = provider
         except Exception as exc:  # noqa: BLE001 - a broken hook plugin is listed (doctor, a warning), never fatal
             _broken.append(BrokenHookPlugin(entry.name, entry.distribution, str(exc)))
             warn("hook plugin %r of %s is broken and contributes no hooks: %s", entry.name, entry.distribution, exc)
@@ -78,21 +85,34 @@ def broken_hook_plugins() -> list[BrokenHookPlugin]:
     return list(_broken)
 
 
-def collect(hook_name: str) -> list[tuple[object, str]]:
-    """Call hook `hook_name` with a `register` callback; return (item, plugin name) pairs in call order."""
-    pm = plugin_manager()
-    collected: list[tuple[object, str]] = []
-    for impl in getattr(pm.hook, hook_name).get_hookimpls():
-        def register(*item, _plugin=impl.plugin_name):
-            collected.append((item[0] if len(item) == 1 else item, _plugin))
+def hook_provider(plugin: str) -> Provider:
+    """Who hook plugin `plugin` is: its entry point's provider, or (registered at runtime) an external one."""
+    from .registry._records import Provider
 
+    plugin_manager()
+    return _providers.get(plugin) or Provider(plugin)
+
+
+def call_hook(hook_name: str, make_register) -> None:
+    """Call each implementation of `hook_name` with `make_register(plugin name)`; a raise names the plugin."""
+    for impl in getattr(plugin_manager().hook, hook_name).get_hookimpls():
         try:
-            impl.function(register=register)
+            impl.function(register=make_register(impl.plugin_name))
         except Exception as exc:
             from .errors import PluginImportError
 
             raise PluginImportError(f"hook {hook_name} of plugin {impl.plugin_name!r} raised "
                                     f"{type(exc).__name__}: {exc}") from exc
+
+
+def collect(hook_name: str) -> list[tuple[object, str]]:
+    """Call hook `hook_name` with a `register` callback; return (item, plugin name) pairs in call order."""
+    collected: list[tuple[object, str]] = []
+
+    def make_register(plugin: str):
+        return lambda *item: collected.append((item[0] if len(item) == 1 else item, plugin))
+
+    call_hook(hook_name, make_register)
     return collected
 
 
@@ -102,3 +122,4 @@ def reset_hooks() -> None:
     with _lock:
         _manager = None
         _broken.clear()
+        _providers.clear()

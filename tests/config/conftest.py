@@ -10,7 +10,6 @@ import pytest
 from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
 
 
-
 def shared_config_dirs() -> list[str]:
     """Every folder of the vendored real configs (tests/data/configs) kernelbay must handle."""
     return sorted(p.name for p in SHARED_CONFIGS.iterdir() if p.is_dir())
@@ -46,3 +45,23 @@ def shared_copy(write_config):
         return write_config(data, name=name)
 
     return copy
+
+
+@pytest.fixture
+def hook_env():
+    """`hook_env(**environ)`: a registry and hook manager of the test's own; the process's come back afterwards."""
+    import os
+
+    from kernelbay.hooks import plugin_manager, reset_hooks
+    from kernelbay.registry import Registry, default_registry, reset_registry
+
+    previous = default_registry()
+
+    def make(**environ: str):
+        reset_registry(Registry(environ={**os.environ, **environ}))
+        reset_hooks()
+        return plugin_manager()
+
+    yield make
+    reset_registry(previous)
+    reset_hooks()

@@ -36,3 +36,34 @@ def test_broken_hook_plugin_is_listed_and_the_others_still_run(make_registry, ca
     assert (broken.name, broken.distribution) == ("missingdep", "kb-fixture-missingdep")
     assert "'kb_not_installed_dependency', which is not installed" in broken.cause
     assert "hook plugin 'missingdep' of kb-fixture-missingdep is broken" in caplog.text
+
+
+def test_first_party_family_rules_come_through_the_hook_as_built_in(make_registry):
+    """kernelbay-llama's model-type rules arrive through its kernelbay.hooks entry point, provenance attached."""
+    from kernelbay.hooks import call_hook, hook_provider
+
+    make_registry()
+    calls = []
+    call_hook("register_model_type_rules", lambda plugin: lambda types, **rules: calls.append((plugin, types, rules)))
+    (plugin, _, rules), = [c for c in calls if c[1] == "gemma2"]
+    provider = hook_provider(plugin)
+    assert (provider.distribution, provider.origin, list(rules)) == ("kernelbay-llama", "built-in", ["layers"])
+
+
+def test_runtime_hook_plugin_is_external_and_named_when_its_hook_raises(make_registry):
+    """A plugin registered on the manager at runtime has no distribution (external); its hook's raise names it."""
+    import pytest
+
+    from kernelbay.errors import PluginImportError
+    from kernelbay.hooks import call_hook, hook_provider, hookimpl, plugin_manager
+
+    class Broken:
+        @hookimpl
+        def register_model_type_rules(self, register):
+            raise KeyError("oops")
+
+    make_registry()
+    plugin_manager().register(Broken(), name="acme")
+    assert (hook_provider("acme").distribution, hook_provider("acme").origin) == (None, "external")
+    with pytest.raises(PluginImportError, match="hook register_model_type_rules of plugin 'acme' raised KeyError"):
+        call_hook("register_model_type_rules", lambda plugin: lambda *args, **rules: None)

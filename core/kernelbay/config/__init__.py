@@ -4,18 +4,24 @@
     cfg = ModelConfig.from_pretrained("path/to/checkpoint")   # folder code runs only if trusted
     cfg.head_dim, cfg.layer_types, cfg.mla, cfg.rope, cfg.kv_bytes_per_token("fp8_e4m3")
 
+What config.json leaves implicit for one family (Gemma-2's alternation, Nemotron-NAS's per-layer widths)
+comes from that family's plugin, through the `register_model_type_rules` hook: see `_rules.py` and
+docs/guides/model-family-plugin.md. The core itself reads only generic fields.
+
 Light to import: transformers is imported when a config is first read; `import kernelbay` never
 loads this package.
 """
 
-from ._layers import (BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING)
+from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
 from ._loading import config_class_for, read_config_json
 from ._model_config import MODEL_KINDS, ModelConfig
 from ._naming import draft_architecture, resolution_target
 from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
+from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
 __all__ = [
-    "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "LAYER_KINDS", "MODEL_KINDS",
-    "NO_ATTENTION", "ROPE_TYPES", "SLIDING", "BlockSparseGeometry", "MLAGeometry", "ModelConfig", "QuantConfig",
-    "RopeConfig", "config_class_for", "draft_architecture", "read_config_json", "resolution_target",
+    "BLOCKSPARSE", "CHUNKED", "ENCODER", "FULL", "INDEXED", "LAYER_KINDS", "MODEL_KINDS", "NO_ATTENTION",
+    "ROPE_TYPES", "RULE_POINTS", "SLIDING", "BlockSparseGeometry", "ConfigRuleError", "ConfigView", "LayerPlan",
+    "MLAGeometry", "ModelConfig", "QuantConfig", "RopeConfig", "config_class_for", "draft_architecture",
+    "read_config_json", "resolution_target",
 ]

@@ -5,21 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
 from . import _geometry as geo
 from ._checkpoint import Checkpoint
 from ._dtypes import resolve_dtype
 from ._fields import Fields
-from ._layers import BLOCKSPARSE, ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
+from ._layers import ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
 from ._loading import CONFIG_FILE, load_hf_config, read_config_json
 from ._model_config import ModelConfig
 from ._naming import Naming, resolve_naming
 from ._quant import resolve_quantization
-from ._records import BlockSparseGeometry
-from ._rope import resolve_position_embedding, resolve_rope, rope_parameters
-
-# Nemotron-NAS FFN width: ffn_mult x 2/3 x hidden, rounded up to a multiple of this.
-NAS_FFN_MULTIPLE = 256
+from ._rope import resolve_position_embedding, resolve_rope
+from ._rules import FamilyRules, family_rules
 
 
 def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
@@ -45,7 +41,7 @@ def _parsed(hf_config) -> dict[str, Any]:
 
 def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
     model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
-    naming = resolve_naming(f, model_type, encoder_only)
+    naming = resolve_naming(f, model_type, encoder_only, family_rules(f, model_type))
     section = "vision_config" if naming.model_kind == "vision_encoder" else "text_config"
     f, geometry_config = _section(f, hf_config, section)
     return _assemble(f, hf_config, geometry_config, folder, model_type, naming)
@@ -56,28 +52,31 @@ def _assemble(f: Fields, hf_config, geometry_config, folder: Path | None, model_
     """`geometry_config` is the (sub-)config the sizes come from: the text or vision part of a composite."""
     encoder = naming.model_kind == "vision_encoder"
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
+    rules = family_rules(f, layer_model_type)  # the family's plugin answers first, the generic fields after
     hidden, n_layers, heads, vocab = _sizes(f, encoder)
     mla = geo.resolve_mla(f)
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
     max_positions = _max_positions(f, encoder)
-    plan = _layer_plan(f, layer_model_type, n_layers, heads, max_positions, type(geometry_config), encoder)
+    plan = _layer_plan(f, rules, n_layers, max_positions, type(geometry_config), encoder)
     kv_heads = _layer_kv_heads(f, plan, heads)
-    position_embedding = resolve_position_embedding(f, layer_model_type, mla)
+    position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
     rope = resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None
+    ffn = rules.ask("intermediate_size") or geo.resolve_intermediate_size(f)
+    scale = rules.ask("attention_scale") or geo.resolve_attention_scale(f, head_dim)
     return ModelConfig(
         architecture=naming.architecture, architectures=naming.architectures, model_type=model_type,
         hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=heads,
         num_key_value_heads=max(kv_heads) or heads, head_dim=head_dim, vocab_size=vocab,
-        intermediate_size=_intermediate_size(f, hidden, layer_model_type), max_position_embeddings=max_positions,
+        intermediate_size=ffn, max_position_embeddings=max_positions,
         rms_norm_eps=geo.resolve_norm_eps(f), tie_word_embeddings=f.get_bool("tie_word_embeddings"),
         dtype=resolve_dtype(f), layer_types=plan.kinds, layer_num_kv_heads=kv_heads,
         sliding_window=plan.sliding_window, attention_chunk_size=plan.attention_chunk_size, mla=mla, rope=rope,
         position_embedding=position_embedding,
-        attention_scale=geo.resolve_attention_scale(f, head_dim, mla, rope_parameters(f)),
+        attention_scale=scale,
         v_head_dim=mla.v_head_dim if mla else head_dim,
         attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
         final_logit_softcapping=f.get_float("final_logit_softcapping"),
-        quantization=resolve_quantization(f, folder), blocksparse=_blocksparse(f, plan),
+        quantization=resolve_quantization(f, folder), blocksparse=plan.blocksparse,
         model_kind=naming.model_kind, draft_vocab_size=naming.draft_vocab_size, notes=tuple(f.notes),
         source=str(folder) if folder else None, hf_config=hf_config)
 
@@ -95,11 +94,11 @@ def _max_positions(f: Fields, encoder: bool) -> int:
     return geo.resolve_max_positions(f)
 
 
-def _layer_plan(f: Fields, model_type: str, n_layers: int, heads: int, max_positions: int,
-                config_class: type, encoder: bool) -> LayerPlan:
+def _layer_plan(f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type,
+                encoder: bool) -> LayerPlan:
     if encoder:
         return LayerPlan((ENCODER,) * n_layers)
-    return resolve_layers(f, model_type, n_layers, heads, max_positions, config_class)
+    return resolve_layers(f, rules, n_layers, max_positions, config_class)
 
 
 def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
@@ -109,35 +108,6 @@ def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
         return (0,) * len(plan.kinds)
     kv = geo.resolve_kv_heads(f, heads)
     return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
-
-
-def _intermediate_size(f: Fields, hidden: int, model_type: str) -> int:
-    blocks = f.get("block_configs")
-    if blocks is None:
-        return geo.resolve_intermediate_size(f, hidden, model_type)
-    widths = [_nas_ffn_width(f, i, block, hidden) for i, block in enumerate(blocks)]
-    return max(widths) if any(widths) else geo.resolve_intermediate_size(f, hidden, model_type)
-
-
-def _nas_ffn_width(f: Fields, index: int, block: dict, hidden: int) -> int:
-    ffn = block.get("ffn") or {}
-    if ffn.get("no_op") or ffn.get("replace_with_linear"):
-        return 0
-    mult = ffn.get("ffn_mult")
-    if not isinstance(mult, (int, float)) or mult <= 0:
-        raise ConfigError(f"{f.source}: block_configs[{index}].ffn.ffn_mult={mult!r} must be a positive number.")
-    width = int(2 * mult * hidden / 3)
-    return -(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE
-
-
-def _blocksparse(f: Fields, plan: LayerPlan) -> BlockSparseGeometry | None:
-    if BLOCKSPARSE not in plan.kinds:
-        return None
-    return BlockSparseGeometry(
-        block_size=f.required_int("blocksparse_block_size"),
-        num_local_blocks=f.required_int("blocksparse_num_local_blocks"),
-        vert_stride=f.required_int("blocksparse_vert_stride"),
-        homo_head_pattern=f.get_bool("blocksparse_homo_head_pattern"))
 
 
 # Keys a composite config keeps at the top level that describe its parts too.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from ..errors import ConfigError
 from ._fields import Fields
 from ._records import MLAGeometry
@@ -15,8 +13,6 @@ VOCAB = ("vocab_size",)
 MAX_POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 FFN = ("intermediate_size", "ffn_dim", "ff_intermediate_size", "ffn_hidden_size", "n_inner")
 NORM_EPS = ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_epsilon", "norm_eps")
-# Families whose FFN width is 4 x hidden when config.json leaves it out (their documented default).
-FFN_IS_4X_HIDDEN = frozenset({"gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"})
 DEFAULT_LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which OPT relies on
 
 
@@ -101,13 +97,11 @@ def check_kv_heads(f: Fields, heads: int, kv: int) -> None:
                           "num_attention_heads must be a positive multiple of num_key_value_heads.")
 
 
-def resolve_intermediate_size(f: Fields, hidden: int, model_type: str) -> int:
-    """Dense FFN width; the 4 x hidden default only for families that document it."""
+def resolve_intermediate_size(f: Fields) -> int:
+    """Dense FFN width as written (a class default is no evidence: a copy may have dropped the key)."""
     width = f.get_int(*FFN) if (f.written(*FFN) or not f.raw) else None
     if width:
         return width
-    if model_type in FFN_IS_4X_HIDDEN:
-        return f.get_int(*FFN) or 4 * hidden
     raise f.missing(FFN)
 
 
@@ -126,23 +120,10 @@ def resolve_norm_eps(f: Fields) -> float:
     return eps
 
 
-def resolve_attention_scale(f: Fields, head_dim: int, mla: MLAGeometry | None, rope_scaling: dict) -> float:
-    """The softmax scale q·k is multiplied by, with each family's rule."""
-    if mla is not None:
-        return head_dim ** -0.5 * _deepseek_yarn_mscale(rope_scaling) ** 2
+def resolve_attention_scale(f: Fields, head_dim: int) -> float:
+    """The softmax scale q·k is multiplied by: 1/sqrt(head_dim) unless a generic field says otherwise."""
     if f.get("query_pre_attn_scalar") is not None:  # Gemma 2/3
         return f.get_float("query_pre_attn_scalar") ** -0.5
     if f.get("attention_multiplier") is not None:  # Granite gives the scale itself
         return f.get_float("attention_multiplier")
-    if f.get_bool("mup_use_scaling"):  # Phi-3-small: muP scales by 1/d, not 1/sqrt(d)
-        return f.get_float("mup_attn_multiplier", default=1.0) / head_dim
     return head_dim ** -0.5
-
-
-def _deepseek_yarn_mscale(rope_scaling: dict) -> float:
-    """DeepSeek multiplies the MLA softmax scale by mscale² under YaRN (`mscale_all_dim`)."""
-    factor = rope_scaling.get("factor") or 1.0
-    mscale_all_dim = rope_scaling.get("mscale_all_dim") or 0
-    if not mscale_all_dim or factor <= 1:
-        return 1.0
-    return 0.1 * mscale_all_dim * math.log(factor) + 1.0

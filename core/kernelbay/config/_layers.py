@@ -1,12 +1,17 @@
-"""Per-layer attention kind, from every field variant real configs use."""
+"""Per-layer attention kind: a family rule's plan, else the generic fields every config may use."""
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ._fields import Fields
+from ._records import BlockSparseGeometry
+
+if TYPE_CHECKING:
+    from ._rules import FamilyRules
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -18,79 +23,75 @@ ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
 LAYER_KINDS = (FULL, SLIDING, CHUNKED, NO_ATTENTION, BLOCKSPARSE, INDEXED, ENCODER)
 CACHELESS_KINDS = frozenset({NO_ATTENTION, ENCODER})
 
-# Older spellings of layer kinds in written layer_types (transformers remaps them the same way).
-LEGACY_KINDS = {"attention": FULL, "deepseek_sparse_attention": INDEXED}
-
-# Families that alternate sliding and full layers without saying so in config.json:
-# layer i slides unless (i + 1) % pattern == 0 (Gemma 2: even layers slide).
-IMPLICIT_SLIDING_PATTERN = {"gemma2": 2}
-DEFAULT_NO_ROPE_INTERVAL = 4  # Llama 4: every 4th layer is NoPE + full attention
+# An older spelling of a layer kind in written layer_types (transformers remaps it the same way).
+LEGACY_KINDS = {"attention": FULL}
 
 
 @dataclass(frozen=True, slots=True)
 class LayerPlan:
-    kinds: tuple[str, ...]
-    sliding_window: int | None = None
-    attention_chunk_size: int | None = None
-    kv_heads: tuple[int, ...] | None = None  # per layer when layers differ (Nemotron-NAS)
+    """Which attention each layer runs: what a family's `layers` rule returns.
+
+    A window or chunk size left None is read from the config's `sliding_window` / `attention_chunk_size`.
+    """
+
+    kinds: tuple[str, ...]  # (num_hidden_layers,) one of LAYER_KINDS per layer
+    sliding_window: int | None = None  # tokens a SLIDING layer sees
+    attention_chunk_size: int | None = None  # chunk of a CHUNKED layer
+    kv_heads: tuple[int, ...] | None = None  # (num_hidden_layers,) when layers differ (Nemotron-NAS)
+    blocksparse: BlockSparseGeometry | None = None  # geometry of the BLOCKSPARSE layers
+
+    def __post_init__(self) -> None:
+        unknown = sorted({k for k in self.kinds if k not in LAYER_KINDS})
+        if not isinstance(self.kinds, tuple) or unknown:
+            raise ConfigError(f"layer kinds must be a tuple of {', '.join(LAYER_KINDS)}; got {self.kinds!r}.")
+        if self.kv_heads is not None and len(self.kv_heads) != len(self.kinds):
+            raise ConfigError(f"kv_heads has {len(self.kv_heads)} entries for {len(self.kinds)} layers.")
+        if (BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
+            raise ConfigError(f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
+                              "which a family rule gives), and only they take one.")
 
 
-def resolve_layers(f: Fields, model_type: str, n_layers: int, heads: int, max_positions: int,
+def resolve_layers(f: Fields, rules: FamilyRules, n_layers: int, max_positions: int,
                    config_class: type | None) -> LayerPlan:
     """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
-    if f.get("block_configs") is not None:
-        plan = _block_configs_plan(f, n_layers, heads)
-    elif f.raw.get("layer_types") is not None:
-        plan = _explicit_plan(f, n_layers)
-    elif f.get("dense_attention_every_n_layers"):
-        plan = LayerPlan(_blocksparse_kinds(f.get_int("dense_attention_every_n_layers"), n_layers))
-    elif f.get("index_topk") is not None and f.get("kv_lora_rank") is not None:
-        plan = LayerPlan((INDEXED,) * n_layers)
-    elif f.get_int("attention_chunk_size"):
-        plan = _chunked_plan(f, n_layers)
-    else:
-        plan = _sliding_plan(f, model_type, n_layers, config_class)
+    plan = rules.ask("layers") or _generic_plan(f, n_layers, config_class)
+    plan = _with_sizes(f, plan)
     _check_plan(f, plan, n_layers)
     return _drop_window_beyond_context(f, plan, max_positions)
 
 
-def _explicit_plan(f: Fields, n_layers: int) -> LayerPlan:
-    kinds = tuple(LEGACY_KINDS.get(kind, kind) for kind in f.raw["layer_types"])
+def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
+    listed = f.get("layer_types")  # as written, else as the config class computed them
+    if listed is not None:
+        return _listed_plan(f, listed)
+    if f.get_int("attention_chunk_size"):
+        return LayerPlan((CHUNKED,) * n_layers)
+    return _sliding_plan(f, n_layers, config_class)
+
+
+def _listed_plan(f: Fields, listed) -> LayerPlan:
+    kinds = tuple(LEGACY_KINDS.get(kind, kind) for kind in listed)
     unknown = sorted({k for k in kinds if k not in LAYER_KINDS})
     if unknown:
         raise ConfigError(f"{f.source}: layer_types holds kinds kernelbay does not know: {', '.join(unknown)}; "
                           f"known: {', '.join(LAYER_KINDS)}.")
-    window = _sliding_window(f) if SLIDING in kinds else None
-    chunk = f.get_int("attention_chunk_size") if CHUNKED in kinds else None
-    return LayerPlan(kinds, window, chunk)
+    return LayerPlan(kinds)
 
 
-def _blocksparse_kinds(every_n: int, n_layers: int) -> tuple[str, ...]:
-    # Microsoft's reference: layer i is dense when (i + 1) % every_n == 0, block-sparse otherwise.
-    return tuple(FULL if (i + 1) % every_n == 0 else BLOCKSPARSE for i in range(n_layers))
+def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
+    """Fill the window and chunk a plan leaves to the generic fields."""
+    window = (plan.sliding_window or _sliding_window(f)) if SLIDING in plan.kinds else None
+    chunk = (plan.attention_chunk_size or f.get_int("attention_chunk_size")) if CHUNKED in plan.kinds else None
+    return LayerPlan(plan.kinds, window, chunk, plan.kv_heads, plan.blocksparse)
 
 
-def _chunked_plan(f: Fields, n_layers: int) -> LayerPlan:
-    """Llama 4: layers that use RoPE attend within chunks; NoPE layers attend to everything."""
-    uses_rope = f.get("no_rope_layers")
-    if not uses_rope:
-        interval = f.get_int("no_rope_layer_interval", default=DEFAULT_NO_ROPE_INTERVAL)
-        uses_rope = [(i + 1) % interval != 0 for i in range(n_layers)]
-    if len(uses_rope) != n_layers:
-        raise ConfigError(f"{f.source}: no_rope_layers has {len(uses_rope)} entries for {n_layers} layers.")
-    kinds = tuple(CHUNKED if rope else FULL for rope in uses_rope)
-    return LayerPlan(kinds, attention_chunk_size=f.get_int("attention_chunk_size"))
-
-
-def _sliding_plan(f: Fields, model_type: str, n_layers: int, config_class: type | None) -> LayerPlan:
+def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
     window = _sliding_window(f)
     if window is None:
         return LayerPlan((FULL,) * n_layers)
-    pattern = f.get_int("sliding_window_pattern") or IMPLICIT_SLIDING_PATTERN.get(model_type)
-    if pattern:  # Gemma 2/3, Cohere 2: every pattern-th layer is global
+    pattern = f.get_int("sliding_window_pattern")
+    if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
         kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers))
-    elif f.written("use_sliding_window") or f.get("use_sliding_window") is not None:
-        kinds = _qwen2_kinds(f, n_layers)
     elif _class_uses_sliding_window(config_class):  # Mistral, Phi-3, ...: every layer slides
         kinds = (SLIDING,) * n_layers
     else:
@@ -98,14 +99,6 @@ def _sliding_plan(f: Fields, model_type: str, n_layers: int, config_class: type 
                        "has no sliding-window attention")
         kinds = (FULL,) * n_layers
     return LayerPlan(kinds, window if SLIDING in kinds else None)
-
-
-def _qwen2_kinds(f: Fields, n_layers: int) -> tuple[str, ...]:
-    """Qwen2/Qwen3: off unless use_sliding_window; then layers from max_window_layers on slide."""
-    if not f.get_bool("use_sliding_window"):
-        return (FULL,) * n_layers
-    first = f.get_int("max_window_layers", default=0)
-    return tuple(SLIDING if i >= first else FULL for i in range(n_layers))
 
 
 def _class_uses_sliding_window(config_class: type | None) -> bool:
@@ -136,34 +129,6 @@ def _sliding_window(f: Fields) -> int | None:
     return window if window and window > 0 else None  # Qwen2-MoE parses "off" as 0
 
 
-def _block_configs_plan(f: Fields, n_layers: int, heads: int) -> LayerPlan:
-    """Nemotron-NAS: each layer's attention is its own: grouped heads, a window, or none at all."""
-    blocks = f.get("block_configs")
-    if not isinstance(blocks, (list, tuple)) or len(blocks) != n_layers:
-        raise ConfigError(f"{f.source}: block_configs must list one block per layer ({n_layers}).")
-    layers = [_nas_attention(f, i, block, heads) for i, block in enumerate(blocks)]
-    windows = {window for _, _, window in layers if window is not None}
-    if len(windows) > 1:
-        raise ConfigError(f"{f.source}: block_configs use several attention windows {sorted(windows)}; "
-                          "kernelbay supports one window per model.")
-    kinds = tuple(kind for kind, _, _ in layers)
-    return LayerPlan(kinds, next(iter(windows), None), kv_heads=tuple(kv for _, kv, _ in layers))
-
-
-def _nas_attention(f: Fields, index: int, block: dict, heads: int) -> tuple[str, int, int | None]:
-    attention = block.get("attention") if isinstance(block, dict) else None
-    if not isinstance(attention, dict):
-        raise ConfigError(f"{f.source}: block_configs[{index}] has no 'attention' object.")
-    if attention.get("no_op") or attention.get("replace_with_linear"):
-        return NO_ATTENTION, 0, None
-    group = attention.get("n_heads_in_group")
-    if not isinstance(group, int) or group <= 0 or heads % group:
-        raise ConfigError(f"{f.source}: block_configs[{index}].attention.n_heads_in_group={group!r} must divide "
-                          f"num_attention_heads={heads}.")
-    window = attention.get("window_length")
-    return (SLIDING if window else FULL), heads // group, window
-
-
 def _check_plan(f: Fields, plan: LayerPlan, n_layers: int) -> None:
     if len(plan.kinds) != n_layers:
         raise ConfigError(f"{f.source}: {len(plan.kinds)} layer kinds for num_hidden_layers={n_layers}.")
@@ -180,4 +145,4 @@ def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) 
     f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: "
                    "full attention")
     kinds = tuple(FULL if kind == SLIDING else kind for kind in plan.kinds)
-    return LayerPlan(kinds, None, plan.attention_chunk_size, plan.kv_heads)
+    return LayerPlan(kinds, None, plan.attention_chunk_size, plan.kv_heads, plan.blocksparse)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ._fields import Fields
+from ._rules import FamilyRules
 
-# Architectures published before transformers integrated the family, under the model_type they parse as.
-LEGACY_ARCHITECTURES = {"RWForCausalLM": "FalconForCausalLM"}
 # How EAGLE heads spell their tie to a base architecture: LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM.
 _EAGLE_MARKS = re.compile(r"^(?:EAGLE3|Eagle3|EAGLE|Eagle)(?=[A-Z])|(?:EAGLE3|Eagle3|EAGLE|Eagle)$")
 VISION_ENCODER_SUFFIXES = ("VisionModel", "VisionTransformer", "VisionTower")
@@ -23,18 +22,16 @@ class Naming:
     draft_vocab_size: int | None = None
 
 
-def resolve_naming(f: Fields, model_type: str, encoder_only: bool) -> Naming:
-    """DESIGN "Model resolution": architectures[0]; encoder-only -> vision encoder; drafts -> EAGLE3<Arch>."""
+def resolve_naming(f: Fields, model_type: str, encoder_only: bool, rules: FamilyRules) -> Naming:
+    """DESIGN "Model resolution": architectures[0]; encoder-only -> vision encoder; drafts -> EAGLE3<Arch>;
+    a family's `architecture` rule may rename a legacy architectures[0]."""
     architectures = _architectures(f, model_type)
     first = architectures[0]
     if f.get("draft_vocab_size") is not None:
         return Naming(draft_architecture(first), architectures, "draft_model", f.get_int("draft_vocab_size"))
     if encoder_only or is_vision_encoder(first, model_type):
         return Naming(first, architectures, "vision_encoder")
-    if first in LEGACY_ARCHITECTURES:
-        f.notes.append(f"legacy architecture {first} resolves as {LEGACY_ARCHITECTURES[first]}")
-        return Naming(LEGACY_ARCHITECTURES[first], architectures, "model")
-    return Naming(first, architectures, "model")
+    return Naming(rules.ask("architecture") or first, architectures, "model")
 
 
 def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:

@@ -14,13 +14,12 @@ THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
 PARTIAL = ("partial_rotary_factor", "rotary_pct")
 ROPE_HINTS = THETA + PARTIAL + ("rope_scaling", "rope_parameters", "rotary_dim")
 ROPE_TYPE_ALIASES = {"su": "longrope"}  # early Phi-3 128k checkpoints
-ALIBI_MODEL_TYPES = frozenset({"bloom"})
 DEFAULT_THETA = 10000.0
 
 
-def resolve_position_embedding(f: Fields, model_type: str, mla: MLAGeometry | None) -> str:
+def resolve_position_embedding(f: Fields, mla: MLAGeometry | None) -> str:
     """"rope", "alibi" or "learned" (GPT-2, OPT: a position table, nothing to rotate)."""
-    if f.get_bool("alibi") or model_type in ALIBI_MODEL_TYPES:
+    if f.get_bool("alibi"):
         return "alibi"
     if mla is not None or any(f.get(name) for name in ROPE_HINTS):
         return "rope"

@@ -1,0 +1,156 @@
+"""Family rules: what a model_type's configs leave implicit, supplied by the family's plugin.
+
+One door, the `register_model_type_rules` hook (a `kernelbay.hooks` module)::
+
+    @hookimpl
+    def register_model_type_rules(register):
+        register("gemma2", layers=gemma2_layers)   # gemma2_layers(config: ConfigView) -> LayerPlan | None
+
+The core asks the rule first; None leaves the point to the generic fields. Rules rank like registry slots
+(per model_type and point): external displaces built-in, two externals conflict unless KERNELBAY_PREFER picks.
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+
+from ..errors import ConfigError, RegistrationConflict, unknown_name_message
+from . import _geometry as geo
+from ._fields import Fields
+from ._layers import LayerPlan
+from ._records import frozen_json
+from ._rope import rope_parameters
+
+HOOK = "register_model_type_rules"
+# Rule point -> the type its answer has (or None); every rule is `rule(config: ConfigView)`.
+RULE_POINTS: dict[str, type] = {
+    "architecture": str,  # the slot name to resolve instead of architectures[0] (a legacy name)
+    "layers": LayerPlan,  # each layer's attention kind; window, chunk, KV heads, block-sparse geometry
+    "intermediate_size": int,  # the dense FFN width (the widest, when layers differ)
+    "attention_scale": Real,  # the softmax scale applied to q·k
+    "position_embedding": str,  # "rope" | "alibi" | "learned"
+}
+
+
+class ConfigRuleError(ConfigError):
+    """A family rule failed or refused the config; the message names the rule's plugin."""
+
+
+class ConfigView:
+    """What a rule reads: config.json's keys over transformers' parse (read-only copies), the core's sizes, notes."""
+
+    __slots__ = ("_fields", "model_type")
+
+    def __init__(self, fields: Fields, model_type: str):
+        self._fields = fields
+        self.model_type = model_type
+
+    source = property(lambda self: self._fields.source)
+    hidden_size = property(lambda self: self._fields.required_int(*geo.HIDDEN))
+    num_hidden_layers = property(lambda self: self._fields.required_int(*geo.LAYERS))
+    num_attention_heads = property(lambda self: self._fields.required_int(*geo.HEADS))
+    rope_parameters = property(lambda self: rope_parameters(self._fields), doc="the RoPE dict as written, or {}")
+
+    def get(self, *names: str, default=None):
+        """The first non-null value among `names` (config.json first, then the parse); dicts and lists frozen."""
+        return frozen_json(self._fields.get(*names, default=default))
+
+    def written(self, *names: str) -> bool:
+        return self._fields.written(*names)
+
+    def get_int(self, *names: str, default: int | None = None) -> int | None:
+        return self._fields.get_int(*names, default=default)
+
+    def get_float(self, *names: str, default: float | None = None) -> float | None:
+        return self._fields.get_float(*names, default=default)
+
+    def get_bool(self, *names: str, default: bool = False) -> bool:
+        return self._fields.get_bool(*names, default=default)
+
+    def required_int(self, *names: str) -> int:
+        return self._fields.required_int(*names)
+
+    def note(self, text: str) -> None:
+        """Say how a quirk was resolved (`kernelbay explain` prints the notes)."""
+        self._fields.notes.append(text)
+
+
+def family_rules(f: Fields, model_type: str) -> FamilyRules:
+    """The winning rule of each point for `model_type`, from every plugin's `register_model_type_rules`."""
+    from ..hooks import call_hook, hook_provider
+    from ..registry._records import Registration
+
+    claims: dict[str, list[Registration]] = {}  # point -> every plugin's rule, as claims on a registry slot
+
+    def make_register(plugin: str):
+        def register(model_types, **rules) -> None:
+            if model_type in _checked(model_types, rules):
+                for point, rule in rules.items():
+                    claims.setdefault(point, []).append(Registration(point, model_type, rule, hook_provider(plugin)))
+        return register
+
+    call_hook(HOOK, make_register)
+    return FamilyRules(ConfigView(f, model_type), {point: _slot(point, model_type, c) for point, c in claims.items()})
+
+
+def _checked(model_types, rules: dict) -> tuple[str, ...]:
+    types = (model_types,) if isinstance(model_types, str) else tuple(model_types)
+    if not types or not all(isinstance(t, str) and t for t in types):
+        raise ConfigError(f"register() takes model_type names first, got {model_types!r}.")
+    if not rules:
+        raise ConfigError(f"register() names no rule; give one of {', '.join(RULE_POINTS)} as a keyword.")
+    for point, rule in rules.items():
+        if point not in RULE_POINTS:
+            raise ConfigError(unknown_name_message("rule point", point, RULE_POINTS))
+        if not callable(rule):
+            raise ConfigError(f"the {point} rule must be callable as rule(config), got {rule!r}.")
+    return types
+
+
+def _slot(point: str, model_type: str, claims: list):
+    from ..registry import default_registry
+    from ..registry._records import Preferences, decide
+
+    prefer = default_registry().export_providers()["prefer"] if len(claims) > 1 else {}
+    slot = decide(point, model_type, claims, Preferences(prefer))
+    if slot.conflict:
+        who = " and ".join(r.provider.describe() for r in slot.conflict)
+        raise RegistrationConflict(f"the {point} rule for model_type {model_type!r} is given by {who}; choose one "
+                                   f"with KERNELBAY_PREFER=\"{model_type}=<distribution>\".")
+    return slot
+
+
+class FamilyRules:
+    """The rules installed plugins give one model_type, bound to the config they answer for."""
+
+    def __init__(self, view: ConfigView, slots: dict):
+        self._view = view
+        self._slots = slots
+
+    def ask(self, point: str):
+        """The rule's answer for `point`, or None where no rule answers (the core then decides)."""
+        slot = self._slots.get(point)
+        if slot is None:
+            return None
+        try:
+            answer = slot.winner.target(self._view)
+        except Exception as exc:  # any failure of a plugin's rule is reported with its name
+            what = str(exc) if isinstance(exc, ConfigError) else f"rule raised {type(exc).__name__}: {exc}"
+            raise self._error(point, slot, what) from exc
+        if answer is not None:
+            self._check(point, slot, answer)
+            over = "".join(f", over {r.provider.describe()}" for r in slot.displaced)
+            self._view.note(f"{point}: the {self._view.model_type!r} rule of {slot.winner.provider.describe()}{over}")
+        return answer
+
+    def _check(self, point: str, slot, answer) -> None:
+        if isinstance(answer, bool) or not isinstance(answer, RULE_POINTS[point]):
+            raise self._error(point, slot, f"rule returned {answer!r}, not {RULE_POINTS[point].__name__} or None")
+        if isinstance(answer, LayerPlan) and len(answer.kinds) != self._view.num_hidden_layers:
+            raise self._error(point, slot, f"rule gave {len(answer.kinds)} layer kinds for "
+                                           f"num_hidden_layers={self._view.num_hidden_layers}")
+
+    def _error(self, point: str, slot, what: str) -> ConfigRuleError:
+        where = "" if what.startswith(self._view.source) else f"{self._view.source}: "
+        return ConfigRuleError(f"{where}{what} [the {point} rule for model_type {self._view.model_type!r} of "
+                               f"{slot.winner.provider.describe()}]")
