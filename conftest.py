@@ -1,4 +1,7 @@
-"""Suite-wide fixtures: a clean kernelbay registry per test, no KERNELBAY_* leakage from the caller."""
+"""Suite-wide fixtures, for tests/ and for every plugin's own tests/ folder: no KERNELBAY_* leakage from the caller.
+
+The fixtures one area shares with a plugin's tests stay in that area's conftest under tests/ (the installed plugin
+sites in tests/ecosystem, the tiny checkpoints in tests/models, ...) and the plugin's conftest imports them by name."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from kernelbay import resolve
-from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay.attention import create_attention
 from kernelbay.dtypes import torch_dtype
+from kernelbay_engine.kv_cache import KVCacheManager
 
 
 @dataclass(frozen=True)

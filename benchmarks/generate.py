@@ -107,9 +107,12 @@ def measure(runners, batch: int, args) -> Result:
 
 
 def check_same(reference: list[list[int]], ours: list[list[int]], batch: int) -> None:
-    for row, (a, b) in enumerate(zip(reference, ours)):
+    for row, (a, b) in enumerate(zip(reference, ours, strict=True)):
         if a != b:
-            at = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y) if len(a) == len(b) else min(len(a), len(b))
+            if len(a) == len(b):
+                at = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+            else:
+                at = min(len(a), len(b))
             raise SystemExit(f"batch {batch} row {row}: tokens differ from transformers at new token {at}")
 
 

@@ -114,7 +114,8 @@ def report(results: dict[str, dict], command: str) -> str:
     for name, r in results.items():
         over = [(r[k] - r["baseline"]) / weights for k in ("peak", "peak_used")]
         rows.append(f"| {name} | {r['baseline'] / gib:.2f} GiB | {r['peak'] / gib:.2f} GiB | {over[0]:.2f}x "
-                    f"| {r['peak_used'] / gib:.2f} GiB | {over[1]:.2f}x | {r['seconds']:.2f} s | {r['seconds_used']:.2f} s |")
+                    f"| {r['peak_used'] / gib:.2f} GiB | {over[1]:.2f}x "
+                    f"| {r['seconds']:.2f} s | {r['seconds_used']:.2f} s |")
     kb, tf = results["kernelbay"], results["transformers"]
     verdict = (kb["peak_used"] - kb["baseline"]) <= 1.3 * weights and kb["peak_used"] <= tf["peak_used"]
     return "\n".join([

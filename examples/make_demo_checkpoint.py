@@ -289,7 +289,8 @@ PROMPTS = ("The meaning of life is", "A computer", "Love is", "You will")
 
 
 @torch.no_grad()
-def sample_generations(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int) -> list[tuple[str, str, str]]:
+def sample_generations(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast,
+                       seed: int) -> list[tuple[str, str, str]]:
     """(prompt, greedy continuation, sampled continuation) for each demo prompt."""
     model.eval()
     rows = []
@@ -298,8 +299,10 @@ def sample_generations(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFa
         greedy = model.generate(ids, max_new_tokens=24, do_sample=False)
         torch.manual_seed(seed)
         sampled = model.generate(ids, max_new_tokens=24, do_sample=True, temperature=0.8, top_k=40)
-        decode = lambda out: tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)  # noqa: E731
-        rows.append((prompt, decode(greedy), decode(sampled)))
+        start = ids.shape[1]
+        greedy_text, sampled_text = (tokenizer.decode(out[0, start:], skip_special_tokens=True)
+                                     for out in (greedy, sampled))
+        rows.append((prompt, greedy_text, sampled_text))
     return rows
 
 
@@ -372,7 +375,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder to write the checkpoint into")
     parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "kernelbay-demo-cache")
     parser.add_argument("--debian-version", default=DEBIAN_VERSION, help="version of fortunes/fortunes-min")
-    parser.add_argument("--words-out", type=Path, default=Path(__file__).resolve().parents[1] / "tests/demo/corpus_words.txt",
+    parser.add_argument("--words-out", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "plugins/engine/tests/demo/corpus_words.txt",
                         help="where to write the corpus word list the demo test checks against")
     parser.add_argument("--vocab-size", type=int, default=3072)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
@@ -401,7 +405,7 @@ def build(args: argparse.Namespace) -> None:
     model, losses, seconds = train_model(stream, len(tokenizer), settings)
     write_checkpoint(args.out, model, tokenizer, args.dtype)
     model, tokenizer = reload(args.out)
-    check_round_trip(tokenizer, corpus.fortunes[:200] + ("Hello, world!  Tabs\tand \u00fcn\u00efc\u00f6d\u00e9 \u2713",))
+    check_round_trip(tokenizer, (*corpus.fortunes[:200], "Hello, world!  Tabs\tand \u00fcn\u00efc\u00f6d\u00e9 \u2713"))
     report = TrainReport(tuple(losses), held_out_loss(model, val_stream, settings.seq_len), seconds)
     rows = sample_generations(model, tokenizer, settings.seed)
     print_samples(rows)
@@ -412,7 +416,8 @@ def build(args: argparse.Namespace) -> None:
     print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.words_out}")
 
 
-def train_model(stream: torch.Tensor, vocab_size: int, settings: TrainSettings) -> tuple[LlamaForCausalLM, list[float], float]:
+def train_model(stream: torch.Tensor, vocab_size: int,
+                settings: TrainSettings) -> tuple[LlamaForCausalLM, list[float], float]:
     """A freshly seeded demo Llama trained on the stream; returns it, its losses and seconds taken."""
     torch.manual_seed(settings.seed)
     model = LlamaForCausalLM(demo_config(vocab_size))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 
-# Annotations only (never evaluated): `import kernelbay` must not pay for importing collections.abc.
-# Callable, Mapping: collections.abc
+# Annotations only (never evaluated): `import kernelbay` must not pay for importing typing or collections.abc,
+# so TYPE_CHECKING is the constant type checkers recognise, not typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 
 def lazy_exports(package: str, table: Mapping[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:

@@ -13,7 +13,6 @@ plugins add such as `kernelbay run`; documented in docs/engine.md):
 
 from __future__ import annotations
 
-
 from collections.abc import Iterable
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelbay.errors import UnknownNameError
-from kernelbay.errors import UnsupportedArchitecture
+from kernelbay.errors import UnknownNameError, UnsupportedArchitecture
 from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay.memory import parse_memory, tokens_that_fit
 
@@ -179,8 +178,8 @@ def _attention_lines(a: dict) -> list[str]:
 
 
 def _kv_lines(k: dict) -> list[str]:
-    lines = [f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); the full {k['context_tokens']:,}-token "
-             f"context takes {_human_bytes(k['context_bytes'])}"]
+    lines = [f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); "
+             f"the full {k['context_tokens']:,}-token context takes {_human_bytes(k['context_bytes'])}"]
     if k["memory_bytes"] is not None:
         lines.append(f"             {_human_bytes(k['memory_bytes'])} holds {k['tokens_that_fit']:,} tokens")
     return lines
@@ -194,7 +193,7 @@ def compact_layers(layers: list[int]) -> str:
         if i + 1 == len(layers) or layers[i + 1] != layer + 1:
             runs.append(f"{start}-{layer}" if layer != start else f"{layer}")
             start = None
-    text = ", ".join(runs if len(runs) <= 6 else runs[:3] + ["..."] + runs[-2:])
+    text = ", ".join(runs if len(runs) <= 6 else [*runs[:3], "...", *runs[-2:]])
     return f"{text} ({len(layers)})"
 
 
@@ -202,12 +201,12 @@ def _human_bytes(n: int) -> str:
     """1536 -> "1.5 KiB"."""
     if n < 1024:
         return f"{n} B"
-    value, unit = float(n), "B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
         if value < 1024:
-            break
-    return f"{value:.1f} {unit}"
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 __all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "render_text"]

@@ -23,8 +23,8 @@ import torch
 
 from kernelbay import resolve
 from kernelbay.attention import AttentionForwardArgs, AttentionRequirements, MLASpec, create_attention
-from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay.errors import UnknownNameError
+from kernelbay_engine.kv_cache import KVCacheManager
 
 MLA_GEOMETRY = MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3}
@@ -66,7 +66,7 @@ SPECS = {s.name: s for s in (
     Spec("gqa_6", MIXED, num_heads=48, num_kv_heads=8),  # not a CUDA-core decode group: tensor-core path
     Spec("head_64", MIXED, head_dim=64),
     Spec("head_256", MIXED, num_heads=8, num_kv_heads=4, head_dim=256),
-    Spec("sliding_window", MIXED + ((1, 700),), attn_type="sliding_attention", sliding_window=256),
+    Spec("sliding_window", (*MIXED, (1, 700)), attn_type="sliding_attention", sliding_window=256),
     Spec("sliding_decode", ((1, 700), (1, 90)), attn_type="sliding_attention", sliding_window=256),
     Spec("softcap", MIXED, logit_softcap=30.0),
     Spec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
@@ -132,8 +132,8 @@ class Step:
         rows = manager.build_step([(i, q) for i, (q, _) in enumerate(spec.requests)])
         self.metadata = cls.prepare(rows, spec.block_size, spec.layout, device)
         self.q = inputs.queries
-        self.k = torch.cat([k[c:] for k, (_, c) in zip(inputs.keys, spec.requests)])
-        self.v = torch.cat([v[c:] for v, (_, c) in zip(inputs.values, spec.requests)])
+        self.k = torch.cat([k[c:] for k, (_, c) in zip(inputs.keys, spec.requests, strict=True)])
+        self.v = torch.cat([v[c:] for v, (_, c) in zip(inputs.values, spec.requests, strict=True)])
 
     @torch.no_grad()
     def run(self, write: bool = True) -> torch.Tensor:
@@ -148,7 +148,7 @@ def _fragmented_manager(spec: Spec) -> KVCacheManager:
     """Requests get non-contiguous blocks: a one-block filler is allocated before each."""
     need = sum(-(-(q + c) // spec.block_size) + 1 for q, c in spec.requests) + 2
     manager = KVCacheManager(need, spec.block_size, spec.layout)
-    for i, (q, c) in enumerate(spec.requests):
+    for i, (_q, c) in enumerate(spec.requests):
         manager.allocate(("filler", i), 1)
         manager.allocate(i, c)
     for i, (q, _) in enumerate(spec.requests):

@@ -1,9 +1,11 @@
-"""Backends that exist only to be selected (never run): each has one distinctive capability."""
+"""Backends that exist only to be selected (never run), each with one distinctive capability; a platform whose
+backend priority the test chooses (the selector tests here, kernelbay-torch's capability honesty)."""
 
 from __future__ import annotations
 
 from kernelbay.attention import ANY, AttentionBackend
 from kernelbay.dtypes import MODEL_DTYPES
+from kernelbay.platforms import Platform
 
 
 class FusedRopeOnly(AttentionBackend):
@@ -26,3 +28,19 @@ class UnavailableBackend(AttentionBackend):
     @classmethod
     def is_available(cls):
         return False, "libfake.so is not installed"
+
+
+class FakePlatform(Platform):
+    """A platform whose priority list the test chooses."""
+
+    name = "fakeplat"
+    device_type = "cpu"
+
+    def __init__(self, *priority: str):
+        self.priority = list(priority)
+
+    def is_current(self):
+        return True, "test platform"
+
+    def backend_priority(self):
+        return self.priority

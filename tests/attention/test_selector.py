@@ -7,32 +7,21 @@ from dataclasses import dataclass
 
 import pytest
 
-from kernelbay.attention import (BackendNotCapable, NoCapableBackend, AttentionRequirements, select_attention_backend,
-                                 select_for_layer_groups, select_for_model)
+from kernelbay.attention import (
+    AttentionRequirements,
+    BackendNotCapable,
+    NoCapableBackend,
+    select_attention_backend,
+    select_for_layer_groups,
+    select_for_model,
+)
 from kernelbay.errors import UnknownNameError
-from kernelbay.platforms import Platform
 from kernelbay.registry import register_attention_backend
 
-from ._fakes import FusedRopeOnly, UnavailableBackend
+from ._fakes import FakePlatform, FusedRopeOnly, UnavailableBackend
 
 FULL = AttentionRequirements(head_size=64, dtype="float32")
 SOFTCAP = AttentionRequirements(head_size=64, dtype="float32", logit_softcap=True)
-
-
-class FakePlatform(Platform):
-    """A platform whose priority list the test chooses."""
-
-    name = "fakeplat"
-    device_type = "cpu"
-
-    def __init__(self, *priority: str):
-        self.priority = list(priority)
-
-    def is_current(self):
-        return True, "test platform"
-
-    def backend_priority(self):
-        return self.priority
 
 
 def by_name(result):

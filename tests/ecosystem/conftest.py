@@ -1,7 +1,8 @@
 """First-party and contrib plugin packages, built and installed for real (pip --target) once per session.
 
 Two site dirs: `first_party` (kernelbay-torch, -llama, -deepseek, -flashinfer) and `acme` (kernelbay-acme),
-so a registry or a subprocess can be given the environment with or without the vendor plugin.
+so a registry or a subprocess can be given the environment with or without the vendor plugin. The tests of
+kernelbay-flashinfer and kernelbay-acme (plugins/flashinfer/tests, contrib/acme/tests) import these fixtures.
 """
 
 from __future__ import annotations

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from kernelbay.attention import BackendNotCapable
 from kernelbay_engine.runner import ModelRunner, StepRequest
 
+# FLEX compiles flex_attention for every new step shape (~15 s each on the CI CPUs), so the families' full matrices
+# run on VANILLA and SDPA; FLEX gets one short run in plugins/llama/tests/test_parity.py, and plugins/torch/tests
+# checks it against VANILLA.
+BACKENDS = ("VANILLA", "SDPA")
 # Different lengths: longer than the tiny sliding windows (5-7) and than a cache block (4 tokens).
 PROMPTS = ([1, 5, 9, 22, 7, 3, 8, 90, 4, 17, 33], [2, 30], [11, 12, 13, 14, 15, 16], [40])
 DECODE_STEPS = 8
@@ -42,3 +48,11 @@ def compare_generation(hf_model, runner: ModelRunner, tag: str, prompts=PROMPTS,
     for i in range(len(prompts)):
         runner.free(i)
     return worst
+
+
+def runner(model, backend: str) -> ModelRunner:
+    """A runner of `model` on `backend`; the test is skipped when the backend is not capable of the model."""
+    try:
+        return ModelRunner(model, num_blocks=64, block_size=4, attention_backend=backend)
+    except BackendNotCapable as err:
+        pytest.skip(f"{backend} is not capable of this model: {err}")

@@ -32,7 +32,8 @@ def _phi3_longrope():
                          "long_factor": [2.0 + 0.5 * i for i in range(half)]})
 
 
-TINY: dict[str, Tiny] = {
+# kernelbay-llama's architectures (plugins/llama/tests/test_parity.py)
+TINY_LLAMA: dict[str, Tiny] = {
     "llama3": Tiny("meta-llama-3.1-8b", lambda: transformers.LlamaConfig(
         **COMMON, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
@@ -46,6 +47,10 @@ TINY: dict[str, Tiny] = {
     "gemma2": Tiny("gemma-2-2b", lambda: transformers.Gemma2Config(
         **COMMON, head_dim=24, sliding_window=5, query_pre_attn_scalar=20, attn_logit_softcapping=50.0,
         final_logit_softcapping=30.0)),
+}
+
+# kernelbay-deepseek's (plugins/deepseek/tests/test_parity.py)
+TINY_DEEPSEEK: dict[str, Tiny] = {
     "deepseek_v2_lite": Tiny("deepseek-v2-lite-chat", lambda: transformers.DeepseekV2Config(
         **COMMON | MLA, q_lora_rank=None, n_shared_experts=2, topk_method="greedy",
         rope_parameters={**YARN, "mscale": 0.707, "mscale_all_dim": 0.707})),
@@ -56,3 +61,6 @@ TINY: dict[str, Tiny] = {
         **COMMON | MLA, q_lora_rank=24, n_shared_experts=1, n_group=4, topk_group=2, norm_topk_prob=True,
         routed_scaling_factor=2.5, rope_parameters={**YARN, "mscale": 1.0, "mscale_all_dim": 1.0})),
 }
+
+# Every family: what the tiny_checkpoints fixture (conftest.py) can build, and the engine's tests use.
+TINY: dict[str, Tiny] = {**TINY_LLAMA, **TINY_DEEPSEEK}

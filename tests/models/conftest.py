@@ -1,10 +1,15 @@
-"""Session-scoped tiny checkpoints: each transformers model is built once (fixed seed) and saved once."""
+"""Session-scoped tiny checkpoints: each transformers model is built once (fixed seed) and saved once.
+
+Shared with the model tests of kernelbay-engine, kernelbay-llama and kernelbay-deepseek (plugins/<name>/tests/),
+whose conftests import these fixtures."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import transformers
+
+from kernelbay_engine import AutoModelForCausalLM
 
 from ._tiny import TINY
 
@@ -54,3 +59,17 @@ class TinyCheckpoints:
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory) -> TinyCheckpoints:
     return TinyCheckpoints(tmp_path_factory.mktemp("tiny-checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_checkpoints):
+    """name -> (transformers model, kernelbay model), each kernelbay model loaded once per module."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            folder, hf_model = tiny_checkpoints.get(name)
+            cache[name] = (hf_model, AutoModelForCausalLM.from_pretrained(folder, progress=False))
+        return cache[name]
+
+    return get

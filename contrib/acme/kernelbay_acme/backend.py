@@ -52,7 +52,7 @@ class AcmeInt8Backend(AttentionBackend):
     def _attend(self, q: torch.Tensor, metadata: AttentionMetadata, args) -> torch.Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         starts, kv_starts = metadata.query_start_loc.tolist(), metadata.kv_start_loc.tolist()
-        for r, (q_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host)):
+        for r, (q_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host, strict=True)):
             slots = metadata.kv_gather_index[kv_starts[r]:kv_starts[r + 1]]
             rows = slice(starts[r], starts[r] + q_len)
             out[rows] = self._attend_one(q[rows], slots, seq_len - q_len, self.is_causal(args)).to(q.dtype)

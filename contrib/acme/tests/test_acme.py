@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from kernelbay.attention import AttentionRequirements, KVCacheSpec, create_attention
-
-from ..attention._harness import MLA_SPECS, SPECS, make_data, run_backend
+from tests.attention._harness import MLA_SPECS, SPECS, make_data, run_backend
 
 # Specs ACME_INT8 must claim (the harness may add more; whatever it claims must then pass too).
 MUST_CLAIM = {"small_prefill", "small_decode", "mixed_prefill_decode", "long_decode", "uniform_decode", "gqa", "mqa",
@@ -75,8 +74,7 @@ def test_conformance_kit_passes(sites):
     import json
 
     from kernelbay.testing.specs import INTEGER_KV_TOLERANCE
-
-    from .conftest import run_kernelbay
+    from tests.ecosystem.conftest import run_kernelbay
 
     done = run_kernelbay(sites, "check-backend", "ACME_INT8", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -194,10 +192,9 @@ def test_platform_detection_follows_the_environment(acme, monkeypatch):
 def test_demo_model_runs_end_to_end_on_acme(make_registry, monkeypatch):
     """On the acme platform the demo checkpoint is built by Acme's Llama, its layers get ACME_INT8 and an int8
     cache, and greedy decoding follows the VANILLA run of the same model."""
-    from kernelbay_engine.runner import ModelRunner, StepRequest
     from kernelbay_engine import AutoModelForCausalLM
-
-    from .conftest import REPO
+    from kernelbay_engine.runner import ModelRunner, StepRequest
+    from tests._paths import REPO
 
     monkeypatch.setenv("ACME_VISIBLE_DEVICES", "0")
     make_registry()

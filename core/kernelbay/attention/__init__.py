@@ -1,7 +1,7 @@
 """The attention protocol, the paged KV cache and the backend selector.
 
-- protocol: `AttentionBackend` (declarations; `ANY`), `AttentionMetadata` (`build_metadata`, `StepRequest`), `AttentionForwardArgs`,
-  `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
+- protocol: `AttentionBackend` (declarations; `ANY`), `AttentionMetadata` (`build_metadata`, `StepRequest`),
+  `AttentionForwardArgs`, `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
 - construction: `create_attention` (a backend instance for one layer, geometry validated), `build_backend`
   (the same from an `AttentionGeometry` record a layer already holds);
 - KV cache: `KVCacheSpec` (what a backend stores per block; the engine allocates and pages it);
@@ -15,19 +15,27 @@ from __future__ import annotations
 
 from ._backend import AttentionBackend
 from ._capabilities import ANY
+from ._factory import build_backend, create_attention
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
 from ._kv_spec import KVCacheSpec
-from ._factory import build_backend, create_attention
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
 from ._requirements import AttentionRequirements
-from ._selector import (BACKEND_ENV, BackendNotCapable, CandidateReport, LayerGroupSelection, NoCapableBackend,
-                        SelectionResult, clear_selection_cache, select_attention_backend, select_for_layer_groups,
-                        select_for_model)
+from ._selector import (
+                        BACKEND_ENV,
+                        BackendNotCapable,
+                        CandidateReport,
+                        LayerGroupSelection,
+                        NoCapableBackend,
+                        SelectionResult,
+                        clear_selection_cache,
+                        select_attention_backend,
+                        select_for_layer_groups,
+                        select_for_model,
+)
 from ._types import AttentionType, KVLayout
 from ._validation import AttentionOptions, validate_options
-
 
 __all__ = [
     "ANY", "BACKEND_ENV", "AttentionBackend", "AttentionForwardArgs", "AttentionGeometry",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
 
 import torch
 
+from ..dtypes import normalize_kv_cache_dtype, storage_dtype
 from . import _cache_ops as ops
 from ._forward_args import AttentionForwardArgs, resolve_forward_args
 from ._geometry import AttentionGeometry
@@ -14,8 +15,10 @@ from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
 from ._options import NoOptions, parse_options
 from ._requirements import AttentionRequirements
-from ..dtypes import normalize_kv_cache_dtype, storage_dtype
 from ._types import SPARSE_NONE, AttentionType, KVLayout
+
+if TYPE_CHECKING:
+    from ._capabilities import _Any  # the type of ANY, which every set-of-values declaration accepts
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
 _GEOMETRY_KEYS = ("geometry", "scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
@@ -37,14 +40,14 @@ class AttentionBackend(Generic[TMetadata]):
     Options: ClassVar[type] = NoOptions
 
     # -- capability declarations (docs/guides/attention-backend-plugin.md, "Protocol reference") --------
-    head_sizes: ClassVar[Collection[int]] = frozenset()
-    dtypes: ClassVar[Collection[str]] = frozenset()
-    kv_cache_dtypes: ClassVar[Collection[str]] = frozenset({"auto"})
+    head_sizes: ClassVar[Collection[int] | _Any] = frozenset()
+    dtypes: ClassVar[Collection[str] | _Any] = frozenset()
+    kv_cache_dtypes: ClassVar[Collection[str] | _Any] = frozenset({"auto"})
     """"auto" stores K/V in the model dtype; list "fp8_e4m3" etc. only if the kernel reads them."""
-    block_sizes: ClassVar[Collection[int]] = frozenset()
-    kv_layouts: ClassVar[Collection[KVLayout]] = frozenset()
-    platforms: ClassVar[Collection[str]] = frozenset()
-    sparse_modes: ClassVar[Collection[str]] = frozenset({SPARSE_NONE})
+    block_sizes: ClassVar[Collection[int] | _Any] = frozenset()
+    kv_layouts: ClassVar[Collection[KVLayout] | _Any] = frozenset()
+    platforms: ClassVar[Collection[str] | _Any] = frozenset()
+    sparse_modes: ClassVar[Collection[str] | _Any] = frozenset({SPARSE_NONE})
     mla: ClassVar[bool] = False
     sliding_window: ClassVar[bool] = False
     encoder: ClassVar[bool] = False
@@ -78,7 +81,8 @@ class AttentionBackend(Generic[TMetadata]):
     def prepare(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
                 device: str | torch.device = "cpu") -> TMetadata:
         """This backend's metadata for one step: `[(query_len, context_len, block_table_row), ...]`."""
-        return cls.Metadata.build(requests, block_size, layout, device)
+        # `Metadata` is the class a backend declares as its TMetadata (a ClassVar cannot name the type variable).
+        return cast(TMetadata, cls.Metadata.build(requests, block_size, layout, device))
 
     @classmethod
     def parse_options(cls, values) -> object:
@@ -93,7 +97,8 @@ class AttentionBackend(Generic[TMetadata]):
         return KVCacheSpec(num_kv_heads=1 if mla else geometry.num_kv_heads,
                            head_dim=mla.latent_dim if mla else geometry.head_dim,
                            dtype=storage_dtype(kv_cache_dtype, model_dtype),
-                           block_size=block_size or cls.preferred_block_size, layout=layout, mla=mla is not None,
+                           block_size=block_size or cls.preferred_block_size, layout=KVLayout.parse(layout),
+                           mla=mla is not None,
                            kv_scale_mode=kv_scale_mode, stride_order=cls.get_kv_cache_stride_order(layout))
 
     @classmethod
@@ -162,10 +167,14 @@ class AttentionBackend(Generic[TMetadata]):
             return args.output.copy_(out)
         return out
 
-    def _check_inputs(self, q: torch.Tensor, metadata: AttentionMetadata) -> None:
+    def _attached_cache(self) -> torch.Tensor:
         if self.kv_cache is None:
             raise RuntimeError(f"layer {self.geometry.layer_idx}: no KV cache attached; the engine must call "
                                f"Attention.bind / attach_kv_cache before forward")
+        return self.kv_cache
+
+    def _check_inputs(self, q: torch.Tensor, metadata: AttentionMetadata) -> None:
+        self._attached_cache()
         if not isinstance(metadata, self.Metadata):
             raise TypeError(f"{self.name} needs {self.Metadata.__name__} (build it with {type(self).__name__}"
                             f".prepare), got {type(metadata).__name__}")
@@ -176,21 +185,22 @@ class AttentionBackend(Generic[TMetadata]):
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
         """Store this step's keys/values (MLA: latent ‖ k_pe) at `metadata.slot_mapping`."""
-        slots, layout = metadata.slot_mapping, metadata.layout
+        slots, layout, cache = metadata.slot_mapping, metadata.layout, self._attached_cache()
         if self.geometry.mla is not None:
             entry = torch.cat([k, v], dim=-1).unsqueeze(1)
-            ops.write_plane(self.kv_cache[0], entry, slots, layout, self.k_scale)
+            ops.write_plane(cache[0], entry, slots, layout, self.k_scale)
             return
-        ops.write_plane(self.kv_cache[0], k, slots, layout, self.k_scale)
-        ops.write_plane(self.kv_cache[1], v, slots, layout, self.v_scale)
+        ops.write_plane(cache[0], k, slots, layout, self.k_scale)
+        ops.write_plane(cache[1], v, slots, layout, self.v_scale)
 
     def read_kv(self, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values at `slots` [N] as [N, kv_heads, head_dim] each (MLA: latent [N, kv_lora], k_pe [N, rope])."""
+        cache = self._attached_cache()
         if self.geometry.mla is not None:
-            entry = ops.read_plane(self.kv_cache[0], slots, layout, dtype, self.k_scale)[:, 0]
+            entry = ops.read_plane(cache[0], slots, layout, dtype, self.k_scale)[:, 0]
             return entry.split([self.geometry.mla.kv_lora_rank, self.geometry.mla.qk_rope_head_dim], dim=-1)
-        return (ops.read_plane(self.kv_cache[0], slots, layout, dtype, self.k_scale),
-                ops.read_plane(self.kv_cache[1], slots, layout, dtype, self.v_scale))
+        return (ops.read_plane(cache[0], slots, layout, dtype, self.k_scale),
+                ops.read_plane(cache[1], slots, layout, dtype, self.v_scale))
 
     def is_causal(self, args: AttentionForwardArgs) -> bool:
         """Encoder layers never mask the future, whatever the call says."""

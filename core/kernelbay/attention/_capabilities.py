@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._requirements import AttentionRequirements
 from ..dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
+from ._requirements import AttentionRequirements
 from ._types import KVLayout
 
 
@@ -57,9 +57,9 @@ def _wanted(req: AttentionRequirements, field: str):
 
 def capability_failures(cls, req: AttentionRequirements, fields=None) -> list[str]:
     """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability."""
-    failures = [_failure(cls, field, declared, what, _wanted(req, field))
-                for field, declared, what in _CHECKS if fields is None or field in fields]
-    failures = [line for line in failures if line]
+    checked = [_failure(cls, field, declared, what, _wanted(req, field))
+               for field, declared, what in _CHECKS if fields is None or field in fields]
+    failures = [line for line in checked if line]
     if fields is None:
         available, reason = cls.is_available()
         if not available:

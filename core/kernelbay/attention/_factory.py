@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._backend import AttentionBackend
 from ._geometry import AttentionGeometry, MLASpec
+from ._types import AttentionType
 
 
 def backend_class(backend: str | type[AttentionBackend]) -> type[AttentionBackend]:
@@ -29,7 +30,8 @@ def create_attention(layer_idx: int, num_heads: int, head_dim: int, num_kv_heads
     """
     mla_spec = MLASpec.from_any(mla) if mla is not None else None
     geometry = AttentionGeometry(layer_idx, num_heads, head_dim, num_kv_heads or num_heads,
-                                 scale or head_dim ** -0.5, attn_type, sliding_window, chunk_size, logit_softcap,
+                                 scale or head_dim ** -0.5, AttentionType.parse(attn_type), sliding_window, chunk_size,
+                                 logit_softcap,
                                  mla_spec)
     return build_backend(backend, geometry, kv_b_proj=kv_b_proj, quant_config=quant_config,
                          kv_cache_dtype=kv_cache_dtype, options=options)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ._types import AttentionType
 
@@ -39,11 +40,11 @@ class MLASpec:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     @classmethod
-    def from_any(cls, mla) -> "MLASpec":
+    def from_any(cls, mla) -> MLASpec:
         """From an MLASpec, a config `MLAGeometry`-like object or a mapping; names every missing field."""
         if isinstance(mla, cls):
             return mla
-        get = mla.get if isinstance(mla, Mapping) else (lambda k, d=None: getattr(mla, k, d))
+        get: Callable[[str], Any] = mla.get if isinstance(mla, Mapping) else (lambda k: getattr(mla, k, None))
         missing = [f for f in _MLA_FIELDS if get(f) is None]
         if missing:
             raise ValueError(f"MLA geometry is incomplete: missing {', '.join(missing)} "

@@ -44,7 +44,8 @@ class KVCacheSpec:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "layout", KVLayout.parse(self.layout))
         if self.mla and self.num_kv_heads != 1:
-            raise ValueError(f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}")
+            raise ValueError(
+                f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}")
         object.__setattr__(self, "stride_order", tuple(int(d) for d in self.stride_order))
         if sorted(self.stride_order) != list(range(5)):
             raise ValueError(f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), "
@@ -52,7 +53,8 @@ class KVCacheSpec:
         if self.kv_scale_mode not in KV_SCALE_MODES:
             raise ValueError(f"kv_scale_mode must be one of {KV_SCALE_MODES}, got {self.kv_scale_mode!r}")
         if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
-            raise ValueError(f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}")
+            raise ValueError(
+                f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}")
 
     @property
     def planes(self) -> int:
@@ -86,13 +88,13 @@ class KVCacheSpec:
             return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
         return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.head_dim)
 
-    def with_block_size(self, block_size: int) -> "KVCacheSpec":
+    def with_block_size(self, block_size: int) -> KVCacheSpec:
         return _replace(self, block_size=block_size)
 
-    def with_layout(self, layout: KVLayout | str) -> "KVCacheSpec":
+    def with_layout(self, layout: KVLayout | str) -> KVCacheSpec:
         return _replace(self, layout=KVLayout.parse(layout))
 
-    def with_stride_order(self, stride_order: tuple[int, ...]) -> "KVCacheSpec":
+    def with_stride_order(self, stride_order: tuple[int, ...]) -> KVCacheSpec:
         return _replace(self, stride_order=tuple(stride_order))
 
     def allocate(self, num_blocks: int, device="cpu"):

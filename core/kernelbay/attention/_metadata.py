@@ -74,7 +74,7 @@ class AttentionMetadata:
 
     @property
     def context_lens_host(self) -> tuple[int, ...]:
-        return tuple(s - q for s, q in zip(self.seq_lens_host, self.query_lens_host))
+        return tuple(s - q for s, q in zip(self.seq_lens_host, self.query_lens_host, strict=True))
 
     @property
     def is_decode_only(self) -> bool:
@@ -87,13 +87,13 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
-              device: str | torch.device = "cpu") -> "AttentionMetadata":
+              device: str | torch.device = "cpu") -> AttentionMetadata:
         """Build from `[(query_len, context_len, block_table_row), ...]`; subclasses add `_extras`."""
         common = build_metadata(requests, block_size, layout, device)
         return cls(**common.common_fields(), **cls._extras(common))
 
     @classmethod
-    def _extras(cls, common: "AttentionMetadata") -> dict[str, Any]:
+    def _extras(cls, common: AttentionMetadata) -> dict[str, Any]:
         """Backend-specific fields computed once per step from the common ones (override in subclasses)."""
         return {}
 
@@ -150,11 +150,14 @@ def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str =
     q_start, q_req, q_offset = _offsets(q_lens)
     positions = q_offset + ctx[q_req]
     kv_start, kv_req, kv_pos = _offsets(s_lens)
-    i32 = dict(device=device, dtype=torch.int32)
+
+    def i32(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=torch.int32)
+
     return AttentionMetadata(
         num_reqs=len(reqs), num_tokens=sum(q_host), block_size=block_size, layout=KVLayout.parse(layout),
-        query_start_loc=q_start.to(**i32), query_lens=q_lens.to(**i32), context_lens=ctx.to(**i32),
-        seq_lens=s_lens.to(**i32), block_tables=tables.to(device),
+        query_start_loc=i32(q_start), query_lens=i32(q_lens), context_lens=i32(ctx),
+        seq_lens=i32(s_lens), block_tables=tables.to(device),
         slot_mapping=_slots(q_req, positions, tables, block_size).to(device), positions=positions.to(device),
         kv_start_loc=kv_start.to(device), kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(device),
         query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host),
@@ -168,4 +171,4 @@ def _run_start_slots(tables: torch.Tensor, seq_lens: torch.Tensor, block_size: i
     inside = torch.arange(1, tables.shape[1]).unsqueeze(0) < needed.unsqueeze(1)
     is_run = ((steps == 1) | ~inside).all(dim=1)
     starts = (tables[:, 0].to(torch.int64) * block_size).tolist()
-    return tuple(start if run else None for start, run in zip(starts, is_run.tolist()))
+    return tuple(start if run else None for start, run in zip(starts, is_run.tolist(), strict=True))

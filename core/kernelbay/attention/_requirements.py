@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ._geometry import AttentionGeometry
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
+from ._geometry import AttentionGeometry
 from ._types import SPARSE_NONE, AttentionType, KVLayout
 
 
@@ -47,7 +47,7 @@ class AttentionRequirements:
         if self.attn_type is AttentionType.CHUNKED and not self.chunked_attention:
             object.__setattr__(self, "chunked_attention", True)
 
-    def with_platform(self, platform: str) -> "AttentionRequirements":
+    def with_platform(self, platform: str) -> AttentionRequirements:
         import dataclasses
 
         return dataclasses.replace(self, platform=platform)
@@ -59,7 +59,7 @@ class AttentionRequirements:
         return out
 
     @classmethod
-    def from_geometry(cls, geometry: AttentionGeometry, dtype: str = "bfloat16", **runtime) -> "AttentionRequirements":
+    def from_geometry(cls, geometry: AttentionGeometry, dtype: str = "bfloat16", **runtime) -> AttentionRequirements:
         """Requirements of one constructed layer (runtime: kv_cache_dtype, block_size, platform, ...)."""
         return cls(head_size=geometry.head_dim, dtype=dtype, attn_type=geometry.attn_type,
                    use_mla=geometry.mla is not None, sliding_window=geometry.sliding_window is not None,
@@ -68,7 +68,7 @@ class AttentionRequirements:
 
     @classmethod
     def from_model_config(cls, cfg, layer_kind: str | AttentionType, kv_cache_dtype: str | None = "auto",
-                          dtype: str | None = None, **runtime) -> "AttentionRequirements":
+                          dtype: str | None = None, **runtime) -> AttentionRequirements:
         """Requirements of the `layer_kind` layers of a resolved `kernelbay.config.ModelConfig`."""
         kind, sparse = _kind_and_sparse(str(getattr(layer_kind, "value", layer_kind)))
         runtime.setdefault("sparse_mode", sparse)

@@ -63,7 +63,7 @@ class SelectionResult:
                 "requirements": self.requirements.to_dict(), "candidates": [c.to_dict() for c in self.candidates]}
 
     def explain(self) -> str:
-        lines = [f"{self.backend_name} on {self.platform}" + (f" (requested)" if self.requested else "")]
+        lines = [f"{self.backend_name} on {self.platform}" + (" (requested)" if self.requested else "")]
         for c in self.candidates:
             mark = "*" if c.chosen else " "
             lines.append(f" {mark} {c.name:<12} {c.reason}")

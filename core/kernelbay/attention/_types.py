@@ -18,7 +18,7 @@ class AttentionType(str, enum.Enum):
         return self.value
 
     @classmethod
-    def parse(cls, value: "str | AttentionType") -> "AttentionType":
+    def parse(cls, value: str | AttentionType) -> AttentionType:
         try:
             return cls(value)
         except ValueError:
@@ -27,7 +27,10 @@ class AttentionType(str, enum.Enum):
 
 
 class KVLayout(str, enum.Enum):
-    """How one cache block stores its tokens: NHD = [block_size, kv_heads, head_dim], HND = [kv_heads, block_size, head_dim]."""
+    """How one cache block stores its tokens.
+
+    NHD = [block_size, kv_heads, head_dim], HND = [kv_heads, block_size, head_dim].
+    """
 
     NHD = "NHD"
     HND = "HND"
@@ -36,7 +39,7 @@ class KVLayout(str, enum.Enum):
         return self.value
 
     @classmethod
-    def parse(cls, value: "str | KVLayout") -> "KVLayout":
+    def parse(cls, value: str | KVLayout) -> KVLayout:
         try:
             return cls(str(value).upper())
         except ValueError:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
+from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ..errors import ConfigError, unknown_name_message
 from ._geometry import MLASpec
-from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ._types import SPARSE_NONE, KVLayout
 
 
@@ -112,7 +113,8 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
             head_size=o.head_size or (mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla else 1), dtype=o.dtype,
             kv_cache_dtype=o.kv_cache_dtype, use_mla=mla is not None, sliding_window=o.sliding_window,
             chunked_attention=o.chunked_attention, logit_softcap=o.logit_softcap, sparse_mode=o.sparse_mode,
-            block_size=o.block_size, kv_layout=o.kv_layout, platform=o.platform)
+            block_size=o.block_size, kv_layout=KVLayout.parse(o.kv_layout) if o.kv_layout is not None else None,
+            platform=o.platform)
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
     # availability is the selector's business (options may be checked on another machine than they run on)
@@ -153,7 +155,8 @@ BUILTIN_RULES: tuple[Rule, ...] = (_names_rule, _combination_rule, _backend_rule
 def _plugin_rules() -> list[tuple[Rule, str]]:
     from ..hooks import collect
 
-    return [(rule, plugin) for rule, plugin in collect("register_config_rules")]
+    # plugins hand `register` whatever they like; a rule that is not one fails, and is reported, when it runs
+    return [(cast(Rule, rule), plugin) for rule, plugin in collect("register_config_rules")]
 
 
 def _run_plugin_rule(rule: Rule, plugin: str, options: AttentionOptions) -> list[str]:

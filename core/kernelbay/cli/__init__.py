@@ -39,7 +39,7 @@ def _parser(plugins: dict) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--trace", action="store_true", help="log discovery, imports, registrations, decisions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     for name, entry in sorted(plugins.items()):
         sub.add_parser(name, help=f"(from {entry.distribution} {entry.version})", add_help=False)

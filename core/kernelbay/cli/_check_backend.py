@@ -33,7 +33,7 @@ def backend_options(name: str, items: list[str]) -> dict[str, str] | None:
 
 def run(args) -> int:
     load_custom_dirs(args)
-    from ..testing import check_backend
+    from ..testing.conformance import check_backend
 
     report = check_backend(args.name, args.spec or None, options=backend_options(args.name, args.backend_option),
                            device=args.device)

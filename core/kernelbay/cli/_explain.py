@@ -31,14 +31,14 @@ def memory_argument(value: str | None) -> str | None:
 
 
 def run(args) -> int:
+    from kernelbay.errors import InputError
     from kernelbay.explain import explain_model, render_text
     from kernelbay.memory import parse_memory
-    from kernelbay.errors import InputError
 
     load_custom_dirs(args)
-    memory = memory_argument(args.memory)
+    raw_memory = memory_argument(args.memory)
     try:
-        memory = parse_memory(memory) if memory is not None else None
+        memory = parse_memory(raw_memory) if raw_memory is not None else None
     except ValueError as err:
         raise InputError(f"--memory: {err}") from None
     doc = explain_model(args.model, backend=args.backend, kv_cache_dtype=args.kv_dtype, memory=memory,

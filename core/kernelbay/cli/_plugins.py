@@ -53,7 +53,8 @@ def _slot_line(slot: dict) -> str:
 def _plugin_line(p: dict) -> str:
     groups = "; ".join(f"{g.split('.')[-1]}: {', '.join(n)}" for g, n in p["entry_points"].items())
     state = f"  REFUSED: {p['refused']}" if p["refused"] else ""
-    return f"  {p['distribution']} {p['version']} ({p['origin']}, requires kernelbay{p['requires_kernelbay'] or ' (any)'}){state}\n      {groups}"
+    requires = p["requires_kernelbay"] or " (any)"
+    return f"  {p['distribution']} {p['version']} ({p['origin']}, requires kernelbay{requires}){state}\n      {groups}"
 
 
 def render(doc: dict) -> str:

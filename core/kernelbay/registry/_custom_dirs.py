@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from functools import partial
 from pathlib import Path
 
 from ..errors import CustomModuleDirError
@@ -39,6 +40,10 @@ def _check_free(name: str, path: Path) -> None:
                                    f"that name is already loaded from {where}; rename the file or folder")
 
 
+def _exec_path(path: Path, name: str) -> None:
+    _exec(_spec_for(path, name), name, path)
+
+
 def _exec(spec, name: str, path: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -69,7 +74,7 @@ def load_custom_module_dirs(paths, registry=None) -> list[str]:
         name = _module_name_for(path)
         _check_free(name, path)
         provider = Provider(name, None, None, Origin.CUSTOM_DIR, str(path))
-        registry.run_in_frame(provider, lambda: _exec(_spec_for(path, name), name, path))
+        registry.run_in_frame(provider, partial(_exec_path, path, name))
         registry.custom_paths[str(path)] = name
         imported.append(name)
     return imported

@@ -10,10 +10,11 @@ import os
 import re
 import sys
 from collections import namedtuple
+from collections.abc import Mapping
 
 from .._trace import trace
 from .._version import __version__
-from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, Origin, normalize_dist, origin_of
+from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, normalize_dist, origin_of
 
 
 class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribution version origin")):
@@ -215,7 +216,7 @@ def _filter_refusal(name: str, allow: set[str] | None, deny: set[str] | None) ->
     return None
 
 
-def discover(environ: dict | None = None, path: list[str] | None = None) -> Discovery:
+def discover(environ: Mapping[str, str] | None = None, path: list[str] | None = None) -> Discovery:
     """Scan installed distributions once; filter by allow/deny lists and core-API range."""
     env = os.environ if environ is None else environ
     allow = _split_names(env.get("KERNELBAY_PLUGINS"))

@@ -24,7 +24,8 @@ class BrokenProvider(namedtuple("BrokenProvider", "provider error")):
 
 def _fix_hint(provider: Provider) -> str:
     if provider.distribution:
-        return f"reinstall or fix {provider.distribution} {provider.version}, or disable it with KERNELBAY_DISABLE_PLUGINS={provider.distribution}"
+        return (f"reinstall or fix {provider.distribution} {provider.version}, "
+                f"or disable it with KERNELBAY_DISABLE_PLUGINS={provider.distribution}")
     return f"fix {provider.path or provider.module}"
 
 
@@ -34,13 +35,15 @@ def _where(exc: BaseException) -> str:
         return f"{exc.filename}:{exc.lineno}"
     import traceback
 
-    frames = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in frames if "importlib._bootstrap" not in f.filename] or frames
+    stack = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in stack if "importlib._bootstrap" not in f.filename] or stack
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
 
 
 def _is_the_module_itself(missing: str | None, module: str) -> bool:
-    return bool(missing) and (module == missing or module.startswith(missing + "."))
+    if not missing:
+        return False
+    return module == missing or module.startswith(missing + ".")
 
 
 def translate(exc: BaseException, provider: Provider) -> PluginImportError:
@@ -56,14 +59,15 @@ def translate(exc: BaseException, provider: Provider) -> PluginImportError:
         return PluginImportError(f"AttributeError inside provider {who} at {_where(exc)}: {exc}; {_fix_hint(provider)}")
     if isinstance(exc, SyntaxError):
         return PluginImportError(f"syntax error in provider {who} at {_where(exc)}: {exc.msg}; {_fix_hint(provider)}")
-    return PluginImportError(f"provider {who} failed at {_where(exc)}: {type(exc).__name__}: {exc}; {_fix_hint(provider)}")
+    return PluginImportError(
+        f"provider {who} failed at {_where(exc)}: {type(exc).__name__}: {exc}; {_fix_hint(provider)}")
 
 
 def import_module(provider: Provider):
     """Import the provider's module; any failure comes back as a translated PluginImportError."""
     try:
         return importlib.import_module(provider.module)
-    except Exception as exc:  # noqa: BLE001 - every failure is translated and re-raised
+    except Exception as exc:  # every failure is translated and re-raised
         raise translate(exc, provider) from exc
 
 

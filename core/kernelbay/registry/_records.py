@@ -26,7 +26,8 @@ GROUPS = (
 )
 # Distributions whose registrations are built-in: they only ever fill empty slots.
 FIRST_PARTY_DISTRIBUTIONS = frozenset(
-    {"kernelbay", "kernelbay-engine", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
+    {"kernelbay", "kernelbay-engine", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek",
+     "kernelbay-flashinfer"}
 )
 
 
@@ -67,7 +68,7 @@ class Provider(namedtuple("Provider", "module distribution version origin path",
         return f"{self.module} ({where}, {self.origin})"
 
     def to_dict(self) -> dict:
-        return dict(zip(self._fields, self))
+        return dict(zip(self._fields, self, strict=True))
 
 
 class Registration(namedtuple("Registration", "kind name target provider")):
@@ -107,7 +108,7 @@ class Preferences:
         self.by_name = dict(by_name or {})
 
     @classmethod
-    def parse(cls, text: str) -> "Preferences":
+    def parse(cls, text: str) -> Preferences:
         pairs = {}
         for item in filter(None, (p.strip() for p in text.split(","))):
             name, sep, who = item.partition("=")
@@ -147,8 +148,9 @@ def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preference
     if len(contenders) == 1:
         winner = contenders[0]
     else:
-        winner = prefs.pick(name, contenders)
-        if winner is None:
+        picked = prefs.pick(name, contenders)
+        if picked is None:
             return Slot(kind, name, None, conflict=tuple(contenders))
+        winner = picked
     displaced = tuple(r for r in claims if r is not winner)
     return Slot(kind, name, winner, displaced)

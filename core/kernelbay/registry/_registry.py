@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .._trace import trace, warn
 from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
 from ._discovery import Discovery, EntryPointRecord, discover
 from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import INDEX_GROUP, KINDS, Origin, Preferences, Provider, Registration, Slot, decide, origin_of
+
+TYPE_CHECKING = False  # typing's constant without importing typing (registering a plugin must stay cheap)
+if TYPE_CHECKING:
+    from typing import Any
 
 KIND_LABEL = {
     "model": "architecture",
@@ -55,7 +59,7 @@ class _Frame:
 
 
 class Registry:
-    def __init__(self, environ: dict | None = None, discovery: Discovery | None = None):
+    def __init__(self, environ: Mapping[str, str] | None = None, discovery: Discovery | None = None):
         self._env = os.environ if environ is None else environ
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -101,7 +105,8 @@ class Registry:
         _check_kind(kind)
         found = self.discovery()
         # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
-        indexed = set() if kind in ("vision_encoder", "draft_model") else {e.name for e in found.in_group(INDEX_GROUP[kind])}
+        shared = kind in ("vision_encoder", "draft_model")
+        indexed = set() if shared else {e.name for e in found.in_group(INDEX_GROUP[kind])}
         return sorted(indexed | {n for (k, n) in self._all_slots() if k == kind})
 
     # ---- recording ----------------------------------------------------------------------
@@ -256,13 +261,15 @@ class Registry:
             self.discovery()
             broken = self._import_indexed(kind, name)
             slot = self._slot((kind, name))
-            self._raise_if_unresolvable(kind, name, slot, broken)
-            obj = self._load_winner(slot.winner)
+            winner = self._winner_or_raise(kind, name, slot, broken)
+            obj = self._load_winner(winner)
             self._resolved[(kind, name)] = obj
-            trace("resolve %s %r -> %s from %s", kind, name, slot.winner.target, slot.winner.provider.describe())
+            trace("resolve %s %r -> %s from %s", kind, name, winner.target, winner.provider.describe())
             return obj
 
-    def _raise_if_unresolvable(self, kind, name, slot, broken) -> None:
+    def _winner_or_raise(self, kind: str, name: str, slot: Slot | None,
+                         broken: list[BrokenProvider]) -> Registration:
+        """The slot's winner, else the error that explains why there is none (a broken import first)."""
         label = KIND_LABEL[kind]
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
         for b in broken:
@@ -272,13 +279,15 @@ class Registry:
             raise RegistrationConflict(_conflict_message(slot))
         if slot is None or slot.winner is None:
             raise UnknownNameError(self._unknown_message(kind, name))
+        return slot.winner
 
     def _unknown_message(self, kind: str, name: str) -> str:
         msg = unknown_name_message(KIND_LABEL[kind], name, self.names(kind))
-        advertised = [e for e in self.index_entries(kind, name)]
+        advertised = self.index_entries(kind, name)
         if advertised:
             who = ", ".join(f"{e.distribution} ({e.module})" for e in advertised)
-            return f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; run `kernelbay doctor`."
+            return (f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; "
+                    "run `kernelbay doctor`.")
         for info in self.discovery().plugins.values():
             if info.refused and name in info.groups.get(INDEX_GROUP[kind], []):
                 return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
@@ -357,7 +366,7 @@ class Registry:
 
     def export_providers(self) -> dict:
         """The external providers as module names + their registrations, for a worker process."""
-        providers = {}
+        providers: dict[str, dict] = {}
         for reg in self.log():
             if reg.provider.is_builtin:
                 continue
@@ -416,14 +425,14 @@ def _target_and_owner(target: object) -> tuple[str, str]:
         if not sep or not module or not qual:
             raise ValueError(f"register_*: a string target must look like 'package.module:ClassName', got {target!r}")
         return target, module
-    module = getattr(target, "__module__", None)
-    qual = getattr(target, "__qualname__", None)
-    if not module or not qual:
+    owner = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None)
+    if not owner or not qualname:
         raise TypeError(f"register_*: cannot register {target!r}: it has no __module__/__qualname__")
-    return f"{module}:{qual}", module
+    return f"{owner}:{qualname}", owner
 
 
-def _remember_slots(obj: object, keys: list[tuple[str, str]]) -> None:
+def _remember_slots(obj: Any, keys: list[tuple[str, str]]) -> None:  # any target: usually a class
     """Each class remembers every slot it registered for, even one it later loses."""
     try:
         if "__kernelbay_slots__" not in vars(obj):
@@ -433,7 +442,7 @@ def _remember_slots(obj: object, keys: list[tuple[str, str]]) -> None:
         pass  # not a class or not writable (a builtin): nothing to remember on
 
 
-_dist_cache: dict[str, list[str]] | None = None
+_dist_cache: Mapping[str, list[str]] | None = None
 
 
 def _distribution_of(module: str) -> tuple[str, str] | None:

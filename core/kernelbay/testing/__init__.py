@@ -25,4 +25,4 @@ _LAZY = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(_LAZY)  # noqa: PLE0605 - every lazily exported name, derived from the table

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..attention import ANY, BackendNotCapable, NoCapableBackend, select_attention_backend
-from ..attention._capabilities import GEOMETRY, capability_failures
+from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
+from ..attention._capabilities import GEOMETRY, _Any, capability_failures
 from ..attention._factory import backend_class
 from ..platforms import Platform
 from .runner import build_layer, make_data, reference_output, run_step
@@ -68,12 +68,14 @@ class ConformanceReport:
 
 
 class _KitPlatform(Platform):
-    """A platform listing the backend under test first: automatic selection picks it whenever it claims a spec."""
+    """A platform listing the backend under test first: automatic selection picks it whenever it claims a spec.
+
+    A platform's name is a class attribute: `BackendUnderTest.platform` makes a subclass per name."""
 
     device_type = "cpu"
 
-    def __init__(self, name: str, backend: str):
-        self.name, self._backend = name, backend
+    def __init__(self, backend: str):
+        self._backend = backend
 
     def is_current(self) -> tuple[bool, str]:
         return True, "the conformance kit's platform"
@@ -96,7 +98,7 @@ def _is_installed_as(cls, name: str) -> bool:
 class BackendUnderTest:
     """One backend class, how the selector knows it, and how the kit builds it."""
 
-    cls: type
+    cls: type[AttentionBackend]
     name: str
     installed: bool
     """True when `name` resolves to `cls` in the registry, so refusals can be checked through the selector."""
@@ -104,7 +106,7 @@ class BackendUnderTest:
     device: str = "cpu"
 
     @classmethod
-    def of(cls, backend, options: Mapping | None = None, device: str = "cpu") -> "BackendUnderTest":
+    def of(cls, backend, options: Mapping | None = None, device: str = "cpu") -> BackendUnderTest:
         """From an installed name (unknown: UnknownNameError listing the known ones) or a backend class."""
         klass = backend_class(backend)
         name = backend if isinstance(backend, str) else (klass.name or klass.__name__)
@@ -113,8 +115,10 @@ class BackendUnderTest:
 
     def platform(self) -> Platform:
         """The kit's platform, named after one the backend declares (any name when it declares ANY)."""
-        declared = [] if self.cls.platforms is ANY else sorted(self.cls.platforms)
-        return _KitPlatform(declared[0] if declared else "conformance-kit", self.name)
+        platforms = self.cls.platforms
+        declared = [] if isinstance(platforms, _Any) else sorted(platforms)
+        named = type("_KitPlatform", (_KitPlatform,), {"name": declared[0] if declared else "conformance-kit"})
+        return named(self.name)
 
     def check(self, spec: BatchSpec) -> SpecResult:
         """The verdict on one spec; anything the backend raises is a failure carrying its message."""
@@ -132,6 +136,7 @@ class BackendUnderTest:
         on_device = data.to(self.device)
         layer = build_layer(self.cls, spec, on_device, self.options)
         got = run_step(layer, spec, on_device, device=self.device).cpu()
+        assert layer.kv_cache is not None  # run_step attached it
         return compare(spec, got, reference_output(spec, data), layer.kv_cache.dtype)
 
     def _check_refusal(self, spec: BatchSpec, failures: list[str]) -> SpecResult:

@@ -7,7 +7,12 @@ run, so it imports nothing heavy (no torch) and does nothing unless the option i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import pytest
+
+if TYPE_CHECKING:
+    from .conformance import BackendUnderTest
 
 MARKER = "kernelbay_conformance"
 
@@ -41,13 +46,13 @@ class ConformanceFailure(Exception):
 class BackendCollector(pytest.Collector):
     """The kit's items for one backend; an unknown backend name is a usage error listing the known ones."""
 
-    def __init__(self, *, subject, **kwargs):
+    def __init__(self, *, subject: BackendUnderTest, **kwargs):
         super().__init__(**kwargs)
         self.subject = subject
         """The kit's `BackendUnderTest`."""
 
     @classmethod
-    def of(cls, session: pytest.Session, backend: str) -> "BackendCollector":
+    def of(cls, session: pytest.Session, backend: str) -> BackendCollector:
         from ..errors import KernelbayError
         from .conformance import BackendUnderTest
 
@@ -67,7 +72,12 @@ class BackendCollector(pytest.Collector):
 class SpecItem(pytest.Item):
     """One batch spec checked on the collector's backend."""
 
-    def add_kit_marker(self) -> "SpecItem":
+    @property
+    def subject(self) -> BackendUnderTest:
+        """The backend under test, from the collector that made this item (only BackendCollector makes them)."""
+        return cast(BackendCollector, self.parent).subject
+
+    def add_kit_marker(self) -> SpecItem:
         self.add_marker(MARKER)
         return self
 
@@ -75,7 +85,7 @@ class SpecItem(pytest.Item):
         from .conformance import FAIL, PASS
         from .specs import ALL_SPECS
 
-        result = self.parent.subject.check(ALL_SPECS[self.name])
+        result = self.subject.check(ALL_SPECS[self.name])
         if result.status == FAIL:
             raise ConformanceFailure(result.detail)
         if result.status != PASS:
@@ -83,8 +93,8 @@ class SpecItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, ConformanceFailure):
-            return f"[{self.parent.subject.name}] {self.name}: {excinfo.value}"
+            return f"[{self.subject.name}] {self.name}: {excinfo.value}"
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, f"kernelbay conformance: {self.parent.subject.name} {self.name}"
+        return self.path, None, f"kernelbay conformance: {self.subject.name} {self.name}"

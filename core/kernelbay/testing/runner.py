@@ -30,7 +30,7 @@ class StepData:
     kv_b_proj: torch.nn.Module | None
     """MLA only: latent [*, kv_lora_rank] -> [*, num_heads * (qk_nope_head_dim + v_head_dim)]."""
 
-    def to(self, device) -> "StepData":
+    def to(self, device) -> StepData:
         """A copy on `device` (this one is left where it is, for the reference)."""
         proj = copy.deepcopy(self.kv_b_proj).to(device) if self.kv_b_proj is not None else None
         return StepData([k.to(device) for k in self.keys], [v.to(device) for v in self.values],
@@ -84,7 +84,7 @@ def build_layer(backend, spec: BatchSpec, data: StepData, options=None) -> Atten
 
 
 def _new_tokens(spec: BatchSpec, per_request: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([x[c:] for x, (_, c) in zip(per_request, spec.requests)])
+    return torch.cat([x[c:] for x, (_, c) in zip(per_request, spec.requests, strict=True)])
 
 
 def _cache_contexts(layer: AttentionBackend, spec: BatchSpec, data: StepData, tables, device) -> None:
@@ -107,7 +107,7 @@ def run_step(layer: AttentionBackend, spec: BatchSpec, data: StepData, seed: int
     layer.attach_kv_cache(cache, *kv_scales)
     with torch.no_grad():
         _cache_contexts(layer, spec, data, tables, device)
-        md = type(layer).prepare([(q, c, t) for (q, c), t in zip(spec.requests, tables)], spec.block_size,
+        md = type(layer).prepare([(q, c, t) for (q, c), t in zip(spec.requests, tables, strict=True)], spec.block_size,
                                  spec.layout, device)
         return layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md)
 

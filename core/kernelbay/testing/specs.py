@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..attention import AttentionGeometry, AttentionRequirements, MLASpec
+from ..attention import AttentionGeometry, AttentionRequirements, AttentionType, KVLayout, MLASpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class BatchSpec:
     contiguous_blocks: bool = False
     """True: each request's blocks are one run of consecutive ids (zero-copy paths); False: scattered."""
 
-    def but(self, **changes) -> "BatchSpec":
+    def but(self, **changes) -> BatchSpec:
         return dataclasses.replace(self, **changes)
 
     @property
@@ -45,12 +45,14 @@ class BatchSpec:
     def requirements(self) -> AttentionRequirements:
         """What a backend must declare to claim this spec (platform left open)."""
         return AttentionRequirements(head_size=self.head_dim, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype,
-                                     attn_type=self.attn_type, logit_softcap=self.logit_softcap is not None,
-                                     use_mla=self.mla is not None, block_size=self.block_size, kv_layout=self.layout)
+                                     attn_type=AttentionType.parse(self.attn_type),
+                                     logit_softcap=self.logit_softcap is not None, use_mla=self.mla is not None,
+                                     block_size=self.block_size, kv_layout=KVLayout.parse(self.layout))
 
     def geometry(self) -> AttentionGeometry:
         return AttentionGeometry(0, self.num_heads, self.head_dim, self.num_kv_heads,
-                                 self.scale or self.head_dim ** -0.5, self.attn_type, self.sliding_window,
+                                 self.scale or self.head_dim ** -0.5, AttentionType.parse(self.attn_type),
+                                 self.sliding_window,
                                  self.chunk_size, self.logit_softcap, self.mla)
 
 
@@ -67,13 +69,13 @@ SPECS = {
     "head_80": BatchSpec("head_80", MIXED, head_dim=80),
     "head_128": BatchSpec("head_128", MIXED, head_dim=128),
     "head_256": BatchSpec("head_256", MIXED, head_dim=256),
-    "sliding_window": BatchSpec("sliding_window", MIXED + ((1, 70),), attn_type="sliding_attention",
+    "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type="sliding_attention",
                                 sliding_window=8),
-    "chunked": BatchSpec("chunked", MIXED + ((3, 40),), attn_type="chunked_attention", chunk_size=16),
+    "chunked": BatchSpec("chunked", (*MIXED, (3, 40)), attn_type="chunked_attention", chunk_size=16),
     "softcap": BatchSpec("softcap", MIXED, logit_softcap=5.0),
     "fp8_kv": BatchSpec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
-    "block_32": BatchSpec("block_32", MIXED + ((1, 70),), block_size=32),
-    "block_64": BatchSpec("block_64", MIXED + ((1, 70),), block_size=64),
+    "block_32": BatchSpec("block_32", (*MIXED, (1, 70)), block_size=32),
+    "block_64": BatchSpec("block_64", (*MIXED, (1, 70)), block_size=64),
     "hnd": BatchSpec("hnd", MIXED, layout="HND"),
     "hnd_decode": BatchSpec("hnd_decode", ((1, 12), (1, 30)), layout="HND"),
     "runs_decode": BatchSpec("runs_decode", ((1, 600), (1, 530)), contiguous_blocks=True),
@@ -97,7 +99,8 @@ MLA_SPECS = {
 }
 ALL_SPECS = {**SPECS, **MLA_SPECS, "custom_scale": BatchSpec("custom_scale", MIXED, scale=0.3)}
 """Every spec the kit runs by default. custom_scale (a softmax scale other than head_dim ** -0.5) stays out of
-SPECS while tests/attention's own dense loop assumes the default scale."""
+SPECS while kernelbay-torch's own dense loop (plugins/torch/tests/test_vanilla_reference.py) assumes the default
+scale."""
 
 TOLERANCE = {"float32": 2e-5, "bfloat16": 3e-2, "float16": 5e-3}
 """Max abs error per model dtype, relative to max(1, max |reference|)."""

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernelbay import register_model
-from kernelbay_engine.attention import Attention
 from kernelbay.attention import AttentionMetadata
-from kernelbay_engine.models.base import CausalLM, VocabEmbedding, rope_params
+from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RotaryEmbedding
+from kernelbay_engine.models.base import CausalLM, VocabEmbedding, rope_params
 
 
 class OlmoLayerNorm(nn.Module):
@@ -68,7 +68,8 @@ class OlmoModel(nn.Module):
         super().__init__()
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.rotary_emb = RotaryEmbedding(rope_params(config))
-        self.layers = nn.ModuleList(OlmoDecoderLayer(config, i, self.rotary_emb) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            OlmoDecoderLayer(config, i, self.rotary_emb) for i in range(config.num_hidden_layers))
         self.norm = OlmoLayerNorm(config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:

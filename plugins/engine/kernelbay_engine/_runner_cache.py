@@ -12,10 +12,16 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbay_engine.attention import Attention
-from kernelbay.attention import (AttentionOptions, KVCacheSpec, KVLayout, LayerGroupSelection, select_for_model,
-                                 validate_options)
+from kernelbay.attention import (
+    AttentionOptions,
+    KVCacheSpec,
+    KVLayout,
+    LayerGroupSelection,
+    select_for_model,
+    validate_options,
+)
 from kernelbay.errors import ConfigError
+from kernelbay_engine.attention import Attention
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,14 @@ from collections.abc import Iterator
 
 import torch
 
-from kernelbay.attention import (AttentionBackend, AttentionGeometry, AttentionMetadata, AttentionType, MLASpec,
-                                 build_backend)
+from kernelbay.attention import (
+    AttentionBackend,
+    AttentionGeometry,
+    AttentionMetadata,
+    AttentionType,
+    MLASpec,
+    build_backend,
+)
 
 
 class AttentionLayerRegistry:
@@ -19,7 +25,7 @@ class AttentionLayerRegistry:
     def __init__(self):
         self._layers: dict[str, weakref.ref] = {}
 
-    def register(self, layer: "Attention") -> str:
+    def register(self, layer: Attention) -> str:
         key = str(layer.layer_idx)
         if key in self._layers:
             first = self._layers.pop(key)
@@ -30,7 +36,7 @@ class AttentionLayerRegistry:
         self._layers[key] = weakref.ref(layer)
         return key
 
-    def layers(self) -> dict[str, "Attention"]:
+    def layers(self) -> dict[str, Attention]:
         """Live layers by key, in registration order."""
         return {k: ref() for k, ref in self._layers.items() if ref() is not None}
 

@@ -11,8 +11,8 @@ import math
 import re
 from collections.abc import Hashable, Sequence
 
-from kernelbay.errors import KernelbayError
 from kernelbay.attention import KVLayout, StepRequest
+from kernelbay.errors import KernelbayError
 
 
 class KVCacheExhausted(KernelbayError, MemoryError):
@@ -85,7 +85,8 @@ class KVCacheManager:
         """Flat slots of the request's last `num_new_tokens` tokens (the ones this step writes)."""
         req = self._get(request_id)
         if not 0 <= num_new_tokens <= req.num_tokens:
-            raise ValueError(f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}")
+            raise ValueError(
+                f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}")
         start = req.num_tokens - num_new_tokens
         return [req.blocks[p // self.block_size] * self.block_size + p % self.block_size
                 for p in range(start, req.num_tokens)]

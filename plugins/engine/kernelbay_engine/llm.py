@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelbay_engine.core import EngineCore
-from kernelbay_engine.detokenize import TextTracker
 from kernelbay.errors import InputError, PromptTooLong
 from kernelbay.inputs import backend_errors, check_model_folder
+from kernelbay_engine.core import EngineCore
+from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.inputs import demo_model_folder, model_errors
 from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
@@ -95,7 +95,8 @@ class LLM:
         """Like generate(), but yields each token (with its text) as soon as it is sampled."""
         yield from self._run(prompts, sampling_params, {}, stream=True)
 
-    def chat(self, messages: Sequence[Mapping[str, str]], sampling_params: SamplingParams | None = None) -> RequestOutput:
+    def chat(self, messages: Sequence[Mapping[str, str]],
+             sampling_params: SamplingParams | None = None) -> RequestOutput:
         """One reply to `messages` ([{"role": "user", "content": ...}]) through the folder's chat template."""
         return self.generate([self._require_tokenizer().encode_chat(messages)], sampling_params)[0]
 
@@ -125,7 +126,7 @@ class LLM:
         prompts = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompts))
         ids = [self.encode(p) for p in prompts]  # every prompt checked before any is queued
-        for index, (prompt, token_ids, p) in enumerate(zip(prompts, ids, params)):
+        for index, (prompt, token_ids, p) in enumerate(zip(prompts, ids, params, strict=True)):
             self._add(index, prompt if isinstance(prompt, str) else None, token_ids, p, stream)
 
     def _add(self, index: int, prompt: str | None, token_ids: list[int], params: SamplingParams, stream: bool):

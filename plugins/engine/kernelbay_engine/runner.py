@@ -25,9 +25,8 @@ import torch
 
 from kernelbay.attention import AttentionMetadata
 from kernelbay.attention import StepRequest as MetadataRow
-from kernelbay_engine.kv_cache import KVCacheManager
-
 from kernelbay_engine._runner_cache import CachePlan, plan_cache
+from kernelbay_engine.kv_cache import KVCacheManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,8 @@ def _require_loaded(model: torch.nn.Module) -> None:
     meta = [name for name, p in model.named_parameters() if p.is_meta]
     if meta:
         raise ValueError(f"the model's weights are not loaded ({len(meta)} parameters still on the meta device, "
-                         f"e.g. {meta[0]}); use AutoModelForCausalLM.from_pretrained, or load_weights after from_config")
+                         f"e.g. {meta[0]}); use AutoModelForCausalLM.from_pretrained, "
+                         "or load_weights after from_config")
 
 
 class ModelRunner:

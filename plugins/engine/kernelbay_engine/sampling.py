@@ -86,7 +86,7 @@ class Sampler:
                  generators: Sequence[torch.Generator | None]) -> list[int]:
         """logits: [N, vocab]; params, generators: one per row -> N token ids."""
         tokens = logits.argmax(dim=-1).tolist()
-        for row, (p, gen) in enumerate(zip(params, generators)):
+        for row, (p, gen) in enumerate(zip(params, generators, strict=True)):
             if not p.greedy:
                 tokens[row] = sample_row(logits[row], p, gen)
         return tokens

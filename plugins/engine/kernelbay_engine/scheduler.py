@@ -131,7 +131,9 @@ class Scheduler:
         return budget
 
     def _make_room(self, request: Request, count: int, plan: StepPlan) -> bool:
-        """Preempt the newest running requests until `request` can cache `count` more tokens; False if it was the victim."""
+        """Preempt the newest running requests until `request` can cache `count` more tokens.
+
+        False if `request` itself was the victim."""
         while self.blocks.extra_blocks(request.request_id, request.num_cached + count) > self.blocks.num_free_blocks:
             victim = self.running[-1]
             self._preempt(victim, plan)

@@ -7,7 +7,7 @@ import io
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "engine.md"
 
 
 def test_engine_doc_python_example_runs():

@@ -43,7 +43,8 @@ def availability(env: CudaEnvironment) -> tuple[bool, str]:
                        f"kernelbay-flashinfer needs an Ampere or newer GPU")
     if env.import_error is not None:
         return False, f"flashinfer is installed but failed to import: {env.import_error}"
-    return True, f"flashinfer on {env.cuda_devices} CUDA device(s), {env.device_name} (sm{env.capability[0]}{env.capability[1]})"
+    sm = f"sm{env.capability[0]}{env.capability[1]}"
+    return True, f"flashinfer on {env.cuda_devices} CUDA device(s), {env.device_name} ({sm})"
 
 
 def _import_error() -> str | None:

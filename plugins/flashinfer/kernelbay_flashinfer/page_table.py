@@ -44,7 +44,7 @@ class FlashInferPageTable:
     def batch_size(self) -> int:
         return self.kv_lens.shape[0]
 
-    def to(self, device) -> "FlashInferPageTable":
+    def to(self, device) -> FlashInferPageTable:
         return FlashInferPageTable(self.page_size, *(getattr(self, n).to(device) for n in _TENSORS))
 
 
@@ -80,8 +80,9 @@ def page_table_from_block_tables(query_lens: Sequence[int], seq_lens: Sequence[i
     if not (len(query_lens) == len(seq_lens) == block_tables.shape[0]):
         raise ValueError(f"one query_len, seq_len and block-table row per request: got {len(query_lens)}, "
                          f"{len(seq_lens)} and {block_tables.shape[0]}")
-    if any(s < q or q < 1 for q, s in zip(query_lens, seq_lens)):
-        raise ValueError(f"each request needs 1 <= query_len <= seq_len, got {list(zip(query_lens, seq_lens))}")
+    if any(s < q or q < 1 for q, s in zip(query_lens, seq_lens, strict=True)):
+        pairs = list(zip(query_lens, seq_lens, strict=True))
+        raise ValueError(f"each request needs 1 <= query_len <= seq_len, got {pairs}")
     tables = block_tables.detach().to("cpu", torch.int64)
     seq = torch.tensor(list(seq_lens), dtype=torch.int64)
     pages = (seq + page_size - 1) // page_size

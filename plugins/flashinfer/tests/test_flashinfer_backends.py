@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kernelbay.attention import MLASpec, create_attention
+from tests.attention._harness import MIXED, SPECS, BatchSpec, assert_close, run_backend
 
-from ..attention._harness import MIXED, SPECS, BatchSpec, assert_close, run_backend
 from . import fake_flashinfer
 
 # The specs FlashInfer claims, in the dtypes it computes in (it has no float32 kernels).

@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from kernelbay import resolve
-
-from .conftest import REPO
+from tests._paths import REPO
 
 
 @pytest.fixture

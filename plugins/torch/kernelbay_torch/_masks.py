@@ -29,7 +29,7 @@ def _and(mask: torch.Tensor | None, more: torch.Tensor) -> torch.Tensor:
 def request_spans(md) -> list[tuple[int, int, int, int]]:
     """(q_start, q_end, kv_start, kv_end) per request, from host copies (no device sync)."""
     spans, q0, k0 = [], 0, 0
-    for q_len, s_len in zip(md.query_lens_host, md.seq_lens_host):
+    for q_len, s_len in zip(md.query_lens_host, md.seq_lens_host, strict=True):
         spans.append((q0, q0 + q_len, k0, k0 + s_len))
         q0, k0 = q0 + q_len, k0 + s_len
     return spans

@@ -17,7 +17,9 @@ def scratch(purpose: str, shape: tuple[int, ...], dtype: torch.dtype, device: to
     for size in shape:
         numel *= size
     buf = _BUFFERS.get(key)
-    if buf is None or buf.numel() < numel:
+    # A buffer made under torch.inference_mode() (ModelRunner.step) cannot be written outside it.
+    stale = buf is not None and buf.is_inference() and not torch.is_inference_mode_enabled()
+    if buf is None or buf.numel() < numel or stale:
         buf = torch.empty(numel, dtype=dtype, device=device)
         _BUFFERS[key] = buf
     return buf[:numel].view(shape)

@@ -6,8 +6,7 @@ import pytest
 
 from kernelbay import resolve
 from kernelbay.attention import AttentionRequirements
-
-from ._harness import SPECS, assert_close, make_data, run_backend
+from tests.attention._harness import SPECS, assert_close, make_data, run_backend
 
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
 # is checked in test_flex_compiled.py.

@@ -7,10 +7,10 @@ import pytest
 from kernelbay import resolve
 from kernelbay.attention import BackendNotCapable, select_attention_backend
 from kernelbay.registry import names
+from tests.attention._fakes import FakePlatform
+from tests.attention._harness import MLA_SPECS, SPECS
 
-from ._harness import MLA_SPECS, SPECS
 from .test_backends_vs_vanilla import SWEEPS, requirements_of
-from .test_selector import FakePlatform
 
 # feature -> the named spec that exercises it
 FEATURES = {"sliding_window": "sliding_window", "chunked_attention": "chunked", "logit_softcap": "softcap",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._harness import SPECS, assert_close, run_backend
+from tests.attention._harness import SPECS, assert_close, run_backend
 
 pytestmark = pytest.mark.slow
 COMPILED_SPECS = ("mixed_prefill_decode", "small_decode")  # the packed path and the decode path

@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernelbay.dtypes import torch_dtype
-
-from ._harness import MLA_SPECS, SPECS, BatchSpec, assert_close, make_data, run_backend
+from tests.attention._harness import MLA_SPECS, SPECS, BatchSpec, assert_close, make_data, run_backend
 
 
 def _visible(p: int, j: int, spec: BatchSpec) -> bool:

@@ -35,7 +35,7 @@ class Linear(nn.Module):
         self.quantizable = quantizable  # False: always plain weights (e.g. the LM head)
         self.method: LinearMethod | None = None
 
-    def create_weights(self, method: "LinearMethod", dtype: torch.dtype) -> None:
+    def create_weights(self, method: LinearMethod, dtype: torch.dtype) -> None:
         """Called once, by `quant.create_weights`, after the per-layer method is known."""
         if self.method is not None:
             raise RuntimeError(f"weights of {self!r} were already created")
@@ -49,7 +49,7 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._require_method().apply(self, x)
 
-    def _require_method(self) -> "LinearMethod":
+    def _require_method(self) -> LinearMethod:
         if self.method is None:
             raise RuntimeError("Linear weights were never created: build models through "
                                "kernelbay.models.AutoModelForCausalLM (it calls quant.create_weights)")

@@ -24,13 +24,14 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import nn
 
-from kernelbay_engine.models.quant import LinearMethod, UnquantizedLinearMethod
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.layers.matmul import linear as dense_linear
+from kernelbay_engine.models.quant import LinearMethod, UnquantizedLinearMethod
 
 POLICIES = ("auto", "always", "never")
 # Below this many weight elements a matmul costs microseconds and its form does not matter.
@@ -162,8 +163,8 @@ def _decide(layer: Linear, rows: Sequence[int], policy: str, report: PrepackRepo
     dense_ms = packed_ms = 0.0
     for n in sorted(set(rows)):
         x = torch.randn(n, layer.in_features, dtype=layer.weight.dtype)
-        dense_ms += _best_ms(lambda: dense_linear(x, layer.weight, bias), flush)
-        packed_ms += _best_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], ""), flush)
+        dense_ms += _best_ms(partial(dense_linear, x, layer.weight, bias), flush)
+        packed_ms += _best_ms(partial(torch.ops.mkldnn._linear_pointwise, x, packed, bias, "none", [], ""), flush)
     report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = (dense_ms, packed_ms)
     if packed_ms < dense_ms:
         return True

@@ -163,7 +163,8 @@ class RotaryEmbedding(nn.Module):
         if self.params.rope_type == "dynamic" and long:
             return _dynamic(self.params, int(positions.max()) + 1)
         if long not in self._tables:
-            self._tables[long] = _INV_FREQ[self.params.rope_type](self.params, threshold(self.params) + 1 if long else 0)
+            start = threshold(self.params) + 1 if long else 0
+            self._tables[long] = _INV_FREQ[self.params.rope_type](self.params, start)
         return self._tables[long]
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

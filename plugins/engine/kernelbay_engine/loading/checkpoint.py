@@ -12,7 +12,6 @@ from pathlib import Path
 import torch
 
 from kernelbay.errors import KernelbayError
-
 from kernelbay_engine.loading.safetensors_file import TensorEntry, read_index, read_into
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -50,7 +49,7 @@ class Checkpoint:
             return (str(e.path), e.start) if e else ("", 0)
         return sorted(names, key=key)
 
-    def reader(self) -> "CheckpointReader":
+    def reader(self) -> CheckpointReader:
         return CheckpointReader(self)
 
 
@@ -63,7 +62,7 @@ class CheckpointReader:
         self._files: dict[Path, object] = {}
         self._maps: dict[Path, mmap.mmap] = {}
 
-    def __enter__(self) -> "CheckpointReader":
+    def __enter__(self) -> CheckpointReader:
         return self
 
     def __exit__(self, *exc) -> None:

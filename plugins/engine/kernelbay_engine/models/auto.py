@@ -23,9 +23,8 @@ from torch import nn
 
 from kernelbay.config import resolution_target
 from kernelbay.errors import NoTarget
-
-from kernelbay_engine.models.base import default_dtype, torch_dtype
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+from kernelbay_engine.models.base import default_dtype, torch_dtype
 from kernelbay_engine.models.meta import build_module
 from kernelbay_engine.models.quant import WeightFormat, create_weights
 

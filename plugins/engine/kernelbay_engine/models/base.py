@@ -19,13 +19,14 @@ from kernelbay_engine.layers.rotary import RopeParams
 from kernelbay_engine.loading import NameRules
 
 if TYPE_CHECKING:
-    from kernelbay_engine.attention import Attention
     from kernelbay.attention import AttentionMetadata
     from kernelbay.config import ModelConfig
+    from kernelbay_engine.attention import Attention
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'bfloat16' / torch.bfloat16 -> torch.bfloat16; anything else is an error naming the choices."""
-    from kernelbay.dtypes import normalize_dtype, torch_dtype as to_torch
+    from kernelbay.dtypes import normalize_dtype
+    from kernelbay.dtypes import torch_dtype as to_torch
 
     try:
         return to_torch(normalize_dtype(dtype))
@@ -44,7 +45,7 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def rope_params(config: "ModelConfig", *, rotary_dim: int | None = None, interleaved: bool = False,
+def rope_params(config: ModelConfig, *, rotary_dim: int | None = None, interleaved: bool = False,
                 theta: float | None = None) -> RopeParams:
     """The config's resolved RoPE as the rotary layer's parameters."""
     rope = config.rope
@@ -83,14 +84,14 @@ class CausalLM(nn.Module):
     name_rules: ClassVar[NameRules] = NameRules()
     final_logit_softcap: float | None = None
 
-    def __init__(self, config: "ModelConfig"):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.requested_attention_backend: str | None = None
         self.attention_registry = None  # set by AutoModelForCausalLM: the layers built with this model
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                metadata: "AttentionMetadata") -> torch.Tensor:
+                metadata: AttentionMetadata) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement forward(input_ids, positions, metadata)")
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -120,7 +121,7 @@ class CausalLM(nn.Module):
             return rules
         return NameRules(rules.renames, rules.ignore, (*rules.tied, "lm_head.weight"))
 
-    def attention_layers(self) -> dict[str, "Attention"]:
+    def attention_layers(self) -> dict[str, Attention]:
         """Every attention layer, keyed by layer index (`_0`, `_1` suffixes when two share an index).
 
         Read from the weak-reference registry the layers joined while this model was built; a model

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernelbay.errors import ConfigError
-
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.layers.matmul import linear
 
@@ -35,7 +34,7 @@ class WeightFormat:
             raise ConfigError(f"weight_block_size must be two positive ints, got {self.block_size}")
 
     @classmethod
-    def from_quant_config(cls, quant) -> "WeightFormat":
+    def from_quant_config(cls, quant) -> WeightFormat:
         """`quant`: a `kernelbay.config.QuantConfig` or None."""
         if quant is None:
             return cls()
@@ -57,7 +56,7 @@ class WeightFormat:
         parts = module_path.split(".")
         return any(_contains_run(parts, entry.split(".")) for entry in self.not_converted)
 
-    def method_for(self, module_path: str, layer: Linear) -> "LinearMethod":
+    def method_for(self, module_path: str, layer: Linear) -> LinearMethod:
         if self.block_size is None or not layer.quantizable or self.excludes(module_path):
             return UnquantizedLinearMethod()
         return Fp8BlockLinearMethod(self.block_size)

@@ -1,4 +1,5 @@
-"""Model folders for CLI tests: a tiny runnable Llama and broken variants of it, one per bad input."""
+"""Model folders for `kernelbay run`: the tiny runnable Llama (../conftest.py) and broken variants of it, one per
+bad input."""
 
 from __future__ import annotations
 
@@ -6,21 +7,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests._paths import REAL_CONFIGS as CONFIGS
-from tests.engine.checkpoints import build_tiny_llama
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("cli-tiny-llama"))
+from tests.cli.conftest import run_cli
 
 
 @pytest.fixture(scope="session")
@@ -56,14 +49,6 @@ def _partial_weights(src: Path, dst: Path) -> None:
     tensors = load_file(str(src / "model.safetensors"))
     del tensors["model.layers.1.mlp.down_proj.weight"]
     save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-
-
-def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
 
 
 @pytest.fixture(scope="session")

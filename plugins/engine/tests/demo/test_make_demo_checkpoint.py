@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "make_demo_checkpoint.py"
+SCRIPT = Path(__file__).resolve().parents[4] / "examples" / "make_demo_checkpoint.py"
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,16 @@ import transformers
 
 from kernelbay.errors import ConfigError
 from kernelbay_engine import AutoModelForCausalLM
-from kernelbay_engine.models.quant import (FP8_DTYPE, Fp8BlockLinearMethod, UnquantizedLinearMethod, dequantize_fp8_blocks,
-                                    quantize_fp8_blocks)
+from kernelbay_engine.models.quant import (
+    FP8_DTYPE,
+    Fp8BlockLinearMethod,
+    UnquantizedLinearMethod,
+    dequantize_fp8_blocks,
+    quantize_fp8_blocks,
+)
+from tests.models._parity import compare_generation
 
 from ._files import tensors, write_variant
-from ._parity import compare_generation
 
 # Linear weights the checkpoint quantizes: projections and experts, not embeddings, norms, router or LM head.
 QUANTIZED = re.compile(r".*(proj|proj_with_mqa)\.weight")

@@ -6,13 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelbay_engine.runner import ModelRunner
 from kernelbay_engine import AutoModelForCausalLM
 from kernelbay_engine.layers import prepack
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.models.quant import UnquantizedLinearMethod
-
-from ._parity import compare_generation
+from kernelbay_engine.runner import ModelRunner
+from tests.models._parity import compare_generation
 
 pytestmark = pytest.mark.skipif(not prepack.prepacking_available()[0], reason=prepack.prepacking_available()[1])
 

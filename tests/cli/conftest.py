@@ -1,0 +1,21 @@
+"""`kernelbay ARGS` in a fresh interpreter: for the CLI tests here and kernelbay-engine's `kernelbay run` tests
+(plugins/engine/tests/cli)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests._paths import REAL_CONFIGS as CONFIGS
+from tests._paths import REPO
+
+__all__ = ["CONFIGS", "REPO", "run_cli"]
+
+
+def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)

@@ -1,0 +1,16 @@
+"""The families' parity matrices (plugins/llama/tests, plugins/deepseek/tests) together cover what they register."""
+
+from __future__ import annotations
+
+from ._tiny import TINY
+
+
+def test_every_registered_family_architecture_has_a_parity_case(loaded):
+    """The parity matrix covers each architecture the llama and deepseek plugins register."""
+    from kernelbay.registry import names
+
+    covered = {type(loaded(name)[1]).__name__ for name in TINY}
+    family = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
+              "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
+    assert family <= set(names("model"))
+    assert family <= covered, f"no parity case for {sorted(family - covered)}"
