@@ -78,7 +78,7 @@ def block_tables(lengths: list[int], geo: Geometry, placement: str) -> tuple[int
     tables, at = [], 0
     for n in lengths:
         count = -(-n // geo.block_size)
-        tables.append(tuple(free[at: at + count]))
+        tables.append(tuple(free[at : at + count]))
         at += count
     return num_blocks, tables
 
@@ -97,8 +97,7 @@ def ideal_sdpa(q, k, v, causal: bool):
     return [gqa] if causal or q_len > 1 else [gqa, folded]
 
 
-def measure(backend: str, kind: str, batch: int, context: int, geo: Geometry, placement: str,
-            repeats: int) -> Row:
+def measure(backend: str, kind: str, batch: int, context: int, geo: Geometry, placement: str, repeats: int) -> Row:
     cls = resolve("attention_backend", backend)
     dtype = torch_dtype(geo.dtype)
     q_len = 1 if kind == "decode" else context
@@ -122,8 +121,18 @@ def measure(backend: str, kind: str, batch: int, context: int, geo: Geometry, pl
         first_us = median_us(step, 1)
         backend_us, ideal_us = interleaved(step, ideal_fn, repeats)
     prepare_us = median_us(lambda: cls.prepare(requests, geo.block_size), max(repeats, 5))
-    return Row(backend, kind, batch, context, placement, round(backend_us), round(ideal_us),
-               round(ideal_us / backend_us, 3), round(prepare_us, 1), round(first_us))
+    return Row(
+        backend,
+        kind,
+        batch,
+        context,
+        placement,
+        round(backend_us),
+        round(ideal_us),
+        round(ideal_us / backend_us, 3),
+        round(prepare_us, 1),
+        round(first_us),
+    )
 
 
 def parse_args():
@@ -155,17 +164,22 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     geo = Geometry(dtype=args.dtype)
     print(f"# {geo}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'backend':8} {'kind':7} {'B':>3} {'ctx':>5} {'placement':9} {'backend_us':>11} {'ideal_us':>9} "
-          f"{'ratio':>6} {'prepare_us':>10} {'first_call_us':>13}")
+    print(
+        f"{'backend':8} {'kind':7} {'B':>3} {'ctx':>5} {'placement':9} {'backend_us':>11} {'ideal_us':>9} "
+        f"{'ratio':>6} {'prepare_us':>10} {'first_call_us':>13}"
+    )
     rows = []
     for backend in args.backends.split(","):
         for kind, batch, context in grid(args):
             for placement in args.placements.split(","):
                 row = measure(backend, kind, batch, context, geo, placement, args.repeats)
                 rows.append(row)
-                print(f"{row.backend:8} {row.kind:7} {row.batch:>3} {row.context:>5} {row.placement:9} "
-                      f"{row.backend_us:>11} {row.ideal_us:>9} {row.ratio:>6.2f} {row.prepare_us:>10} "
-                      f"{row.first_call_us:>13}", flush=True)
+                print(
+                    f"{row.backend:8} {row.kind:7} {row.batch:>3} {row.context:>5} {row.placement:9} "
+                    f"{row.backend_us:>11} {row.ideal_us:>9} {row.ratio:>6.2f} {row.prepare_us:>10} "
+                    f"{row.first_call_us:>13}",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([asdict(r) for r in rows], fh, indent=1)

@@ -22,9 +22,20 @@ from pathlib import Path
 
 import torch
 
-MODEL = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=8,
-             num_key_value_heads=4, max_position_embeddings=2048, initializer_range=0.05, tie_word_embeddings=False,
-             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+MODEL = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1536,
+    num_hidden_layers=6,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+    initializer_range=0.05,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 
 
 def build_checkpoint(folder: Path) -> int:
@@ -53,9 +64,15 @@ class HFRunner:
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         ids = torch.tensor(prompts)
         with torch.inference_mode():
-            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                      min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-        return out[:, ids.shape[1]:].tolist()
+            out = self.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        return out[:, ids.shape[1] :].tolist()
 
 
 class KernelbayRunner:
@@ -64,8 +81,14 @@ class KernelbayRunner:
     def __init__(self, folder: Path, backend: str | None, prepack: str):
         from kernelbay_engine import LLM
 
-        self.llm = LLM(folder, attention_backend=backend, max_num_seqs=8, kv_cache_memory="256MiB", progress=False,
-                       prepack_weights=prepack)
+        self.llm = LLM(
+            folder,
+            attention_backend=backend,
+            max_num_seqs=8,
+            kv_cache_memory="256MiB",
+            progress=False,
+            prepack_weights=prepack,
+        )
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         from kernelbay_engine import SamplingParams
@@ -119,8 +142,9 @@ def check_same(reference: list[list[int]], ours: list[list[int]], batch: int) ->
 def table(results: list[Result]) -> str:
     lines = ["| batch | transformers tok/s | kernelbay tok/s | ratio |", "|---:|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r.batch} | {r.tokens_per_s('transformers'):.1f} | {r.tokens_per_s('kernelbay'):.1f} | "
-                     f"{r.ratio:.2f}x |")
+        lines.append(
+            f"| {r.batch} | {r.tokens_per_s('transformers'):.1f} | {r.tokens_per_s('kernelbay'):.1f} | {r.ratio:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -131,8 +155,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backend", help="kernelbay attention backend (default: the selector's choice)")
-    parser.add_argument("--prepack", default="auto", choices=("auto", "always", "never"),
-                        help="kernelbay's prepack_weights policy (default: auto)")
+    parser.add_argument(
+        "--prepack",
+        default="auto",
+        choices=("auto", "always", "never"),
+        help="kernelbay's prepack_weights policy (default: auto)",
+    )
     parser.add_argument("--threads", type=int, help="torch threads for both libraries (default: torch's choice)")
     parser.add_argument("--write", type=Path, help="also write the results as Markdown to this file")
     args = parser.parse_args()
@@ -146,11 +174,13 @@ def main() -> None:
         results = [measure(runners, batch, args) for batch in args.batches]
     backend = ", ".join(f"{k}: {v}" for k, v in runners[1].llm.attention_backends.items())
     packed = len(runners[1].llm.prepack_report.packed)
-    header = (f"{params / 1e6:.1f}M-parameter fp32 Llama, greedy, {args.prompt_len}-token prompts, "
-              f"{args.new_tokens} new tokens, best of {args.repeat}; torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads, {platform.machine()}; kernelbay attention {backend}, "
-              f"{packed} linear layers prepacked for oneDNN; "
-              f"tokens identical to transformers")
+    header = (
+        f"{params / 1e6:.1f}M-parameter fp32 Llama, greedy, {args.prompt_len}-token prompts, "
+        f"{args.new_tokens} new tokens, best of {args.repeat}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {platform.machine()}; kernelbay attention {backend}, "
+        f"{packed} linear layers prepacked for oneDNN; "
+        f"tokens identical to transformers"
+    )
     report = f"{header}\n\n{table(results)}\n"
     print(report)
     if args.write:

@@ -97,8 +97,9 @@ def warm_page_cache(folder: Path) -> None:
 
 
 def measure(which: str, folder: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, which, str(folder)], check=True, capture_output=True,
-                         text=True, env=_env())
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, which, str(folder)], check=True, capture_output=True, text=True, env=_env()
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -109,25 +110,35 @@ def summarize(runs: list[dict]) -> dict:
 def report(results: dict[str, dict], command: str) -> str:
     gib = 2**30
     weights = results["kernelbay"]["weights"]
-    rows = ["| loader | baseline RSS | peak after load | (peak - baseline) / weights | peak after first use "
-            "| (peak - baseline) / weights | load time | load + first use |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| loader | baseline RSS | peak after load | (peak - baseline) / weights | peak after first use "
+        "| (peak - baseline) / weights | load time | load + first use |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         over = [(r[k] - r["baseline"]) / weights for k in ("peak", "peak_used")]
-        rows.append(f"| {name} | {r['baseline'] / gib:.2f} GiB | {r['peak'] / gib:.2f} GiB | {over[0]:.2f}x "
-                    f"| {r['peak_used'] / gib:.2f} GiB | {over[1]:.2f}x "
-                    f"| {r['seconds']:.2f} s | {r['seconds_used']:.2f} s |")
+        rows.append(
+            f"| {name} | {r['baseline'] / gib:.2f} GiB | {r['peak'] / gib:.2f} GiB | {over[0]:.2f}x "
+            f"| {r['peak_used'] / gib:.2f} GiB | {over[1]:.2f}x "
+            f"| {r['seconds']:.2f} s | {r['seconds_used']:.2f} s |"
+        )
     kb, tf = results["kernelbay"], results["transformers"]
     verdict = (kb["peak_used"] - kb["baseline"]) <= 1.3 * weights and kb["peak_used"] <= tf["peak_used"]
-    return "\n".join([
-        f"Weights: {weights / gib:.2f} GiB of float32 ({weights / 1e9:.2f} GB).", "",
-        *rows, "",
-        f"Load time, kernelbay / transformers: {kb['seconds'] / tf['seconds']:.2f}x "
-        f"(load + first use: {kb['seconds_used'] / tf['seconds_used']:.2f}x).",
-        f"Peak after first use, kernelbay / transformers: {kb['peak_used'] / tf['peak_used']:.2f}x.",
-        f"Target (peak after first use <= baseline + 1.3 x weights, and not above transformers): "
-        f"{'met' if verdict else 'NOT met'}.",
-        "", f"Command: `{command}`",
-    ])
+    return "\n".join(
+        [
+            f"Weights: {weights / gib:.2f} GiB of float32 ({weights / 1e9:.2f} GB).",
+            "",
+            *rows,
+            "",
+            f"Load time, kernelbay / transformers: {kb['seconds'] / tf['seconds']:.2f}x "
+            f"(load + first use: {kb['seconds_used'] / tf['seconds_used']:.2f}x).",
+            f"Peak after first use, kernelbay / transformers: {kb['peak_used'] / tf['peak_used']:.2f}x.",
+            f"Target (peak after first use <= baseline + 1.3 x weights, and not above transformers): "
+            f"{'met' if verdict else 'NOT met'}.",
+            "",
+            f"Command: `{command}`",
+        ]
+    )
 
 
 def main() -> None:

@@ -33,8 +33,9 @@ def write_distribution(site: Path, index: int, archs: int) -> None:
     (site / pkg / "modeling.py").write_text("\n".join(body))
     info = site / f"{pkg}-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {pkg.replace('_', '-')}\nVersion: 1.0\n"
-                                   "Requires-Dist: kernelbay>=0.1,<0.2\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {pkg.replace('_', '-')}\nVersion: 1.0\nRequires-Dist: kernelbay>=0.1,<0.2\n"
+    )
     (info / "entry_points.txt").write_text("[kernelbay.models]\n" + "".join(f"{n} = {pkg}.modeling\n" for n in names))
     (info / "RECORD").write_text("")
 
@@ -67,11 +68,15 @@ def main() -> None:
         # which would make every run recompile kernelbay's sources); the warm-up below writes them.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(site)}
         py = sys.executable
-        doc = json.loads(subprocess.run([py, "-m", "kernelbay.cli", "plugins", "--json"], env=env, check=True,
-                                        capture_output=True, text=True).stdout)
+        doc = json.loads(
+            subprocess.run(
+                [py, "-m", "kernelbay.cli", "plugins", "--json"], env=env, check=True, capture_output=True, text=True
+            ).stdout
+        )
         listed = sum(1 for s in doc["slots"] if s["name"].startswith("Bench"))
-        imported = subprocess.run([py, "-c", RESOLVE], env=env, check=True, capture_output=True,
-                                  text=True).stdout.strip()
+        imported = subprocess.run(
+            [py, "-c", RESOLVE], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
         cases = {
             "bare `python -c pass`": [py, "-c", "pass"],
             "`import kernelbay`": [py, "-c", "import kernelbay"],

@@ -43,10 +43,36 @@ FORTUNE_DIR = Path("usr/share/games/fortunes")
 COPYRIGHT_FILE = Path("usr/share/doc/fortunes/copyright")
 # English prose only: no ASCII art, no IRC logs, no Perl, no all-caps Zippy, no ethnic jokes.
 FORTUNE_FILES = (
-    "fortunes", "computers", "cookie", "definitions", "drugs", "education", "food",
-    "goedel", "humorists", "kids", "law", "literature", "love", "magic", "medicine",
-    "men-women", "miscellaneous", "news", "people", "pets", "platitudes", "politics",
-    "pratchett", "riddles", "science", "songs-poems", "sports", "startrek", "wisdom", "work",
+    "fortunes",
+    "computers",
+    "cookie",
+    "definitions",
+    "drugs",
+    "education",
+    "food",
+    "goedel",
+    "humorists",
+    "kids",
+    "law",
+    "literature",
+    "love",
+    "magic",
+    "medicine",
+    "men-women",
+    "miscellaneous",
+    "news",
+    "people",
+    "pets",
+    "platitudes",
+    "politics",
+    "pratchett",
+    "riddles",
+    "science",
+    "songs-poems",
+    "sports",
+    "startrek",
+    "wisdom",
+    "work",
 )
 SPECIAL_TOKENS = ("<|pad|>", "<|bos|>", "<|eos|>")  # ids 0, 1, 2 (LlamaConfig's defaults)
 OVERSTRIKE = re.compile(r".\x08")  # nroff-style bold/underline: "X<backspace>X"
@@ -86,13 +112,17 @@ def fetch_packages(cache_dir: Path, version: str) -> Path:
 def run_checked(command: list[str], cwd: Path) -> None:
     """Run a packaging command; a failure says what to do about it."""
     if shutil.which(command[0]) is None:
-        sys.exit(f"error: `{command[0]}` is not on PATH; this script needs a Debian-like system "
-                 "(apt-get, dpkg-deb) to fetch the fortune packages")
+        sys.exit(
+            f"error: `{command[0]}` is not on PATH; this script needs a Debian-like system "
+            "(apt-get, dpkg-deb) to fetch the fortune packages"
+        )
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"error: `{' '.join(command)}` failed:\n{done.stderr.strip()}\n"
-                 "hint: run `apt-get update` first, or pass --debian-version with a version "
-                 "that `apt-cache policy fortunes` lists")
+        sys.exit(
+            f"error: `{' '.join(command)}` failed:\n{done.stderr.strip()}\n"
+            "hint: run `apt-get update` first, or pass --debian-version with a version "
+            "that `apt-cache policy fortunes` lists"
+        )
 
 
 def clean_fortune(text: str) -> str:
@@ -130,17 +160,26 @@ def train_tokenizer(texts: tuple[str, ...], vocab_size: int) -> PreTrainedTokeni
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
     bos = SPECIAL_TOKENS[1]
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, 1)],
+        single=f"{bos} $A",
+        pair=f"{bos} $A {bos} $B",
+        special_tokens=[(bos, 1)],
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token=SPECIAL_TOKENS[0], bos_token=bos,
-        eos_token=SPECIAL_TOKENS[2], clean_up_tokenization_spaces=False, model_max_length=512,
+        tokenizer_object=tokenizer,
+        pad_token=SPECIAL_TOKENS[0],
+        bos_token=bos,
+        eos_token=SPECIAL_TOKENS[2],
+        clean_up_tokenization_spaces=False,
+        model_max_length=512,
     )
 
 
@@ -199,17 +238,26 @@ class TrainReport:
 
     def __post_init__(self):
         if not self.losses or not all(math.isfinite(x) for x in self.losses):
-            raise ValueError(f"training produced no or non-finite losses ({self.losses[-5:]}); "
-                             "lower --lr or raise --warmup")
+            raise ValueError(
+                f"training produced no or non-finite losses ({self.losses[-5:]}); lower --lr or raise --warmup"
+            )
 
 
 def demo_config(vocab_size: int) -> LlamaConfig:
     """A ~3M-parameter Llama: head_dim 64 (what every attention kernel supports), GQA 4:2."""
     return LlamaConfig(
-        vocab_size=vocab_size, hidden_size=256, intermediate_size=640, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rms_norm_eps=1e-5, tie_word_embeddings=True,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=vocab_size,
+        hidden_size=256,
+        intermediate_size=640,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
         architectures=["LlamaForCausalLM"],
     )
 
@@ -261,8 +309,11 @@ def log_progress(step: int, losses: list[float], settings: TrainSettings, starte
     """Print the mean loss of the last 50 steps every 50 steps."""
     if (step + 1) % 50 == 0 or step + 1 == settings.steps:
         recent = losses[-50:]
-        print(f"step {step + 1:5d}/{settings.steps}  loss {sum(recent) / len(recent):.3f}  "
-              f"lr {lr_at(step, settings):.2e}  {time.monotonic() - started:6.0f} s", flush=True)
+        print(
+            f"step {step + 1:5d}/{settings.steps}  loss {sum(recent) / len(recent):.3f}  "
+            f"lr {lr_at(step, settings):.2e}  {time.monotonic() - started:6.0f} s",
+            flush=True,
+        )
 
 
 @torch.no_grad()
@@ -289,8 +340,9 @@ PROMPTS = ("The meaning of life is", "A computer", "Love is", "You will")
 
 
 @torch.no_grad()
-def sample_generations(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast,
-                       seed: int) -> list[tuple[str, str, str]]:
+def sample_generations(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int
+) -> list[tuple[str, str, str]]:
     """(prompt, greedy continuation, sampled continuation) for each demo prompt."""
     model.eval()
     rows = []
@@ -300,8 +352,9 @@ def sample_generations(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFa
         torch.manual_seed(seed)
         sampled = model.generate(ids, max_new_tokens=24, do_sample=True, temperature=0.8, top_k=40)
         start = ids.shape[1]
-        greedy_text, sampled_text = (tokenizer.decode(out[0, start:], skip_special_tokens=True)
-                                     for out in (greedy, sampled))
+        greedy_text, sampled_text = (
+            tokenizer.decode(out[0, start:], skip_special_tokens=True) for out in (greedy, sampled)
+        )
         rows.append((prompt, greedy_text, sampled_text))
     return rows
 
@@ -375,16 +428,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder to write the checkpoint into")
     parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "kernelbay-demo-cache")
     parser.add_argument("--debian-version", default=DEBIAN_VERSION, help="version of fortunes/fortunes-min")
-    parser.add_argument("--words-out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "plugins/engine/tests/demo/corpus_words.txt",
-                        help="where to write the corpus word list the demo test checks against")
+    parser.add_argument(
+        "--words-out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "plugins/engine/tests/demo/corpus_words.txt",
+        help="where to write the corpus word list the demo test checks against",
+    )
     parser.add_argument("--vocab-size", type=int, default=3072)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
-                        help="dtype the weights are stored in (training is always float32)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="bfloat16",
+        help="dtype the weights are stored in (training is always float32)",
+    )
     defaults = TrainSettings()
     for field in dataclasses.fields(TrainSettings):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(getattr(defaults, field.name)),
-                            default=getattr(defaults, field.name))
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            type=type(getattr(defaults, field.name)),
+            default=getattr(defaults, field.name),
+        )
     return parser.parse_args(argv)
 
 
@@ -409,15 +472,15 @@ def build(args: argparse.Namespace) -> None:
     report = TrainReport(tuple(losses), held_out_loss(model, val_stream, settings.seq_len), seconds)
     rows = sample_generations(model, tokenizer, settings.seed)
     print_samples(rows)
-    write_readme(args, corpus, report, rows, token_count=len(stream) + len(val_stream),
-                 params=count_parameters(model))
+    write_readme(args, corpus, report, rows, token_count=len(stream) + len(val_stream), params=count_parameters(model))
     write_word_list(args.words_out, corpus)
     size = sum(f.stat().st_size for f in args.out.iterdir())
     print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.words_out}")
 
 
-def train_model(stream: torch.Tensor, vocab_size: int,
-                settings: TrainSettings) -> tuple[LlamaForCausalLM, list[float], float]:
+def train_model(
+    stream: torch.Tensor, vocab_size: int, settings: TrainSettings
+) -> tuple[LlamaForCausalLM, list[float], float]:
     """A freshly seeded demo Llama trained on the stream; returns it, its losses and seconds taken."""
     torch.manual_seed(settings.seed)
     model = LlamaForCausalLM(demo_config(vocab_size))
@@ -425,8 +488,11 @@ def train_model(stream: torch.Tensor, vocab_size: int,
     start = time.monotonic()
     losses, stopped_early = train(model, stream, settings)
     if stopped_early:
-        print(f"warning: --minutes {settings.minutes} ended training after {len(losses)} of "
-              f"{settings.steps} steps; the weights are not reproducible", flush=True)
+        print(
+            f"warning: --minutes {settings.minutes} ended training after {len(losses)} of "
+            f"{settings.steps} steps; the weights are not reproducible",
+            flush=True,
+        )
     return model, losses, time.monotonic() - start
 
 
@@ -449,19 +515,37 @@ def print_samples(rows: list[tuple[str, str, str]]) -> None:
         print(f"{prompt!r}\n  greedy:  {greedy!r}\n  sampled: {sampled!r}")
 
 
-def write_readme(args: argparse.Namespace, corpus: Corpus, report: TrainReport,
-                 rows: list[tuple[str, str, str]], token_count: int, params: int) -> None:
+def write_readme(
+    args: argparse.Namespace,
+    corpus: Corpus,
+    report: TrainReport,
+    rows: list[tuple[str, str, str]],
+    token_count: int,
+    params: int,
+) -> None:
     """README.md (what, corpus, licence, loss, samples, how to rebuild) and LICENSE.fortunes."""
     settings = train_settings(args)
     (args.out / "LICENSE.fortunes").write_text(corpus.copyright, encoding="utf-8")
     recent = report.losses[-50:]
     readme = README_TEMPLATE.format(
-        params=params, dtype=args.dtype, vocab=args.vocab_size,
-        fortune_count=len(corpus.fortunes), token_count=token_count, version=args.debian_version,
-        files=", ".join(f"`{n}`" for n in FORTUNE_FILES), sha256=corpus.sha256,
-        steps=len(report.losses), batch=settings.batch_size, seq_len=settings.seq_len, lr=settings.lr,
-        seed=settings.seed, threads=settings.threads, minutes=report.seconds / 60,
-        loss_first=report.losses[0], loss_last=sum(recent) / len(recent), val_loss=report.val_loss,
+        params=params,
+        dtype=args.dtype,
+        vocab=args.vocab_size,
+        fortune_count=len(corpus.fortunes),
+        token_count=token_count,
+        version=args.debian_version,
+        files=", ".join(f"`{n}`" for n in FORTUNE_FILES),
+        sha256=corpus.sha256,
+        steps=len(report.losses),
+        batch=settings.batch_size,
+        seq_len=settings.seq_len,
+        lr=settings.lr,
+        seed=settings.seed,
+        threads=settings.threads,
+        minutes=report.seconds / 60,
+        loss_first=report.losses[0],
+        loss_last=sum(recent) / len(recent),
+        val_loss=report.val_loss,
         samples=render_samples(rows),
     )
     (args.out / "README.md").write_text(readme, encoding="utf-8")

@@ -23,11 +23,23 @@ from ._version import __version__
 # name -> module that defines it. Nothing below is imported by `import kernelbay` itself: plugins
 # pay for the registry when they first use a decorator, users pay for torch when they first build a model.
 _LAZY = {
-    **dict.fromkeys(("ConfigError", "KernelbayError", "NoTarget", "PluginImportError", "RegistrationConflict",
-                     "UnknownNameError"), "kernelbay.errors"),
-    **dict.fromkeys(("load_custom_module_dirs", "register_attention_backend", "register_config",
-                     "register_draft_model", "register_model", "register_platform", "register_vision_encoder",
-                     "resolve"), "kernelbay.registry"),
+    **dict.fromkeys(
+        ("ConfigError", "KernelbayError", "NoTarget", "PluginImportError", "RegistrationConflict", "UnknownNameError"),
+        "kernelbay.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "load_custom_module_dirs",
+            "register_attention_backend",
+            "register_config",
+            "register_draft_model",
+            "register_model",
+            "register_platform",
+            "register_vision_encoder",
+            "resolve",
+        ),
+        "kernelbay.registry",
+    ),
     "ModelConfig": "kernelbay.config",
     "AttentionBackend": "kernelbay.attention",
     "select_attention_backend": "kernelbay.attention",
@@ -41,13 +53,30 @@ _lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY)
 
 def __getattr__(name: str):
     if name in _RUNTIME:
-        raise AttributeError(f"kernelbay is the contract only; {name} is the runtime's: pip install kernelbay-engine, "
-                             f"then `from kernelbay_engine import {name}`")
+        raise AttributeError(
+            f"kernelbay is the contract only; {name} is the runtime's: pip install kernelbay-engine, "
+            f"then `from kernelbay_engine import {name}`"
+        )
     return _lazy_getattr(name)
 
+
 __all__ = [
-    "__version__", "AttentionBackend", "ConfigError", "KernelbayError",
-    "ModelConfig", "NoTarget", "PluginImportError", "RegistrationConflict", "UnknownNameError",
-    "load_custom_module_dirs", "register_attention_backend", "register_config", "register_draft_model",
-    "register_model", "register_platform", "register_vision_encoder", "resolve", "select_attention_backend",
+    "__version__",
+    "AttentionBackend",
+    "ConfigError",
+    "KernelbayError",
+    "ModelConfig",
+    "NoTarget",
+    "PluginImportError",
+    "RegistrationConflict",
+    "UnknownNameError",
+    "load_custom_module_dirs",
+    "register_attention_backend",
+    "register_config",
+    "register_draft_model",
+    "register_model",
+    "register_platform",
+    "register_vision_encoder",
+    "resolve",
+    "select_attention_backend",
 ]

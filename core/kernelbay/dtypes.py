@@ -13,9 +13,18 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3")
 """What the paged cache can store; "auto" is the model dtype. fp8_e4m3 carries a per-layer scale."""
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1}
 # What users and checkpoints write (transformers', vLLM's and torch's spellings) -> the canonical name.
-ALIASES = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
-           "fp8": "fp8_e4m3", "fp8-e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-           "e4m3": "fp8_e4m3"}
+ALIASES = {
+    "float": "float32",
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp8": "fp8_e4m3",
+    "fp8-e4m3": "fp8_e4m3",
+    "fp8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+}
 _TORCH_NAMES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "fp8_e4m3": "float8_e4m3fn"}
 
 

@@ -106,9 +106,22 @@ class RequestTooLarge(InputError, MemoryError):
     exit_code = 12
 
 
-EXIT_CODES = {cls.__name__: cls.exit_code for cls in (
-    InputError, ModelFolderNotFound, MissingConfigFile, MalformedConfig, UnsupportedArchitecture, UnknownBackend,
-    IncapableBackend, MissingWeights, PromptTooLong, SamplingParamsError, RequestTooLarge)}
+EXIT_CODES = {
+    cls.__name__: cls.exit_code
+    for cls in (
+        InputError,
+        ModelFolderNotFound,
+        MissingConfigFile,
+        MalformedConfig,
+        UnsupportedArchitecture,
+        UnknownBackend,
+        IncapableBackend,
+        MissingWeights,
+        PromptTooLong,
+        SamplingParamsError,
+        RequestTooLarge,
+    )
+}
 
 
 class NoTarget(KernelbayError):

@@ -13,13 +13,32 @@ from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay.memory import parse_memory, tokens_that_fit
 
 SCHEMA_VERSION = 1
-CONFIG_FIELDS = ("model_type", "architecture", "architectures", "model_kind", "dtype", "num_hidden_layers",
-                 "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-                 "max_position_embeddings", "sliding_window", "attention_chunk_size")
+CONFIG_FIELDS = (
+    "model_type",
+    "architecture",
+    "architectures",
+    "model_kind",
+    "dtype",
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "sliding_window",
+    "attention_chunk_size",
+)
 
 
-def explain_model(path: str | Path, *, backend: str | None = None, kv_cache_dtype: str = "auto",
-                  memory: int | float | str | None = None, trust_remote_code: bool = False) -> dict:
+def explain_model(
+    path: str | Path,
+    *,
+    backend: str | None = None,
+    kv_cache_dtype: str = "auto",
+    memory: int | float | str | None = None,
+    trust_remote_code: bool = False,
+) -> dict:
     """The explain document for the model folder at `path` (see docs/explain-schema.md)."""
     from kernelbay.config import ModelConfig
 
@@ -65,9 +84,14 @@ def _provider_section(kind: str, name: str) -> dict:
     info = slot_info(kind, name) or {}
     winner = (info.get("winner") or {}).get("provider") or {}
     displaced = [r["provider"] for r in info.get("displaced", [])]
-    return {"module": winner.get("module"), "distribution": winner.get("distribution"),
-            "version": winner.get("version"), "origin": winner.get("origin"), "path": winner.get("path"),
-            "displaced": displaced}
+    return {
+        "module": winner.get("module"),
+        "distribution": winner.get("distribution"),
+        "version": winner.get("version"),
+        "origin": winner.get("origin"),
+        "path": winner.get("path"),
+        "displaced": displaced,
+    }
 
 
 # -- attention -----------------------------------------------------------------------------------
@@ -80,17 +104,26 @@ def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict
         try:
             selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
         except NoCapableBackend as err:
-            return {**section, "shared_backend": None, "runnable": False, "error": str(err),
-                    "layer_groups": _groups_without_selection(config, kv_cache_dtype)}
+            return {
+                **section,
+                "shared_backend": None,
+                "runnable": False,
+                "error": str(err),
+                "layer_groups": _groups_without_selection(config, kv_cache_dtype),
+            }
     layers = dict(config.layer_groups())
     groups = [_group(kind, layers[kind], result.to_dict()) for kind, result in selection.groups]
     return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
 
 
 def _group(kind: str, layers, result: dict | None, candidates: list | None = None) -> dict:
-    return {"kind": kind, "layers": list(layers), "backend": result["backend"] if result else None,
-            "requirements": result["requirements"] if result else None,
-            "candidates": result["candidates"] if result else candidates}
+    return {
+        "kind": kind,
+        "layers": list(layers),
+        "backend": result["backend"] if result else None,
+        "requirements": result["requirements"] if result else None,
+        "candidates": result["candidates"] if result else candidates,
+    }
 
 
 def _groups_without_selection(config, kv_cache_dtype: str) -> list[dict]:
@@ -122,8 +155,16 @@ def _every_candidate(req) -> list[dict]:
             failures = list(err.violations)
         except UnknownNameError as err:
             failures = [f"not available: {err}"]
-        out.append({"name": name, "source": "installed", "chosen": False, "capable": not failures,
-                    "reason": "not capable" if failures else "capable", "failures": failures})
+        out.append(
+            {
+                "name": name,
+                "source": "installed",
+                "chosen": False,
+                "capable": not failures,
+                "reason": "not capable" if failures else "capable",
+                "failures": failures,
+            }
+        )
     return out
 
 
@@ -132,17 +173,27 @@ def _kv_section(config, kv_cache_dtype: str, memory) -> dict:
     per_token = config.kv_bytes_per_token(kv_cache_dtype)
     dtype = config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
     budget = parse_memory(memory) if memory is not None else None
-    return {"dtype": dtype, "bytes_per_token": per_token, "context_tokens": config.max_position_embeddings,
-            "context_bytes": per_token * config.max_position_embeddings, "memory_bytes": budget,
-            "tokens_that_fit": tokens_that_fit(budget, per_token) if budget is not None else None}
+    return {
+        "dtype": dtype,
+        "bytes_per_token": per_token,
+        "context_tokens": config.max_position_embeddings,
+        "context_bytes": per_token * config.max_position_embeddings,
+        "memory_bytes": budget,
+        "tokens_that_fit": tokens_that_fit(budget, per_token) if budget is not None else None,
+    }
 
 
 # -- text ------------------------------------------------------------------------------------------
 def render_text(doc: dict) -> str:
     """The document for a terminal: one section per step of the resolution."""
-    lines = [f"model        {doc['model_path']}", _config_line(doc["config"]),
-             f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
-             _provider_line(doc["provider"]), *_attention_lines(doc["attention"]), *_kv_lines(doc["kv_cache"])]
+    lines = [
+        f"model        {doc['model_path']}",
+        _config_line(doc["config"]),
+        f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
+        _provider_line(doc["provider"]),
+        *_attention_lines(doc["attention"]),
+        *_kv_lines(doc["kv_cache"]),
+    ]
     return "\n".join(lines)
 
 
@@ -150,9 +201,11 @@ def _config_line(c: dict) -> str:
     extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
     extra += ", MLA" if c["mla"] else ""
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
-    return (f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
-            f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
-            f"{c['head_dim']}, {c['dtype']}, context {c['max_position_embeddings']}{extra}")
+    return (
+        f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
+        f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
+        f"{c['head_dim']}, {c['dtype']}, context {c['max_position_embeddings']}{extra}"
+    )
 
 
 def _provider_line(p: dict) -> str:
@@ -178,8 +231,10 @@ def _attention_lines(a: dict) -> list[str]:
 
 
 def _kv_lines(k: dict) -> list[str]:
-    lines = [f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); "
-             f"the full {k['context_tokens']:,}-token context takes {_human_bytes(k['context_bytes'])}"]
+    lines = [
+        f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); "
+        f"the full {k['context_tokens']:,}-token context takes {_human_bytes(k['context_bytes'])}"
+    ]
     if k["memory_bytes"] is not None:
         lines.append(f"             {_human_bytes(k['memory_bytes'])} holds {k['tokens_that_fit']:,} tokens")
     return lines

@@ -13,27 +13,56 @@ OPT_INT = (int, None)
 OPT_STR = (str, None)
 
 CANDIDATE = {"name": str, "source": str, "chosen": bool, "capable": bool, "reason": str, "failures": [str]}
-LAYER_GROUP = {"kind": str, "layers": [int], "backend": OPT_STR, "requirements": (dict, None),
-               "candidates": [CANDIDATE]}
+LAYER_GROUP = {
+    "kind": str,
+    "layers": [int],
+    "backend": OPT_STR,
+    "requirements": (dict, None),
+    "candidates": [CANDIDATE],
+}
 PROVIDER = {"module": OPT_STR, "distribution": OPT_STR, "version": OPT_STR, "origin": OPT_STR, "path": OPT_STR}
 
 SCHEMA: dict[str, Any] = {
     "schema_version": int,
     "model_path": str,
     "config": {
-        "model_type": str, "architecture": str, "architectures": [str], "model_kind": str, "dtype": str,
-        "num_hidden_layers": int, "hidden_size": int, "num_attention_heads": int, "num_key_value_heads": int,
-        "head_dim": int, "vocab_size": int, "max_position_embeddings": int, "sliding_window": OPT_INT,
-        "attention_chunk_size": OPT_INT, "mla": (dict, None), "quantization": (dict, None), "notes": [str],
+        "model_type": str,
+        "architecture": str,
+        "architectures": [str],
+        "model_kind": str,
+        "dtype": str,
+        "num_hidden_layers": int,
+        "hidden_size": int,
+        "num_attention_heads": int,
+        "num_key_value_heads": int,
+        "head_dim": int,
+        "vocab_size": int,
+        "max_position_embeddings": int,
+        "sliding_window": OPT_INT,
+        "attention_chunk_size": OPT_INT,
+        "mla": (dict, None),
+        "quantization": (dict, None),
+        "notes": [str],
     },
     "resolution": {"kind": str, "name": str},
     "provider": {**PROVIDER, "displaced": [PROVIDER]},
     "attention": {
-        "platform": str, "requested_backend": OPT_STR, "kv_cache_dtype": str, "shared_backend": (bool, None),
-        "runnable": bool, "error": OPT_STR, "layer_groups": [LAYER_GROUP],
+        "platform": str,
+        "requested_backend": OPT_STR,
+        "kv_cache_dtype": str,
+        "shared_backend": (bool, None),
+        "runnable": bool,
+        "error": OPT_STR,
+        "layer_groups": [LAYER_GROUP],
     },
-    "kv_cache": {"dtype": str, "bytes_per_token": int, "context_tokens": int, "context_bytes": int,
-                 "memory_bytes": OPT_INT, "tokens_that_fit": OPT_INT},
+    "kv_cache": {
+        "dtype": str,
+        "bytes_per_token": int,
+        "context_tokens": int,
+        "context_bytes": int,
+        "memory_bytes": OPT_INT,
+        "tokens_that_fit": OPT_INT,
+    },
 }
 
 

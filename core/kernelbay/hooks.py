@@ -101,8 +101,9 @@ def call_hook(hook_name: str, make_register) -> None:
         except Exception as exc:
             from .errors import PluginImportError
 
-            raise PluginImportError(f"hook {hook_name} of plugin {impl.plugin_name!r} raised "
-                                    f"{type(exc).__name__}: {exc}") from exc
+            raise PluginImportError(
+                f"hook {hook_name} of plugin {impl.plugin_name!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def collect(hook_name: str) -> list[tuple[object, str]]:

@@ -54,31 +54,35 @@ class Spec:
 
 
 MIXED = ((1, 200), (37, 0), (1, 1500), (16, 300), (1, 33))
-SPECS = {s.name: s for s in (
-    Spec("small_prefill", ((9, 0), (130, 0))),
-    Spec("small_decode", ((1, 12), (1, 300), (1, 77))),
-    Spec("mixed_prefill_decode", MIXED),
-    Spec("long_prefill", ((2048, 0),)),
-    Spec("batch_decode_64x1k", ((1, 1024),) * 64),
-    Spec("long_decode", ((1, 8000), (1, 4096))),
-    Spec("mha", MIXED, num_kv_heads=32),
-    Spec("mqa", MIXED, num_kv_heads=1),
-    Spec("gqa_6", MIXED, num_heads=48, num_kv_heads=8),  # not a CUDA-core decode group: tensor-core path
-    Spec("head_64", MIXED, head_dim=64),
-    Spec("head_256", MIXED, num_heads=8, num_kv_heads=4, head_dim=256),
-    Spec("sliding_window", (*MIXED, (1, 700)), attn_type="sliding_attention", sliding_window=256),
-    Spec("sliding_decode", ((1, 700), (1, 90)), attn_type="sliding_attention", sliding_window=256),
-    Spec("softcap", MIXED, logit_softcap=30.0),
-    Spec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
-    Spec("fp16", MIXED, dtype="float16"),
-    Spec("block_32", MIXED, block_size=32),
-    Spec("block_1", ((5, 20), (1, 9)), block_size=1),
-    Spec("hnd", MIXED, layout="HND"),
-    Spec("hnd_decode", ((1, 500), (1, 60)), layout="HND"),
-    Spec("mla_512_64", MIXED, num_heads=16, num_kv_heads=16, head_dim=192, mla=MLA_GEOMETRY),
-    Spec("mla_decode", ((1, 900), (1, 40), (1, 2000)), num_heads=16, num_kv_heads=16, head_dim=192,
-         mla=MLA_GEOMETRY),
-)}
+SPECS = {
+    s.name: s
+    for s in (
+        Spec("small_prefill", ((9, 0), (130, 0))),
+        Spec("small_decode", ((1, 12), (1, 300), (1, 77))),
+        Spec("mixed_prefill_decode", MIXED),
+        Spec("long_prefill", ((2048, 0),)),
+        Spec("batch_decode_64x1k", ((1, 1024),) * 64),
+        Spec("long_decode", ((1, 8000), (1, 4096))),
+        Spec("mha", MIXED, num_kv_heads=32),
+        Spec("mqa", MIXED, num_kv_heads=1),
+        Spec("gqa_6", MIXED, num_heads=48, num_kv_heads=8),  # not a CUDA-core decode group: tensor-core path
+        Spec("head_64", MIXED, head_dim=64),
+        Spec("head_256", MIXED, num_heads=8, num_kv_heads=4, head_dim=256),
+        Spec("sliding_window", (*MIXED, (1, 700)), attn_type="sliding_attention", sliding_window=256),
+        Spec("sliding_decode", ((1, 700), (1, 90)), attn_type="sliding_attention", sliding_window=256),
+        Spec("softcap", MIXED, logit_softcap=30.0),
+        Spec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
+        Spec("fp16", MIXED, dtype="float16"),
+        Spec("block_32", MIXED, block_size=32),
+        Spec("block_1", ((5, 20), (1, 9)), block_size=1),
+        Spec("hnd", MIXED, layout="HND"),
+        Spec("hnd_decode", ((1, 500), (1, 60)), layout="HND"),
+        Spec("mla_512_64", MIXED, num_heads=16, num_kv_heads=16, head_dim=192, mla=MLA_GEOMETRY),
+        Spec(
+            "mla_decode", ((1, 900), (1, 40), (1, 2000)), num_heads=16, num_kv_heads=16, head_dim=192, mla=MLA_GEOMETRY
+        ),
+    )
+}
 
 
 @dataclass
@@ -99,32 +103,55 @@ def make_inputs(spec: Spec, device: str, seed: int = 0) -> Inputs:
     seqs = [q + c for q, c in spec.requests]
     tokens = sum(q for q, _ in spec.requests)
     if spec.mla is None:
-        return Inputs([rand(s, spec.num_kv_heads, spec.head_dim) for s in seqs],
-                      [rand(s, spec.num_kv_heads, spec.head_dim) for s in seqs],
-                      rand(tokens, spec.num_heads, spec.head_dim), None)
+        return Inputs(
+            [rand(s, spec.num_kv_heads, spec.head_dim) for s in seqs],
+            [rand(s, spec.num_kv_heads, spec.head_dim) for s in seqs],
+            rand(tokens, spec.num_heads, spec.head_dim),
+            None,
+        )
     m = spec.mla
     proj = torch.nn.Linear(m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
     with torch.no_grad():
-        proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) * m.kv_lora_rank ** -0.5)
-    return Inputs([rand(s, m.kv_lora_rank) for s in seqs], [rand(s, m.qk_rope_head_dim) for s in seqs],
-                  rand(tokens, spec.num_heads, spec.head_dim), proj.to(device=device, dtype=dtype))
+        proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) * m.kv_lora_rank**-0.5)
+    return Inputs(
+        [rand(s, m.kv_lora_rank) for s in seqs],
+        [rand(s, m.qk_rope_head_dim) for s in seqs],
+        rand(tokens, spec.num_heads, spec.head_dim),
+        proj.to(device=device, dtype=dtype),
+    )
 
 
 def requirements(spec: Spec, platform: str) -> AttentionRequirements:
-    return AttentionRequirements(head_size=spec.head_dim, dtype=spec.dtype, kv_cache_dtype=spec.kv_cache_dtype,
-                                 attn_type=spec.attn_type, logit_softcap=spec.logit_softcap is not None,
-                                 use_mla=spec.mla is not None, block_size=spec.block_size, kv_layout=spec.layout,
-                                 platform=platform)
+    return AttentionRequirements(
+        head_size=spec.head_dim,
+        dtype=spec.dtype,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        attn_type=spec.attn_type,
+        logit_softcap=spec.logit_softcap is not None,
+        use_mla=spec.mla is not None,
+        block_size=spec.block_size,
+        kv_layout=spec.layout,
+        platform=platform,
+    )
 
 
 class Step:
     """One backend's layer with the spec's context cached, ready to run the step (again and again)."""
 
     def __init__(self, cls, spec: Spec, inputs: Inputs, device: str):
-        self.layer = create_attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, backend=cls,
-                                      attn_type=spec.attn_type, sliding_window=spec.sliding_window,
-                                      logit_softcap=spec.logit_softcap, mla=spec.mla, kv_b_proj=inputs.kv_b_proj,
-                                      kv_cache_dtype=spec.kv_cache_dtype)
+        self.layer = create_attention(
+            0,
+            spec.num_heads,
+            spec.head_dim,
+            spec.num_kv_heads,
+            backend=cls,
+            attn_type=spec.attn_type,
+            sliding_window=spec.sliding_window,
+            logit_softcap=spec.logit_softcap,
+            mla=spec.mla,
+            kv_b_proj=inputs.kv_b_proj,
+            kv_cache_dtype=spec.kv_cache_dtype,
+        )
         manager = _fragmented_manager(spec)
         cache = self.layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(manager.num_blocks, device)
         self.layer.attach_kv_cache(cache, *_fp8_scales(spec))
@@ -161,9 +188,11 @@ def _cache_context(layer, cls, spec: Spec, inputs: Inputs, manager: KVCacheManag
     if not cached:
         return
     rows = [(spec.requests[i][1], 0, manager.block_table(i)) for i in cached]
-    layer.write_kv(torch.cat([inputs.keys[i][:spec.requests[i][1]] for i in cached]),
-                   torch.cat([inputs.values[i][:spec.requests[i][1]] for i in cached]),
-                   cls.prepare(rows, spec.block_size, spec.layout, device))
+    layer.write_kv(
+        torch.cat([inputs.keys[i][: spec.requests[i][1]] for i in cached]),
+        torch.cat([inputs.values[i][: spec.requests[i][1]] for i in cached]),
+        cls.prepare(rows, spec.block_size, spec.layout, device),
+    )
 
 
 def time_ms(step: Step, device: str, iters: int = 20) -> float:
@@ -225,14 +254,18 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 
 def render(rows: list[Row]) -> str:
-    head = f"{'spec':<22} {'backend':<15} {'tokens':>6} {'max err':>9} {'ok':<4} {'ms':>8} {'baseline':<9} " \
-           f"{'base ms':>8} {'speedup':>8}"
+    head = (
+        f"{'spec':<22} {'backend':<15} {'tokens':>6} {'max err':>9} {'ok':<4} {'ms':>8} {'baseline':<9} "
+        f"{'base ms':>8} {'speedup':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         speedup = r.baseline_ms / r.ms if r.ms and r.baseline_ms else None
-        lines.append(f"{r.spec:<22} {r.backend:<15} {r.tokens:>6} {_fmt(r.error, '.2e'):>9} "
-                     f"{('yes' if r.ok else 'NO'):<4} {_fmt(r.ms, '.3f'):>8} {r.baseline:<9} "
-                     f"{_fmt(r.baseline_ms, '.3f'):>8} {_fmt(speedup, '.2f'):>8}" + (f"  {r.note}" if r.note else ""))
+        lines.append(
+            f"{r.spec:<22} {r.backend:<15} {r.tokens:>6} {_fmt(r.error, '.2e'):>9} "
+            f"{('yes' if r.ok else 'NO'):<4} {_fmt(r.ms, '.3f'):>8} {r.baseline:<9} "
+            f"{_fmt(r.baseline_ms, '.3f'):>8} {_fmt(speedup, '.2f'):>8}" + (f"  {r.note}" if r.note else "")
+        )
     return "\n".join(lines)
 
 
@@ -260,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown spec(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
     ensure_flashinfer_backends()
     if args.device == "cpu":  # correctness of the harness only: timing SDPA against itself says nothing
-        return _report([check_spec(_cpu_spec(SPECS[n]), "SDPA", "cpu", "cpu", timing=False)
-                        for n in names if SPECS[n].mla is None])
+        return _report(
+            [check_spec(_cpu_spec(SPECS[n]), "SDPA", "cpu", "cpu", timing=False) for n in names if SPECS[n].mla is None]
+        )
     available, reason = resolve("attention_backend", "FLASHINFER").is_available()
     if not available:
         print(f"FlashInfer cannot run here: {reason}")
@@ -273,8 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cpu_spec(spec: Spec) -> Spec:
     """The harness on CPU: shorter sequences, so a check takes seconds."""
-    return replace(spec, requests=tuple((min(q, 64), min(c, 96)) for q, c in spec.requests[:4]),
-                   kv_cache_dtype="auto")
+    return replace(spec, requests=tuple((min(q, 64), min(c, 96)) for q, c in spec.requests[:4]), kv_cache_dtype="auto")
 
 
 def _report(rows: list[Row]) -> int:

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from kernelbay_engine.kv_cache import KVCacheExhausted, KVCacheManager
 from kernelbay.attention import KVCacheSpec, KVLayout, build_metadata
+from kernelbay_engine.kv_cache import KVCacheExhausted, KVCacheManager
 
 
 def test_spec_bytes_standard_and_mla():
@@ -20,8 +20,14 @@ def test_spec_bytes_standard_and_mla():
     assert KVCacheSpec(8, 128, "float32", block_size=32).bytes_per_block == 32 * 2 * 8 * 128 * 4
 
 
-@pytest.mark.parametrize("spec", [KVCacheSpec(2, 8, "bfloat16", block_size=16), KVCacheSpec(1, 40, "float32", mla=True),
-                                  KVCacheSpec(4, 8, "fp8_e4m3", kv_scale_mode="per_tensor").with_layout("HND")])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        KVCacheSpec(2, 8, "bfloat16", block_size=16),
+        KVCacheSpec(1, 40, "float32", mla=True),
+        KVCacheSpec(4, 8, "fp8_e4m3", kv_scale_mode="per_tensor").with_layout("HND"),
+    ],
+)
 def test_page_size_is_what_one_block_allocates(spec):
     """page_size_bytes is the bytes a block of the allocated cache tensor takes (planes included)."""
     cache = spec.allocate(3)
@@ -36,13 +42,16 @@ def test_spec_shapes_per_layout():
     assert spec.allocate(3).dtype == torch.float16
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(num_kv_heads=0, head_dim=8, dtype="float32"), "num_kv_heads must be >= 1"),
-    (dict(num_kv_heads=1, head_dim=8, dtype="auto"), "resolve 'auto' to the model dtype first"),
-    (dict(num_kv_heads=2, head_dim=8, dtype="float32", mla=True), "num_kv_heads must be 1"),
-    (dict(num_kv_heads=1, head_dim=8, dtype="float32", kv_scale_mode="per_tensor"), "only applies to an fp8_e4m3"),
-    (dict(num_kv_heads=1, head_dim=8, dtype="int4"), "unknown KV-cache dtype 'int4'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_kv_heads=0, head_dim=8, dtype="float32"), "num_kv_heads must be >= 1"),
+        (dict(num_kv_heads=1, head_dim=8, dtype="auto"), "resolve 'auto' to the model dtype first"),
+        (dict(num_kv_heads=2, head_dim=8, dtype="float32", mla=True), "num_kv_heads must be 1"),
+        (dict(num_kv_heads=1, head_dim=8, dtype="float32", kv_scale_mode="per_tensor"), "only applies to an fp8_e4m3"),
+        (dict(num_kv_heads=1, head_dim=8, dtype="int4"), "unknown KV-cache dtype 'int4'"),
+    ],
+)
 def test_spec_rejects_bad_fields(kwargs, message):
     """Every bad spec field is a ValueError saying what to change."""
     with pytest.raises(ValueError, match=message):
@@ -66,8 +75,11 @@ def test_exhaustion_names_needed_and_free_blocks_and_changes_nothing():
     """Running out is an error naming needed vs free blocks; the failed call allocates nothing."""
     mgr = KVCacheManager(num_blocks=4, block_size=16)
     mgr.allocate("a", 40)
-    with pytest.raises(KVCacheExhausted, match=r"request 'b' needs 2 more block\(s\) for 20 tokens but only 1 of 4 "
-                                                r"are free; free or preempt a request"):
+    with pytest.raises(
+        KVCacheExhausted,
+        match=r"request 'b' needs 2 more block\(s\) for 20 tokens but only 1 of 4 "
+        r"are free; free or preempt a request",
+    ):
         mgr.allocate("b", 20)
     assert "b" not in mgr and mgr.num_free_blocks == 1
     assert not mgr.can_append("a", 30) and mgr.can_append("a", 24)
@@ -149,7 +161,7 @@ def test_reserve_step_is_all_or_nothing_and_checks_positions():
     assert mgr.num_tokens("a") == 9 and "b" not in mgr
     with pytest.raises(ValueError, match="start_pos 3 but 9 tokens are cached"):
         mgr.reserve_step([("a", 3, 1)])
-    with pytest.raises(ValueError, match="is new .* start_pos is 5"):
+    with pytest.raises(ValueError, match=r"is new .* start_pos is 5"):
         mgr.reserve_step([("c", 5, 1)])
 
 
@@ -240,11 +252,14 @@ def test_metadata_fields_for_a_mixed_step():
     assert not md.is_decode_only and md.max_seq_len == 5
 
 
-@pytest.mark.parametrize("requests, message", [
-    ([(3, 20, (0,))], r"request #0 needs 2 block\(s\) for 23 tokens .* block table has 1"),
-    ([(0, 2, (0,))], "query_len must be >= 1"),
-    ([], "at least one request"),
-])
+@pytest.mark.parametrize(
+    "requests, message",
+    [
+        ([(3, 20, (0,))], r"request #0 needs 2 block\(s\) for 23 tokens .* block table has 1"),
+        ([(0, 2, (0,))], "query_len must be >= 1"),
+        ([], "at least one request"),
+    ],
+)
 def test_metadata_rejects_inconsistent_requests(requests, message):
     """A block table too short for its tokens (or an empty step) is refused with the fix."""
     with pytest.raises(ValueError, match=message):

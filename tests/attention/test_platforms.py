@@ -41,7 +41,7 @@ def test_forced_platform_must_exist_and_be_usable(fresh_registry, monkeypatch):
     monkeypatch.setenv("KERNELBAY_PLATFORM", "cpu")
     assert current_platform().name == "cpu"
     monkeypatch.setenv("KERNELBAY_PLATFORM", "cpux")
-    with pytest.raises(UnknownNameError, match="Unknown platform: 'cpux'. Known platforms: cpu, cuda"):
+    with pytest.raises(UnknownNameError, match=r"Unknown platform: 'cpux'. Known platforms: cpu, cuda"):
         current_platform()
     if not CudaPlatform().is_current()[0]:
         monkeypatch.setenv("KERNELBAY_PLATFORM", "cuda")
@@ -57,5 +57,8 @@ def test_a_broken_platform_plugin_does_not_break_detection(fresh_registry):
     register_platform("brokenplat", target="kernelbay_no_such_platform_mod:Platform")
     found = {name: (current, reason) for name, current, reason in detect_platforms()}
     assert found["brokenplat"][0] is False
-    assert found["brokenplat"][1].startswith("failed to load: ") and "kernelbay_no_such_platform_mod" in found["brokenplat"][1]
+    assert (
+        found["brokenplat"][1].startswith("failed to load: ")
+        and "kernelbay_no_such_platform_mod" in found["brokenplat"][1]
+    )
     assert current_platform().name == "cpu"

@@ -9,10 +9,17 @@ import pytest
 import torch
 
 from kernelbay import resolve
-from kernelbay_engine.attention import Attention, attention_layers, collect_attention_layers
-from kernelbay.attention import (ANY, AttentionBackend, AttentionForwardArgs, AttentionRequirements, AttentionType,
-                                 KVCacheSpec, create_attention)
+from kernelbay.attention import (
+    ANY,
+    AttentionBackend,
+    AttentionForwardArgs,
+    AttentionRequirements,
+    AttentionType,
+    KVCacheSpec,
+    create_attention,
+)
 from kernelbay.errors import ConfigError
+from kernelbay_engine.attention import Attention, attention_layers, collect_attention_layers
 
 from ._harness import SPECS, assert_close, make_data, run_backend
 
@@ -25,16 +32,26 @@ def test_capabilities_are_answered_without_an_instance_by_one_method():
     assert 80 in sdpa.head_sizes and "bfloat16" in sdpa.dtypes and "fp8_e4m3" in sdpa.kv_cache_dtypes
     assert sdpa.sliding_window and sdpa.chunked_attention and not sdpa.mla and not sdpa.logit_softcap
     assert sdpa.is_available() == (True, "available")
-    req = AttentionRequirements(head_size=80, dtype="bfloat16", kv_cache_dtype="fp8", kv_layout="HND",
-                                block_size=48, platform="cpu", attn_type="sliding_attention")
+    req = AttentionRequirements(
+        head_size=80,
+        dtype="bfloat16",
+        kv_cache_dtype="fp8",
+        kv_layout="HND",
+        block_size=48,
+        platform="cpu",
+        attn_type="sliding_attention",
+    )
     assert sdpa.capability_failures(req) == []
     assert sdpa.capability_failures(replace(req, logit_softcap=True, fused_qkv=True, sparse_mode="dsa")) == [
         "logit_softcap: attention logit soft-capping is not supported",
-        "sparse_mode: dsa is not supported (supported: none)", "fused_qkv: fused QKV input is not supported"]
+        "sparse_mode: dsa is not supported (supported: none)",
+        "fused_qkv: fused QKV input is not supported",
+    ]
 
 
 def test_capability_defaults_are_conservative(fresh_registry):
     """A backend that declares nothing gets no head size, dtype, block size, layout or platform (cuda included)."""
+
     class Bare(AttentionBackend):
         name = "BARE"
 
@@ -44,16 +61,24 @@ def test_capability_defaults_are_conservative(fresh_registry):
         "dtype: float32 is not supported (supported: none declared)",
         "block_size: 16 is not supported (supported: none declared)",
         "kv_layout: NHD is not supported (supported: none declared)",
-        "platform: cuda is not supported (supported: none declared)"]
+        "platform: cuda is not supported (supported: none declared)",
+    ]
     assert Bare.capability_failures(replace(req, kv_cache_dtype="fp8"))[2] == (
-        "kv_cache_dtype: fp8_e4m3 is not supported (supported: auto)")
+        "kv_cache_dtype: fp8_e4m3 is not supported (supported: auto)"
+    )
 
 
-@pytest.mark.parametrize("attrs, message", [
-    ({"dtypes": frozenset({"float64"})}, "dtypes: unknown name"),
-    ({"head_sizes": 64}, "head_sizes must be a set of values or ANY"),
-    ({"block_sizes": (16, 32), "preferred_block_size": 8}, "preferred_block_size 8 is not among block_sizes 16, 32"),
-])
+@pytest.mark.parametrize(
+    "attrs, message",
+    [
+        ({"dtypes": frozenset({"float64"})}, "dtypes: unknown name"),
+        ({"head_sizes": 64}, "head_sizes must be a set of values or ANY"),
+        (
+            {"block_sizes": (16, 32), "preferred_block_size": 8},
+            "preferred_block_size 8 is not among block_sizes 16, 32",
+        ),
+    ],
+)
 def test_impossible_declarations_are_refused_when_the_class_is_made(attrs, message):
     """A vendor's typo in a declaration fails at class creation, naming the attribute."""
     with pytest.raises(TypeError, match=message):
@@ -67,13 +92,16 @@ def test_mla_accepts_null_q_lora_rank():
     assert (spec.mla, spec.num_kv_heads, spec.head_dim, spec.bytes_per_token) == (True, 1, 40, 80)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(mla={**MLA, "kv_lora_rank": None}), "MLA geometry is incomplete: missing kv_lora_rank"),
-    (dict(mla={**MLA, "qk_rope_head_dim": -1}), "qk_rope_head_dim must be an int >= 0, got -1"),
-    (dict(mla={k: v for k, v in MLA.items() if k != "v_head_dim"}), "missing v_head_dim"),
-    (dict(mla={**MLA, "qk_nope_head_dim": 8}), "MLA head_dim must be qk_nope_head_dim \\+ qk_rope_head_dim = 16"),
-    (dict(mla=MLA, kv_b_proj=None), "an MLA layer needs kv_b_proj"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(mla={**MLA, "kv_lora_rank": None}), "MLA geometry is incomplete: missing kv_lora_rank"),
+        (dict(mla={**MLA, "qk_rope_head_dim": -1}), "qk_rope_head_dim must be an int >= 0, got -1"),
+        (dict(mla={k: v for k, v in MLA.items() if k != "v_head_dim"}), "missing v_head_dim"),
+        (dict(mla={**MLA, "qk_nope_head_dim": 8}), "MLA head_dim must be qk_nope_head_dim \\+ qk_rope_head_dim = 16"),
+        (dict(mla=MLA, kv_b_proj=None), "an MLA layer needs kv_b_proj"),
+    ],
+)
 def test_mla_geometry_is_validated_at_construction(kwargs, message):
     """Incomplete or inconsistent MLA geometry is a ValueError naming the field."""
     kwargs.setdefault("kv_b_proj", torch.nn.Linear(32, 4 * 32))
@@ -81,14 +109,17 @@ def test_mla_geometry_is_validated_at_construction(kwargs, message):
         create_attention(0, 4, 24, 4, backend="VANILLA", **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(num_heads=6, num_kv_heads=4), r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"),
-    (dict(attn_type="sliding_attention"), "a sliding_attention layer needs sliding_window >= 1, got None"),
-    (dict(attn_type="chunked_attention", chunk_size=0), "needs chunk_size >= 1, got 0"),
-    (dict(sliding_window=4), "sliding_window=4 given for a full_attention layer"),
-    (dict(attn_type="diagonal"), "unknown attention type 'diagonal'; use one of: full_attention"),
-    (dict(logit_softcap=-1.0), "logit_softcap must be > 0 or None"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_heads=6, num_kv_heads=4), r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"),
+        (dict(attn_type="sliding_attention"), "a sliding_attention layer needs sliding_window >= 1, got None"),
+        (dict(attn_type="chunked_attention", chunk_size=0), "needs chunk_size >= 1, got 0"),
+        (dict(sliding_window=4), "sliding_window=4 given for a full_attention layer"),
+        (dict(attn_type="diagonal"), "unknown attention type 'diagonal'; use one of: full_attention"),
+        (dict(logit_softcap=-1.0), "logit_softcap must be > 0 or None"),
+    ],
+)
 def test_bad_geometry_is_a_value_error(kwargs, message):
     """Geometry mistakes are caught when the layer is built, with what to change."""
     args = dict(num_heads=4, num_kv_heads=2) | kwargs
@@ -104,8 +135,10 @@ def test_chunked_attention_on_an_incapable_backend_is_refused(fresh_registry):
         name = "NOCHUNK"
         head_sizes = ANY
 
-    with pytest.raises(ValueError, match="attention backend NOCHUNK cannot build layer 3: chunked_attention: "
-                                         "chunked attention is not supported"):
+    with pytest.raises(
+        ValueError,
+        match="attention backend NOCHUNK cannot build layer 3: chunked_attention: chunked attention is not supported",
+    ):
         create_attention(3, 4, 16, 2, backend=NoChunks, attn_type="chunked_attention", chunk_size=8)
     with pytest.raises(ValueError, match="logit_softcap: attention logit soft-capping is not supported"):
         create_attention(3, 4, 16, 2, backend="SDPA", logit_softcap=30.0)
@@ -144,16 +177,17 @@ def test_forward_refuses_missing_cache_and_wrong_metadata():
     layer = create_attention(0, 4, 64, 2, backend="FLEX")
     q = torch.zeros(1, 4, 64)
     md = resolve("attention_backend", "VANILLA").prepare([(1, 0, (0,))], 16)
-    with pytest.raises(RuntimeError, match="no KV cache attached; the engine must call Attention.bind"):
+    with pytest.raises(RuntimeError, match=r"no KV cache attached; the engine must call Attention.bind"):
         layer.forward(q, q[:, :2], q[:, :2], md)
     layer.attach_kv_cache(layer.kv_cache_spec("float32").allocate(2))
-    with pytest.raises(TypeError, match="FLEX needs FlexMetadata \\(build it with FlexBackend.prepare\\)"):
+    with pytest.raises(TypeError, match=r"FLEX needs FlexMetadata \(build it with FlexBackend\.prepare\)"):
         layer.forward(q, q[:, :2], q[:, :2], md)
     sdpa = create_attention(0, 4, 64, 2, backend="SDPA")
     sdpa.attach_kv_cache(sdpa.kv_cache_spec("float32").allocate(2))
     with pytest.raises(ValueError, match=r"q must be \[T=1, 4, 64\], got \(1, 4, 32\)"):
-        sdpa.forward(torch.zeros(1, 4, 32), q[:, :2], q[:, :2], resolve("attention_backend", "SDPA").prepare(
-            [(1, 0, (0,))], 16))
+        sdpa.forward(
+            torch.zeros(1, 4, 32), q[:, :2], q[:, :2], resolve("attention_backend", "SDPA").prepare([(1, 0, (0,))], 16)
+        )
 
 
 def test_attach_checks_cache_shape_and_dtype():
@@ -161,7 +195,7 @@ def test_attach_checks_cache_shape_and_dtype():
     layer = create_attention(0, 4, 64, 2, backend="SDPA", kv_cache_dtype="fp8")
     with pytest.raises(ValueError, match="kv_cache must be 5-D with 2 plane"):
         layer.attach_kv_cache(torch.zeros(4, 16, 2, 64))
-    with pytest.raises(ValueError, match="kv_cache_dtype is fp8_e4m3 but the cache tensor is torch.float32"):
+    with pytest.raises(ValueError, match=r"kv_cache_dtype is fp8_e4m3 but the cache tensor is torch.float32"):
         layer.attach_kv_cache(KVCacheSpec(2, 64, "float32").allocate(2))
 
 
@@ -186,7 +220,7 @@ def test_unknown_geometry_argument_is_a_type_error():
 def test_attention_layer_binds_and_runs_like_the_backend():
     """The nn.Module layer binds a backend by name and gives the same output as driving the backend."""
     spec = SPECS["mixed_prefill_decode"]
-    layer = Attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, scale=spec.head_dim ** -0.5)
+    layer = Attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, scale=spec.head_dim**-0.5)
     with pytest.raises(RuntimeError, match="attention layer 0 \\(attention\\) is not bound"):
         layer(torch.zeros(1, 4, 64), torch.zeros(1, 2, 64), torch.zeros(1, 2, 64), None)
     backend = layer.bind("SDPA", KVCacheSpec(2, 64, "float32").allocate(4))
@@ -228,4 +262,4 @@ def test_a_layers_geometry_record_is_built_once_and_shared_with_its_backend():
     layer = Attention(2, 4, 64, 2, scale=0.125, attn_type="sliding_attention", sliding_window=8)
     backend = layer.bind("VANILLA", KVCacheSpec(num_kv_heads=2, head_dim=64, dtype="float32").allocate(4))
     assert backend.geometry is layer.geometry
-    assert create_attention(0, 4, 64, 2, backend="VANILLA").geometry.scale == 64 ** -0.5
+    assert create_attention(0, 4, 64, 2, backend="VANILLA").geometry.scale == 64**-0.5

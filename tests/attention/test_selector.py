@@ -58,8 +58,10 @@ def test_unknown_requested_backend_lists_known_names_and_close_matches(fresh_reg
     """A typo in the requested name is an error naming every known backend and the close match."""
     with pytest.raises(UnknownNameError) as err:
         select_attention_backend(FULL, requested="SPDA", platform=FakePlatform("SDPA"))
-    assert str(err.value) == ("Unknown attention backend: 'SPDA'. Known attention backends: FLEX, SDPA, VANILLA. "
-                              "Did you mean: SDPA? (requested via argument or KERNELBAY_ATTENTION_BACKEND)")
+    assert str(err.value) == (
+        "Unknown attention backend: 'SPDA'. Known attention backends: FLEX, SDPA, VANILLA. "
+        "Did you mean: SDPA? (requested via argument or KERNELBAY_ATTENTION_BACKEND)"
+    )
 
 
 def test_requested_backend_from_environment(fresh_registry, monkeypatch):
@@ -79,7 +81,8 @@ def test_requested_but_incapable_is_an_error_listing_failures(fresh_registry):
         select_attention_backend(SOFTCAP, requested="SDPA", platform=FakePlatform("VANILLA"))
     assert str(err.value) == (
         "requested attention backend SDPA cannot run layers (full_attention, head_size=64, float32, kv=auto, "
-        "logit_softcap); failed capabilities:\n  - logit_softcap: attention logit soft-capping is not supported")
+        "logit_softcap); failed capabilities:\n  - logit_softcap: attention logit soft-capping is not supported"
+    )
 
 
 def test_broken_backend_is_a_candidate_with_its_import_error(fresh_registry):
@@ -104,8 +107,9 @@ def test_no_capable_backend_lists_every_candidate(fresh_registry):
     with pytest.raises(NoCapableBackend) as err:
         select_attention_backend(req, platform=FakePlatform("SDPA"))
     text = str(err.value)
-    assert text.startswith("no installed attention backend can run layers (full_attention, head_size=64, bfloat16, "
-                           "kv=auto) on fakeplat")
+    assert text.startswith(
+        "no installed attention backend can run layers (full_attention, head_size=64, bfloat16, kv=auto) on fakeplat"
+    )
     for name in ("SDPA", "VANILLA", "FLEX"):
         assert f"  - {name}: sparse_mode: blocksparse is not supported (supported: none)" in text
 
@@ -177,10 +181,16 @@ class StandInConfig:
 def test_requirements_from_model_config():
     """Kinds, soft-cap, MLA head size and sparse kinds come from the config; no_attention is refused."""
     req = AttentionRequirements.from_model_config(StandInConfig(), "sliding_attention", kv_cache_dtype="fp8")
-    assert (req.head_size, req.dtype, req.kv_cache_dtype, req.sliding_window, req.logit_softcap) == \
-        (256, "bfloat16", "fp8_e4m3", True, True)
-    mla = StandInConfig(mla=type("G", (), {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64})(),
-                        attn_logit_softcapping=None)
+    assert (req.head_size, req.dtype, req.kv_cache_dtype, req.sliding_window, req.logit_softcap) == (
+        256,
+        "bfloat16",
+        "fp8_e4m3",
+        True,
+        True,
+    )
+    mla = StandInConfig(
+        mla=type("G", (), {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64})(), attn_logit_softcapping=None
+    )
     req = AttentionRequirements.from_model_config(mla, "indexed_attention")
     assert (req.head_size, req.use_mla, req.sparse_mode) == (192, True, "indexed")
     assert hash(req) == hash(AttentionRequirements.from_model_config(mla, "indexed_attention"))

@@ -16,17 +16,26 @@ def violations_of(**fields) -> list[str]:
 
 def test_valid_options_pass_and_are_returned(fresh_registry):
     """A consistent option set comes back unchanged."""
-    options = AttentionOptions(backend="VANILLA", kv_cache_dtype="fp8", logit_softcap=True, chunked_attention=True,
-                               attention_chunk_size=8192)
+    options = AttentionOptions(
+        backend="VANILLA", kv_cache_dtype="fp8", logit_softcap=True, chunked_attention=True, attention_chunk_size=8192
+    )
     assert validate_options(options) is options
     assert validate_options({"backend": "SDPA"}).backend == "SDPA"
 
 
 def test_every_violation_is_reported_at_once(fresh_registry):
     """Five independent problems give five lines in one error, each saying what to change."""
-    found = violations_of(backend="SDPA", logit_softcap=True, speculative_decoding=True, num_speculative_tokens=2,
-                          beam_width=4, chunked_attention=True, sparse_mode="blocksparse", kv_cache_dtype="fp8",
-                          dtype="bfloat16")
+    found = violations_of(
+        backend="SDPA",
+        logit_softcap=True,
+        speculative_decoding=True,
+        num_speculative_tokens=2,
+        beam_width=4,
+        chunked_attention=True,
+        sparse_mode="blocksparse",
+        kv_cache_dtype="fp8",
+        dtype="bfloat16",
+    )
     assert found == [
         "chunked attention needs attention_chunk_size >= 1, got None",
         "speculative decoding cannot be combined with beam search (beam_width=4); use beam_width=1 or turn "
@@ -42,9 +51,11 @@ def test_error_message_counts_problems(fresh_registry):
     """The ConfigError text leads with the count and lists each violation on its own line."""
     with pytest.raises(ConfigError) as err:
         validate_options(AttentionOptions(beam_width=0, block_size=0))
-    assert str(err.value) == ("2 problem(s) in the attention options:\n"
-                              "  - block_size must be a positive int, got 0\n"
-                              "  - beam_width must be >= 1, got 0")
+    assert str(err.value) == (
+        "2 problem(s) in the attention options:\n"
+        "  - block_size must be a positive int, got 0\n"
+        "  - beam_width must be >= 1, got 0"
+    )
 
 
 def test_names_are_checked(fresh_registry):
@@ -61,17 +72,23 @@ def test_names_are_checked(fresh_registry):
 def test_incomplete_mla_geometry(fresh_registry):
     """MLA geometry missing a field is named; q_lora_rank may be None."""
     found = violations_of(mla={"kv_lora_rank": 512, "qk_rope_head_dim": 64, "q_lora_rank": None})
-    assert found == ["MLA geometry is incomplete: missing qk_nope_head_dim, v_head_dim (MLA needs kv_lora_rank, "
-                     "qk_nope_head_dim, qk_rope_head_dim, v_head_dim; q_lora_rank may be None)"]
+    assert found == [
+        "MLA geometry is incomplete: missing qk_nope_head_dim, v_head_dim (MLA needs kv_lora_rank, "
+        "qk_nope_head_dim, qk_rope_head_dim, v_head_dim; q_lora_rank may be None)"
+    ]
 
 
 def test_capabilities_of_the_chosen_backend(fresh_registry):
     """Chunked attention, MLA, block size and head size are checked against the backend's declarations."""
-    found = violations_of(backend="FLEX", head_size=72, mla={"kv_lora_rank": 8, "qk_nope_head_dim": 8,
-                                                              "qk_rope_head_dim": 0, "v_head_dim": 8})
+    found = violations_of(
+        backend="FLEX",
+        head_size=72,
+        mla={"kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 0, "v_head_dim": 8},
+    )
     assert found == [
         "attention backend FLEX: head_size: 72 is not supported (supported: 16, 32, 64, 80, 96, 128, 256)",
-        "attention backend FLEX: mla: multi-head latent attention is not supported"]
+        "attention backend FLEX: mla: multi-head latent attention is not supported",
+    ]
 
 
 def test_backend_options_unknown_keys_and_types(fresh_registry):
@@ -88,7 +105,7 @@ def test_backend_options_unknown_keys_and_types(fresh_registry):
 
 def test_unknown_option_field_in_a_mapping(fresh_registry):
     """A mapping with a key AttentionOptions does not have is refused with close matches."""
-    with pytest.raises(ConfigError, match="Unknown attention option: 'beam_widht'.*Did you mean: beam_width"):
+    with pytest.raises(ConfigError, match=r"Unknown attention option: 'beam_widht'.*Did you mean: beam_width"):
         validate_options({"beam_widht": 2})
 
 
@@ -102,8 +119,11 @@ def test_plugin_rules_through_the_hook(fresh_registry, monkeypatch):
     def crashing(options):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(kernelbay.hooks, "collect", lambda hook: [(no_fp8, "acme"), (crashing, "buggy")]
-                        if hook == "register_config_rules" else [])
+    monkeypatch.setattr(
+        kernelbay.hooks,
+        "collect",
+        lambda hook: [(no_fp8, "acme"), (crashing, "buggy")] if hook == "register_config_rules" else [],
+    )
     found = violations_of(kv_cache_dtype="fp8")
     assert found == ["[acme] fp8 KV is not allowed here", "[buggy] rule crashing raised RuntimeError: boom"]
 
@@ -111,4 +131,6 @@ def test_plugin_rules_through_the_hook(fresh_registry, monkeypatch):
 def test_extra_rules_argument(fresh_registry):
     """Callers can add rules for one call."""
     with pytest.raises(ConfigError, match="no beams"):
-        validate_options(AttentionOptions(beam_width=2), extra_rules=[lambda o: ["no beams"] if o.beam_width > 1 else []])
+        validate_options(
+            AttentionOptions(beam_width=2), extra_rules=[lambda o: ["no beams"] if o.beam_width > 1 else []]
+        )

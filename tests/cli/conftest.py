@@ -17,5 +17,11 @@ def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelbay.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )

@@ -46,8 +46,16 @@ def test_text_report_walks_config_to_kv_budget():
     """The human form names the config, slot, provider, chosen backend with reasons, and the KV budget."""
     code, out, _ = explain_in_process(str(CONFIGS / "gemma-2-2b"), "--memory", "1")
     assert code == 0
-    for fragment in ("gemma2 / Gemma2ForCausalLM", "model slot 'Gemma2ForCausalLM'", "kernelbay_llama",
-                     "sliding_attention", "logit_softcap", "* VANILLA", "bytes/token", "1.0 GiB holds"):
+    for fragment in (
+        "gemma2 / Gemma2ForCausalLM",
+        "model slot 'Gemma2ForCausalLM'",
+        "kernelbay_llama",
+        "sliding_attention",
+        "logit_softcap",
+        "* VANILLA",
+        "bytes/token",
+        "1.0 GiB holds",
+    ):
         assert fragment in out, fragment
 
 
@@ -63,8 +71,10 @@ def test_requested_backend_is_reported_or_refused():
 
 def test_kv_dtype_changes_the_budget():
     """--kv-dtype fp8 halves the bytes per token of a bfloat16 model."""
-    docs = [json.loads(explain_in_process(str(CONFIGS / "llama-3.1-8b"), "--json", "--kv-dtype", d)[1])
-            for d in ("auto", "fp8")]
+    docs = [
+        json.loads(explain_in_process(str(CONFIGS / "llama-3.1-8b"), "--json", "--kv-dtype", d)[1])
+        for d in ("auto", "fp8")
+    ]
     assert docs[0]["kv_cache"]["bytes_per_token"] == 2 * docs[1]["kv_cache"]["bytes_per_token"] == 131072
 
 
@@ -113,11 +123,13 @@ def test_custom_dir_provider_is_shown(tmp_path):
     """An architecture added by --custom-module-dirs is explained with origin custom-dir (subprocess)."""
     module = tmp_path / "my_models" / "my_llama.py"
     module.parent.mkdir()
-    module.write_text("from kernelbay import register_model\n"
-                      "from kernelbay_llama.modeling import LlamaForCausalLM\n\n\n"
-                      "@register_model('MyLlamaForCausalLM')\n"
-                      "class MyLlamaForCausalLM(LlamaForCausalLM):\n"
-                      "    pass\n")
+    module.write_text(
+        "from kernelbay import register_model\n"
+        "from kernelbay_llama.modeling import LlamaForCausalLM\n\n\n"
+        "@register_model('MyLlamaForCausalLM')\n"
+        "class MyLlamaForCausalLM(LlamaForCausalLM):\n"
+        "    pass\n"
+    )
     folder = tmp_path / "model"
     folder.mkdir()
     config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())

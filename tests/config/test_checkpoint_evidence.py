@@ -30,9 +30,13 @@ def add_weights(folder, tensors: dict, shards: int = 1) -> None:
 def test_v2_lite_without_q_lora_rank_reads_q_proj(shared_copy):
     """DeepSeek-V2-Lite's copy lacks q_lora_rank; its q_proj weights say: no query compression."""
     folder = shared_copy("deepseek-v2-lite-chat")
-    add_weights(folder, {"model.layers.0.self_attn.q_proj.weight": torch.zeros(4, 4, dtype=torch.bfloat16),
-                         "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": torch.zeros(4, 4,
-                                                                                           dtype=torch.bfloat16)})
+    add_weights(
+        folder,
+        {
+            "model.layers.0.self_attn.q_proj.weight": torch.zeros(4, 4, dtype=torch.bfloat16),
+            "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": torch.zeros(4, 4, dtype=torch.bfloat16),
+        },
+    )
     cfg = ModelConfig.from_pretrained(folder)
     assert cfg.mla.q_lora_rank is None and any("projects queries directly" in n for n in cfg.notes)
 
@@ -40,8 +44,14 @@ def test_v2_lite_without_q_lora_rank_reads_q_proj(shared_copy):
 def test_missing_q_lora_rank_read_from_q_a_proj_rows(shared_copy):
     """With a sharded index and q_a_proj weights, the rank is the rows of q_a_proj."""
     folder = shared_copy("deepseek-v3", drop=("q_lora_rank",))
-    add_weights(folder, {"model.layers.0.self_attn.q_a_proj.weight": torch.zeros(24, 8, dtype=torch.bfloat16),
-                         "model.embed_tokens.weight": torch.zeros(2, 8, dtype=torch.bfloat16)}, shards=2)
+    add_weights(
+        folder,
+        {
+            "model.layers.0.self_attn.q_a_proj.weight": torch.zeros(24, 8, dtype=torch.bfloat16),
+            "model.embed_tokens.weight": torch.zeros(2, 8, dtype=torch.bfloat16),
+        },
+        shards=2,
+    )
     assert ModelConfig.from_pretrained(folder).mla.q_lora_rank == 24
 
 
@@ -56,8 +66,15 @@ def test_missing_q_lora_rank_with_unrelated_weights_is_still_an_error(shared_cop
 def test_missing_dtype_read_from_weights(shared_copy):
     """gpt-oss publishes no torch_dtype: the dominant floating dtype of its tensors is used (U8 blocks ignored)."""
     folder = shared_copy("gpt-oss-20b")
-    add_weights(folder, {"a": torch.zeros(2, dtype=torch.bfloat16), "b": torch.zeros(2, dtype=torch.bfloat16),
-                         "blocks": torch.zeros(2, dtype=torch.uint8), "c": torch.zeros(2, dtype=torch.float32)})
+    add_weights(
+        folder,
+        {
+            "a": torch.zeros(2, dtype=torch.bfloat16),
+            "b": torch.zeros(2, dtype=torch.bfloat16),
+            "blocks": torch.zeros(2, dtype=torch.uint8),
+            "c": torch.zeros(2, dtype=torch.float32),
+        },
+    )
     cfg = ModelConfig.from_pretrained(folder)
     assert cfg.dtype == "bfloat16" and cfg.kv_bytes_per_token() == 24 * 2 * 8 * 64 * 2
 
@@ -66,5 +83,5 @@ def test_corrupt_safetensors_header(shared_copy):
     """A safetensors file whose header cannot be read is named, not a crash."""
     folder = shared_copy("gpt-oss-20b")
     (folder / "model.safetensors").write_bytes(b"\xff" * 16)
-    with pytest.raises(ConfigError, match="model.safetensors: .*corrupt|not a readable safetensors file"):
+    with pytest.raises(ConfigError, match=r"model.safetensors: .*corrupt|not a readable safetensors file"):
         ModelConfig.from_pretrained(folder)

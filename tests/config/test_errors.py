@@ -8,9 +8,17 @@ from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError
 
 TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
-    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "torch_dtype": "float32",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 100,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "float32",
 }
 
 
@@ -71,7 +79,7 @@ def test_missing_required_field(write_config, key):
 
 def test_missing_intermediate_size(write_config):
     """LlamaConfig would default intermediate_size to 11008: kernelbay asks for it instead."""
-    with pytest.raises(ConfigError, match="'intermediate_size' / 'ffn_dim'.* is missing"):
+    with pytest.raises(ConfigError, match=r"'intermediate_size' / 'ffn_dim'.* is missing"):
         ModelConfig.from_pretrained(write_config(tiny(intermediate_size=DROP)))
 
 
@@ -102,11 +110,17 @@ def test_trusted_remote_code_runs(write_config, monkeypatch, tmp_path):
     import transformers.dynamic_module_utils as dyn
 
     monkeypatch.setattr(dyn, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
-    folder = write_config(tiny(model_type="acme_lm", architectures=["AcmeForCausalLM"],
-                               auto_map={"AutoConfig": "configuration_acme.AcmeConfig"}))
+    folder = write_config(
+        tiny(
+            model_type="acme_lm",
+            architectures=["AcmeForCausalLM"],
+            auto_map={"AutoConfig": "configuration_acme.AcmeConfig"},
+        )
+    )
     (folder / "configuration_acme.py").write_text(
         "from transformers import PretrainedConfig\n\n\n"
-        "class AcmeConfig(PretrainedConfig):\n    model_type = 'acme_lm'\n    ran = True\n")
+        "class AcmeConfig(PretrainedConfig):\n    model_type = 'acme_lm'\n    ran = True\n"
+    )
     cfg = ModelConfig.from_pretrained(folder, trust_remote_code=True)
     assert type(cfg.hf_config).__name__ == "AcmeConfig" and cfg.hf_config.ran
     assert (cfg.architecture, cfg.head_dim, cfg.num_key_value_heads) == ("AcmeForCausalLM", 16, 2)
@@ -115,7 +129,7 @@ def test_trusted_remote_code_runs(write_config, monkeypatch, tmp_path):
 def test_trusted_remote_code_missing_file(write_config):
     """Trusting code the folder does not contain fails as a ConfigError naming the file."""
     folder = write_config(tiny(auto_map={"AutoConfig": "configuration_gone.GoneConfig"}))
-    with pytest.raises(ConfigError, match="configuration_gone.py"):
+    with pytest.raises(ConfigError, match=r"configuration_gone.py"):
         ModelConfig.from_pretrained(folder, trust_remote_code=True)
 
 
@@ -141,7 +155,7 @@ def test_kv_heads_must_divide_heads(write_config):
 def test_incomplete_mla(write_config):
     """kv_lora_rank without the head widths lists what is missing (DeepseekV3Config would default them)."""
     folder = write_config(tiny(model_type="deepseek_v3", kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8))
-    with pytest.raises(ConfigError, match="MLA config .* lacks required fields\n  - qk_nope_head_dim\n  - v_head_dim"):
+    with pytest.raises(ConfigError, match=r"MLA config .* lacks required fields\n  - qk_nope_head_dim\n  - v_head_dim"):
         ModelConfig.from_pretrained(folder)
 
 
@@ -154,7 +168,7 @@ def test_sliding_window_spellings_must_agree(write_config):
 
 def test_layer_types_of_wrong_length(write_config):
     """layer_types must cover every layer (transformers' validator or kernelbay's, whichever sees it first)."""
-    with pytest.raises(ConfigError, match="layer_types|1 layer kinds for num_hidden_layers=2"):
+    with pytest.raises(ConfigError, match=r"layer_types|1 layer kinds for num_hidden_layers=2"):
         ModelConfig.from_pretrained(write_config(tiny(layer_types=["full_attention"])))
 
 
@@ -181,28 +195,44 @@ def test_unknown_rope_type(write_config):
 
 def test_unknown_dtype(write_config):
     """torch_dtype must be a floating checkpoint dtype."""
-    with pytest.raises(ConfigError, match="could not parse|torch_dtype 'int3'"):
+    with pytest.raises(ConfigError, match=r"could not parse|torch_dtype 'int3'"):
         ModelConfig.from_pretrained(write_config(tiny(torch_dtype="int3")))
 
 
 def test_unknown_kv_cache_dtype(write_config):
     """kv_bytes_per_token refuses a KV dtype it cannot size, listing the known ones."""
     cfg = ModelConfig.from_pretrained(write_config(tiny()))
-    with pytest.raises(ConfigError, match="unknown KV-cache dtype 'fp3'; use one of: auto, .*fp8_e4m3"):
+    with pytest.raises(ConfigError, match=r"unknown KV-cache dtype 'fp3'; use one of: auto, .*fp8_e4m3"):
         cfg.kv_bytes_per_token("fp3")
 
 
 def test_quantization_without_method(write_config):
     """A quantization_config that names no method and has nothing to infer it from is an error."""
-    with pytest.raises(ConfigError, match="could not parse|no quant_method"):
+    with pytest.raises(ConfigError, match=r"could not parse|no quant_method"):
         ModelConfig.from_pretrained(write_config(tiny(quantization_config={"bits": 4})))
 
 
 def test_record_validates_itself():
     """The frozen record rejects an inconsistent hand-built instance with every problem listed."""
     with pytest.raises(ConfigError, match="num_key_value_heads=3 must divide num_attention_heads=4"):
-        ModelConfig(architecture="X", architectures=("X",), model_type="llama", hidden_size=64, num_hidden_layers=1,
-                    num_attention_heads=4, num_key_value_heads=3, head_dim=16, vocab_size=10, intermediate_size=8,
-                    max_position_embeddings=8, rms_norm_eps=1e-6, tie_word_embeddings=False, dtype="float32",
-                    layer_types=("full_attention",), layer_num_kv_heads=(3,), position_embedding="learned",
-                    attention_scale=0.25, v_head_dim=16)
+        ModelConfig(
+            architecture="X",
+            architectures=("X",),
+            model_type="llama",
+            hidden_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=3,
+            head_dim=16,
+            vocab_size=10,
+            intermediate_size=8,
+            max_position_embeddings=8,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            dtype="float32",
+            layer_types=("full_attention",),
+            layer_num_kv_heads=(3,),
+            position_embedding="learned",
+            attention_scale=0.25,
+            v_head_dim=16,
+        )

@@ -11,8 +11,9 @@ from kernelbay.hooks import hookimpl
 from .conftest import SHARED_CONFIGS
 from .test_errors import tiny
 
-GEMMA2 = dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=4, head_dim=16,
-              sliding_window=8)
+GEMMA2 = dict(
+    model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=4, head_dim=16, sliding_window=8
+)
 
 
 class RulePlugin:
@@ -81,19 +82,26 @@ def test_rule_returning_none_leaves_the_generic_fields(hook_env, write_config):
 
 def test_rule_that_raises_names_its_plugin(hook_env, write_config):
     """A crashing rule is a ConfigRuleError naming the rule, the model_type and the plugin."""
+
     def crash(config):
         raise RuntimeError("boom")
 
     hook_env().register(RulePlugin("mistral", intermediate_size=crash), name="acme")
-    with pytest.raises(ConfigRuleError, match=r"rule raised RuntimeError: boom \[the intermediate_size rule for "
-                                              r"model_type 'mistral' of acme"):
+    with pytest.raises(
+        ConfigRuleError,
+        match=r"rule raised RuntimeError: boom \[the intermediate_size rule for "
+        r"model_type 'mistral' of acme",
+    ):
         resolve(write_config, model_type="mistral")
 
 
-@pytest.mark.parametrize("answer, expected", [
-    ([FULL, FULL], "rule returned .* not LayerPlan or None"),
-    (LayerPlan((FULL,)), "rule gave 1 layer kinds for num_hidden_layers=2"),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ([FULL, FULL], "rule returned .* not LayerPlan or None"),
+        (LayerPlan((FULL,)), "rule gave 1 layer kinds for num_hidden_layers=2"),
+    ],
+)
 def test_rule_with_a_wrong_answer_names_its_plugin(hook_env, write_config, answer, expected):
     """An answer of the wrong type or length is the plugin's fault, and the error says whose."""
     hook_env().register(RulePlugin("mistral", layers=lambda c: answer), name="acme")
@@ -104,18 +112,31 @@ def test_rule_with_a_wrong_answer_names_its_plugin(hook_env, write_config, answe
 def test_refusing_rule_keeps_its_reason_and_names_its_plugin(hook_env, write_config):
     """kernelbay-llama's Nemotron-NAS rule refuses a short block_configs: its reason, its source, its plugin."""
     hook_env()
-    folder = write_config(tiny(model_type="nemotron-nas", architectures=["DeciLMForCausalLM"], block_configs=[],
-                               num_key_value_heads=None, intermediate_size=None))
-    with pytest.raises(ConfigRuleError, match=r"config.json: block_configs must list one block per layer \(2\)\. "
-                                              r"\[the layers rule .*kernelbay-llama 0.1.0, built-in"):
+    folder = write_config(
+        tiny(
+            model_type="nemotron-nas",
+            architectures=["DeciLMForCausalLM"],
+            block_configs=[],
+            num_key_value_heads=None,
+            intermediate_size=None,
+        )
+    )
+    with pytest.raises(
+        ConfigRuleError,
+        match=r"config.json: block_configs must list one block per layer \(2\)\. "
+        r"\[the layers rule .*kernelbay-llama 0.1.0, built-in",
+    ):
         ModelConfig.from_pretrained(folder)
 
 
 def test_unknown_rule_point_is_refused_with_the_plugin_and_close_matches(hook_env, write_config):
     """register(..., layer=...) fails when the hook runs, naming the plugin and the point it meant."""
     hook_env().register(RulePlugin("mistral", layer=all_full), name="acme")
-    with pytest.raises(PluginImportError, match=r"plugin 'acme' raised ConfigError: .*rule point: 'layer'.*"
-                                                r"Did you mean: layers"):
+    with pytest.raises(
+        PluginImportError,
+        match=r"plugin 'acme' raised ConfigError: .*rule point: 'layer'.*"
+        r"Did you mean: layers",
+    ):
         resolve(write_config, model_type="mistral")
 
 

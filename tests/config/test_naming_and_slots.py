@@ -40,12 +40,15 @@ def fresh_registry():
 
 
 # ---- drafts --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("written, renamed", [
-    ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM"),  # SpecForge / SGLang
-    ("Eagle3LlamaForCausalLM", "EAGLE3LlamaForCausalLM"),  # vLLM
-    ("LlamaForCausalLM", "EAGLE3LlamaForCausalLM"),  # a plain name plus draft_vocab_size
-    ("Qwen3ForCausalLMEagle", "EAGLE3Qwen3ForCausalLM"),
-])
+@pytest.mark.parametrize(
+    "written, renamed",
+    [
+        ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM"),  # SpecForge / SGLang
+        ("Eagle3LlamaForCausalLM", "EAGLE3LlamaForCausalLM"),  # vLLM
+        ("LlamaForCausalLM", "EAGLE3LlamaForCausalLM"),  # a plain name plus draft_vocab_size
+        ("Qwen3ForCausalLMEagle", "EAGLE3Qwen3ForCausalLM"),
+    ],
+)
 def test_draft_architecture_names(written, renamed):
     """Every EAGLE spelling becomes EAGLE3<TargetArch>."""
     assert draft_architecture(written) == renamed
@@ -63,7 +66,11 @@ def test_non_draft_is_a_model(write_config):
     """Without draft_vocab_size the architecture is architectures[0], slot kind model."""
     cfg = ModelConfig.from_pretrained(write_config(tiny()))
     assert (cfg.architecture, cfg.model_kind, cfg.is_draft, cfg.draft_vocab_size) == (
-        "LlamaForCausalLM", "model", False, None)
+        "LlamaForCausalLM",
+        "model",
+        False,
+        None,
+    )
 
 
 def test_missing_architectures_falls_back_to_transformers_causal_lm(write_config):
@@ -74,7 +81,7 @@ def test_missing_architectures_falls_back_to_transformers_causal_lm(write_config
 
 def test_bad_architectures(write_config):
     """architectures must be a list of class names."""
-    with pytest.raises(ConfigError, match="could not parse|architectures must be a list"):
+    with pytest.raises(ConfigError, match=r"could not parse|architectures must be a list"):
         ModelConfig.from_pretrained(write_config(tiny(architectures="LlamaForCausalLM")))
 
 

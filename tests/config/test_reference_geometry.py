@@ -39,8 +39,9 @@ EXPECTED = {
     # GQA 8; llama3 RoPE scaling; 32 x 2 x 8 x 128 x bf16
     "meta-llama-3.1-8b": Expect(128, 8, full(32), "llama3", 32 * 2 * 8 * 128 * BF16),
     # every layer slides over 4096 tokens (MLC spells it sliding_window_size)
-    "mistral-7b-v0.1": Expect(128, 8, {SLIDING: tuple(range(32))}, "default", 32 * 2 * 8 * 128 * BF16,
-                              sliding_window=4096),
+    "mistral-7b-v0.1": Expect(
+        128, 8, {SLIDING: tuple(range(32))}, "default", 32 * 2 * 8 * 128 * BF16, sliding_window=4096
+    ),
     # 896 / 14 = 64; use_sliding_window=false: all full; 24 x 2 x 2 x 64 x bf16
     "qwen2-0.5b": Expect(896 // 14, 2, full(24), "default", 24 * 2 * 2 * 64 * BF16),
     # explicit head_dim 128 (4096 / 32 happens to agree); 36 x 2 x 8 x 128 x bf16
@@ -48,41 +49,70 @@ EXPECTED = {
     # explicit head_dim 128 although 1024 / 16 = 64
     "qwen3-0.6b": Expect(128, 8, full(28), "default", 28 * 2 * 8 * 128 * BF16),
     # head_dim 256 (3584 / 16 = 224 is not it); even layers slide (Gemma-2 alternation)
-    "gemma-2-9b": Expect(256, 8, {SLIDING: tuple(range(0, 42, 2)), FULL: tuple(range(1, 42, 2))}, "default",
-                         42 * 2 * 8 * 256 * BF16, sliding_window=4096),
+    "gemma-2-9b": Expect(
+        256,
+        8,
+        {SLIDING: tuple(range(0, 42, 2)), FULL: tuple(range(1, 42, 2))},
+        "default",
+        42 * 2 * 8 * 256 * BF16,
+        sliding_window=4096,
+    ),
     # sliding_window_pattern 6: layers 5, 11, 17, 23 global, the other 22 slide over 512
-    "gemma-3-1b-it": Expect(256, 1, {SLIDING: tuple(i for i in range(26) if (i + 1) % 6),
-                                     FULL: (5, 11, 17, 23)}, "default", 26 * 2 * 1 * 256 * BF16,
-                            sliding_window=512),
+    "gemma-3-1b-it": Expect(
+        256,
+        1,
+        {SLIDING: tuple(i for i in range(26) if (i + 1) % 6), FULL: (5, 11, 17, 23)},
+        "default",
+        26 * 2 * 1 * 256 * BF16,
+        sliding_window=512,
+    ),
     # MLA: q/k head 128 + 64 = 192; cache latent 512 + rope key 64 = 576 per layer, not 2 x 128 x 192
     "deepseek-v3": Expect(128 + 64, 128, full(61), "yarn", 61 * (512 + 64) * BF16, mla_width=512 + 64),
     # Kimi K2 = DeepSeek V3 geometry with 64 heads; model_type kimi_k2 parsed by kernelbay's built-in class
-    "kimi-k2-instruct": Expect(192, 64, full(61), "yarn", 61 * 576 * BF16, mla_width=576,
-                               architecture="DeepseekV3ForCausalLM"),
+    "kimi-k2-instruct": Expect(
+        192, 64, full(61), "yarn", 61 * 576 * BF16, mla_width=576, architecture="DeepseekV3ForCausalLM"
+    ),
     # RW legacy: n_head 71, 4544 / 71 = 64; multi_query -> one KV head
-    "falcon-7b-legacy-rw": Expect(4544 // 71, 1, full(32), "default", 32 * 2 * 1 * 64 * BF16,
-                                  architecture="FalconForCausalLM"),
+    "falcon-7b-legacy-rw": Expect(
+        4544 // 71, 1, full(32), "default", 32 * 2 * 1 * 64 * BF16, architecture="FalconForCausalLM"
+    ),
     # new_decoder_architecture: num_kv_heads 8 wins over multi_query; 8192 / 128 = 64
     "falcon-40b-instruct": Expect(8192 // 128, 8, full(60), "default", 60 * 2 * 8 * 64 * BF16),
     # 3072 / 32 = 96; sliding_window 2047 < 4096 positions: every layer slides (as transformers' Phi3)
-    "phi-3-mini-4k-instruct": Expect(3072 // 32, 32, {SLIDING: tuple(range(32))}, "default",
-                                     32 * 2 * 32 * 96 * BF16, sliding_window=2047),
+    "phi-3-mini-4k-instruct": Expect(
+        3072 // 32, 32, {SLIDING: tuple(range(32))}, "default", 32 * 2 * 32 * 96 * BF16, sliding_window=2047
+    ),
     # dense_attention_every_n_layers 2: layer i dense when (i + 1) % 2 == 0, block-sparse otherwise
-    "phi-3-small-8k-instruct": Expect(4096 // 32, 8, {BLOCKSPARSE: tuple(range(0, 32, 2)),
-                                                      FULL: tuple(range(1, 32, 2))}, "default",
-                                      32 * 2 * 8 * 128 * BF16),
+    "phi-3-small-8k-instruct": Expect(
+        4096 // 32,
+        8,
+        {BLOCKSPARSE: tuple(range(0, 32, 2)), FULL: tuple(range(1, 32, 2))},
+        "default",
+        32 * 2 * 8 * 128 * BF16,
+    ),
     # explicit head_dim 64 (2880 / 64 = 45); layer_types alternate; no torch_dtype: float32 cache
-    "gpt-oss-20b": Expect(64, 8, {SLIDING: tuple(range(0, 24, 2)), FULL: tuple(range(1, 24, 2))}, "yarn",
-                          24 * 2 * 8 * 64 * FP32, sliding_window=128),
+    "gpt-oss-20b": Expect(
+        64,
+        8,
+        {SLIDING: tuple(range(0, 24, 2)), FULL: tuple(range(1, 24, 2))},
+        "yarn",
+        24 * 2 * 8 * 64 * FP32,
+        sliding_window=128,
+    ),
     # 49 attention layers with n_heads_in_group 8 (64 / 8 = 8 KV heads), 31 no-op layers cost nothing
     "llama-3-3-nemotron-super-49b-v1": Expect(
-        8192 // 64, 64 // 8, {FULL: tuple(i for i in range(80) if i not in NEMOTRON_NO_OP),
-                              NO_ATTENTION: NEMOTRON_NO_OP}, "llama3", 49 * 2 * 8 * 128 * BF16),
+        8192 // 64,
+        64 // 8,
+        {FULL: tuple(i for i in range(80) if i not in NEMOTRON_NO_OP), NO_ATTENTION: NEMOTRON_NO_OP},
+        "llama3",
+        49 * 2 * 8 * 128 * BF16,
+    ),
     # head_dim 128 although 5120 / 64 = 80
     "qwen3-32b-fp8": Expect(128, 8, full(64), "default", 64 * 2 * 8 * 128 * BF16),
     # EAGLE-3 head: one Llama layer, fp16
-    "eagle3-draft-llama3-8b-eagle3": Expect(4096 // 32, 8, full(1), "default", 1 * 2 * 8 * 128 * FP16,
-                                            architecture="EAGLE3LlamaForCausalLM"),
+    "eagle3-draft-llama3-8b-eagle3": Expect(
+        4096 // 32, 8, full(1), "default", 1 * 2 * 8 * 128 * FP16, architecture="EAGLE3LlamaForCausalLM"
+    ),
     # learned positions; no torch_dtype: fp32
     "gpt2": Expect(768 // 12, 12, full(12), None, 12 * 2 * 12 * 64 * FP32),
     "opt-125m": Expect(768 // 12, 12, full(12), None, 12 * 2 * 12 * 64 * FP16),
@@ -113,7 +143,7 @@ def test_deepseek_v2_lite_resolves_once_q_lora_rank_is_written(shared_copy):
     assert cfg.kv_bytes_per_token() == 27 * (512 + 64) * BF16  # 31104, not 27 x 2 x 16 x 192 x 2
     # YaRN factor 40, mscale_all_dim 0.707: softmax scale x (0.1 x 0.707 x ln 40 + 1)^2
     mscale = 0.1 * 0.707 * math.log(40) + 1
-    assert cfg.attention_scale == pytest.approx(192 ** -0.5 * mscale ** 2)
+    assert cfg.attention_scale == pytest.approx(192**-0.5 * mscale**2)
 
 
 def test_deepseek_v3_details():
@@ -136,7 +166,7 @@ def test_deepseek_v32_caches_the_indexer_key():
 def test_gemma_details():
     """Gemma 2 27B scales by query_pre_attn_scalar 144, not head_dim 128; soft-caps 50 / 30; Gemma 3 local base."""
     g2 = ModelConfig.from_pretrained(SHARED_CONFIGS / "gemma-2-27b")
-    assert g2.attention_scale == pytest.approx(144 ** -0.5)
+    assert g2.attention_scale == pytest.approx(144**-0.5)
     assert (g2.attn_logit_softcapping, g2.final_logit_softcapping) == (50.0, 30.0)
     g3 = ModelConfig.from_pretrained(SHARED_CONFIGS / "gemma-3-1b-it")
     assert (g3.rope.theta, g3.rope.local_theta) == (1_000_000, 10_000)
@@ -160,8 +190,12 @@ def test_phi3_small_details():
     """Phi-3-small: muP scale 1 / head_dim, block-sparse geometry, RoPE base from rope_embedding_base."""
     cfg = ModelConfig.from_pretrained(SHARED_CONFIGS / "phi-3-small-8k-instruct")
     assert cfg.attention_scale == pytest.approx(1 / 128)
-    assert cfg.blocksparse.to_dict() == {"block_size": 64, "num_local_blocks": 16, "vert_stride": 8,
-                                         "homo_head_pattern": False}
+    assert cfg.blocksparse.to_dict() == {
+        "block_size": 64,
+        "num_local_blocks": 16,
+        "vert_stride": 8,
+        "homo_head_pattern": False,
+    }
     assert cfg.rope.theta == 1_000_000 and cfg.intermediate_size == 14336
 
 
@@ -181,8 +215,12 @@ def test_qwen3_32b_fp8_quantization():
 def test_static_per_tensor_fp8_quantization():
     """The ModelOpt static per-tensor export: method inferred, static activations, FP8 KV cache, lm_head kept."""
     q = ModelConfig.from_pretrained(SHARED_CONFIGS / "qwen3-32b-fp8-static-pertensor").quantization
-    assert (q.quant_method, q.fmt, q.weight_granularity, q.activation_scheme) == ("modelopt", "e4m3", "tensor",
-                                                                                  "static")
+    assert (q.quant_method, q.fmt, q.weight_granularity, q.activation_scheme) == (
+        "modelopt",
+        "e4m3",
+        "tensor",
+        "static",
+    )
     assert q.kv_cache_dtype == "fp8_e4m3" and q.modules_to_not_convert == ("lm_head",)
 
 

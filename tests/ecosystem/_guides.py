@@ -43,23 +43,41 @@ def _attrs(info: str) -> dict:
 
 
 def parse(markdown: str) -> list[Block]:
-    return [Block(m.group(1), _attrs(m.group(2)), m.group(3), markdown.count("\n", 0, m.start()) + 1)
-            for m in FENCE.finditer(markdown)]
+    return [
+        Block(m.group(1), _attrs(m.group(2)), m.group(3), markdown.count("\n", 0, m.start()) + 1)
+        for m in FENCE.finditer(markdown)
+    ]
 
 
 def sandbox_env(site: Path, venv_bin: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELBAY_", "ACME_", "PIP_"))}
-    return env | {"PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(site),
-                  "PIP_TARGET": str(site), "PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0",
-                  "PIP_QUIET": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return env | {
+        "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        "PYTHONPATH": str(site),
+        "PIP_TARGET": str(site),
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_DEPS": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+        "PIP_QUIET": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
 
 
 def run_block(block: Block, env: dict, cwd: Path) -> str:
     cmd = ["bash", "-eo", "pipefail", "-c", block.text] if block.lang == "bash" else [sys.executable, "-"]
-    done = subprocess.run(cmd, input=None if block.lang == "bash" else block.text, capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    done = subprocess.run(
+        cmd,
+        input=None if block.lang == "bash" else block.text,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
     output = done.stdout + done.stderr
-    assert done.returncode == 0, f"block at line {block.line} failed ({done.returncode}):\n{block.text}\n--- output:\n{output}"
+    assert done.returncode == 0, (
+        f"block at line {block.line} failed ({done.returncode}):\n{block.text}\n--- output:\n{output}"
+    )
     return output
 
 
@@ -77,6 +95,7 @@ def check_output(expected: Block, output: str) -> None:
 
 def check_excerpt(block: Block, repo: Path) -> None:
     source = (repo / block.attrs["file"]).read_text()
+    assert block.text.strip(), f"line {block.line}: empty excerpt of {block.attrs['file']}"
     assert block.text in source, f"line {block.line}: excerpt no longer matches {block.attrs['file']}:\n{block.text}"
 
 

@@ -41,8 +41,19 @@ class Sites:
 
 
 def pip_install(target: Path, *package_dirs: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-           "--target", str(target), *(str(REPO / d) for d in package_dirs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--target",
+        str(target),
+        *(str(REPO / d) for d in package_dirs),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
 
@@ -114,5 +125,11 @@ def run_kernelbay(sites: Sites, *args: str, with_acme: bool = True, **env: str) 
     """`kernelbay ARGS` in a fresh process whose only plugins are the installed sites' (and the editable core's)."""
     environ = clean_environ(**env)
     environ["PYTHONPATH"] = os.pathsep.join(sites.path(with_acme))
-    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
-                          env=environ, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelbay.cli", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=REPO,
+        timeout=300,
+    )

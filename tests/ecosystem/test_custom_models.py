@@ -12,9 +12,9 @@ import torch
 import transformers
 
 from kernelbay import RegistrationConflict, load_custom_module_dirs, resolve
-from kernelbay_engine.runner import ModelRunner
-from kernelbay_engine import AutoModelForCausalLM
 from kernelbay.registry import slot_info
+from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.runner import ModelRunner
 
 from ..models._parity import compare_generation
 from .conftest import REPO
@@ -27,9 +27,19 @@ DEMO = REPO / "plugins/engine/kernelbay_engine/demo"
 @pytest.fixture(scope="module")
 def olmo_checkpoint(tmp_path_factory):
     """A tiny random OLMo saved by transformers (safetensors), with q/k/v clipping switched on."""
-    config = transformers.OlmoConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                     clip_qkv=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.OlmoConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        clip_qkv=0.5,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     model = transformers.OlmoForCausalLM(config).eval()
     folder = tmp_path_factory.mktemp("olmo")
@@ -73,8 +83,9 @@ def test_override_takes_the_builtin_slot(make_registry, tmp_path):
     slot = slot_info("model", "LlamaForCausalLM")
     assert slot["winner"]["provider"]["origin"] == "custom-dir"
     assert [d["provider"]["distribution"] for d in slot["displaced"]] == ["kernelbay-llama"]
-    model = AutoModelForCausalLM.from_pretrained(_demo_with(tmp_path, banned_token_ids=[5, 7]), dtype="float32",
-                                                 progress=False)
+    model = AutoModelForCausalLM.from_pretrained(
+        _demo_with(tmp_path, banned_token_ids=[5, 7]), dtype="float32", progress=False
+    )
     hidden = torch.randn(3, model.config.hidden_size)
     builtin = type(model).__mro__[1]
     assert f"{builtin.__module__}:{builtin.__qualname__}" == "kernelbay_llama.modeling:LlamaForCausalLM"

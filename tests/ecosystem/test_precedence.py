@@ -24,8 +24,11 @@ def test_every_plugin_is_discovered_with_its_origin(make_registry):
     assert {d: found[d].origin for d in BUILTIN_DISTS} == dict.fromkeys(BUILTIN_DISTS, "built-in")
     acme = found["kernelbay-acme"]
     assert acme.origin == "external" and acme.refused is None
-    assert acme.groups == {"kernelbay.platforms": ["acme"], "kernelbay.models": ["LlamaForCausalLM"],
-                           "kernelbay.attention_backends": ["ACME_INT8"]}
+    assert acme.groups == {
+        "kernelbay.platforms": ["acme"],
+        "kernelbay.models": ["LlamaForCausalLM"],
+        "kernelbay.attention_backends": ["ACME_INT8"],
+    }
 
 
 def test_acme_takes_the_llama_slot_from_the_builtin(make_registry, caplog):
@@ -35,10 +38,13 @@ def test_acme_takes_the_llama_slot_from_the_builtin(make_registry, caplog):
         cls = resolve("model", "LlamaForCausalLM")
     assert f"{cls.__module__}:{cls.__qualname__}" == "kernelbay_acme.models:AcmeLlamaForCausalLM"
     slot = slot_info("model", "LlamaForCausalLM")
-    assert (slot["winner"]["provider"]["distribution"], slot["winner"]["provider"]["origin"]) == ("kernelbay-acme",
-                                                                                                   "external")
-    assert [(d["provider"]["distribution"], d["provider"]["origin"]) for d in slot["displaced"]] == \
-        [("kernelbay-llama", "built-in")]
+    assert (slot["winner"]["provider"]["distribution"], slot["winner"]["provider"]["origin"]) == (
+        "kernelbay-acme",
+        "external",
+    )
+    assert [(d["provider"]["distribution"], d["provider"]["origin"]) for d in slot["displaced"]] == [
+        ("kernelbay-llama", "built-in")
+    ]
     warnings = [r.getMessage() for r in caplog.records if "takes the slot" in r.getMessage()]
     assert len(warnings) == 1 and "kernelbay_acme.models" in warnings[0] and "kernelbay_llama.modeling" in warnings[0]
     assert resolve("model", "MistralForCausalLM").__module__ == "kernelbay_llama.modeling"  # acme did not claim it
@@ -99,7 +105,9 @@ def test_plugins_command_without_acme(sites):
 def test_doctor_is_clean_with_acme_installed(sites):
     """`kernelbay doctor` imports every provider of every installed plugin (acme included) and finds nothing."""
     done = run_kernelbay(sites, "doctor")
-    assert (done.returncode, done.stdout.strip()) == (0, "kernelbay doctor: no problems found"), done.stdout + done.stderr
+    assert (done.returncode, done.stdout.strip()) == (0, "kernelbay doctor: no problems found"), (
+        done.stdout + done.stderr
+    )
 
 
 def test_acme_backend_is_chosen_on_the_acme_platform_with_reasons(make_registry, monkeypatch):
@@ -142,7 +150,9 @@ def test_explain_shows_acme_chosen_and_why_not_the_others(sites):
     layer, and for each other backend the reason it was not chosen."""
     import json
 
-    done = run_kernelbay(sites, "explain", str(REPO / "plugins/engine/kernelbay_engine/demo"), "--json", ACME_VISIBLE_DEVICES="0")
+    done = run_kernelbay(
+        sites, "explain", str(REPO / "plugins/engine/kernelbay_engine/demo"), "--json", ACME_VISIBLE_DEVICES="0"
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-acme", "external")

@@ -42,7 +42,7 @@ def compare_generation(hf_model, runner: ModelRunner, tag: str, prompts=PROMPTS,
         if step == steps:
             break
         requests = [StepRequest(i, [t], len(sequences[i])) for i, t in enumerate(tokens)]
-        for seq, t in zip(sequences, tokens):
+        for seq, t in zip(sequences, tokens, strict=True):
             seq.append(t)
         logits = runner.step(requests)
     for i in range(len(prompts)):

@@ -10,7 +10,14 @@ def test_every_registered_family_architecture_has_a_parity_case(loaded):
     from kernelbay.registry import names
 
     covered = {type(loaded(name)[1]).__name__ for name in TINY}
-    family = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
-              "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
+    family = {
+        "LlamaForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Phi3ForCausalLM",
+        "Gemma2ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+    }
     assert family <= set(names("model"))
     assert family <= covered, f"no parity case for {sorted(family - covered)}"

@@ -15,13 +15,34 @@ from kernelbay.registry import Registry, default_registry, reset_registry
 from kernelbay.registry._discovery import discover
 
 DISTS = Path(__file__).parent / "dists"
-FIXTURE_PACKAGES = ("kb_good", "kb_other", "kb_syntax", "kb_missingdep", "kb_raising", "kb_attrerror",
-                    "kb_badversion", "kb_liar", "kb_conflict_a", "kb_conflict_b")
+FIXTURE_PACKAGES = (
+    "kb_good",
+    "kb_other",
+    "kb_syntax",
+    "kb_missingdep",
+    "kb_raising",
+    "kb_attrerror",
+    "kb_badversion",
+    "kb_liar",
+    "kb_conflict_a",
+    "kb_conflict_b",
+)
 
 
 def install_fixture_dists(target: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-           "--target", str(target), *sorted(str(d) for d in DISTS.iterdir() if d.is_dir())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--target",
+        str(target),
+        *sorted(str(d) for d in DISTS.iterdir() if d.is_dir()),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return target
 

@@ -10,8 +10,9 @@ from .conftest import env_with_site
 
 
 def _cli(site, *args, **env):
-    return subprocess.run([sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True,
-                          env=env_with_site(site, **env))
+    return subprocess.run(
+        [sys.executable, "-m", "kernelbay.cli", *args], capture_output=True, text=True, env=env_with_site(site, **env)
+    )
 
 
 def test_plugins_json_lists_plugins_slots_provenance_and_refusals(fixture_site):
@@ -41,9 +42,13 @@ def test_plugins_text_marks_indexed_slots_and_conflicts(fixture_site):
 
 def test_doctor_lists_every_finding_and_exits_nonzero(fixture_site):
     """doctor reports the liar, the broken plugins (hooks too), the conflict and the refused plugin."""
-    out = _cli(fixture_site, "doctor", KERNELBAY_PLUGINS="kb-fixture-liar,kb-fixture-syntax,kb-fixture-badversion,"
-                                                          "kb-fixture-conflict-a,kb-fixture-conflict-b,"
-                                                          "kb-fixture-missingdep")
+    out = _cli(
+        fixture_site,
+        "doctor",
+        KERNELBAY_PLUGINS="kb-fixture-liar,kb-fixture-syntax,kb-fixture-badversion,"
+        "kb-fixture-conflict-a,kb-fixture-conflict-b,"
+        "kb-fixture-missingdep",
+    )
     assert out.returncode == 1
     text = out.stdout
     assert "kb_liar.modeling is advertised for 'LiarForCausalLM' (kernelbay.models) but never registers it" in text

@@ -29,13 +29,16 @@ def _write(path, text):
 def test_file_registrations_are_custom_dir_and_take_external_slots(make_registry, tmp_path, cleanup_modules):
     """A .py file's registration carries origin custom-dir and its path, and wins over a pip plugin."""
     reg = make_registry(KERNELBAY_PREFER="GoodForCausalLM=my_override")
-    f = _write(tmp_path / "my_override.py", """
+    f = _write(
+        tmp_path / "my_override.py",
+        """
         from kernelbay import register_model
 
         @register_model("GoodForCausalLM", "MyNewForCausalLM")
         class MyGood:
             pass
-    """)
+    """,
+    )
     assert load_custom_module_dirs([f]) == ["my_override"]
     slot = reg.slot("model", "MyNewForCausalLM")
     assert slot.winner.provider.origin == "custom-dir" and slot.winner.provider.path == str(f)
@@ -48,13 +51,16 @@ def test_directory_is_imported_as_a_package_and_loading_twice_is_a_noop(make_reg
     reg = make_registry()
     pkg = tmp_path / "my_models"
     _write(pkg / "__init__.py", "from . import arch\n")
-    _write(pkg / "arch.py", """
+    _write(
+        pkg / "arch.py",
+        """
         from kernelbay import register_model
 
         @register_model("MyPkgForCausalLM")
         class MyPkg:
             pass
-    """)
+    """,
+    )
     assert load_custom_module_dirs([str(pkg)]) == ["my_models"]
     assert load_custom_module_dirs([str(pkg)]) == []
     assert reg.resolve("model", "MyPkgForCausalLM").__module__ == "my_models.arch"
@@ -71,7 +77,9 @@ def test_missing_path_is_named(make_registry, tmp_path):
 def test_import_error_names_file_and_line_and_registers_nothing(make_registry, tmp_path, cleanup_modules):
     """A failing custom module names its file and line; its earlier registrations are dropped."""
     reg = make_registry()
-    f = _write(tmp_path / "my_broken.py", """
+    f = _write(
+        tmp_path / "my_broken.py",
+        """
         from kernelbay import register_model
 
         @register_model("HalfForCausalLM")
@@ -79,7 +87,8 @@ def test_import_error_names_file_and_line_and_registers_nothing(make_registry, t
             pass
 
         raise RuntimeError("boom")
-    """)
+    """,
+    )
     with pytest.raises(CustomModuleDirError) as err:
         load_custom_module_dirs([f])
     assert f"{f}:8" in str(err.value) and "RuntimeError: boom" in str(err.value)
@@ -91,7 +100,7 @@ def test_folder_without_init_is_refused_with_the_fix(make_registry, tmp_path):
     """A plain folder (no __init__.py) is an error that says to add one."""
     make_registry()
     (tmp_path / "my_plain").mkdir()
-    with pytest.raises(CustomModuleDirError, match="has no __init__.py; add one"):
+    with pytest.raises(CustomModuleDirError, match=r"has no __init__.py; add one"):
         load_custom_module_dirs([tmp_path / "my_plain"])
 
 

@@ -40,8 +40,10 @@ def test_allow_list_keeps_only_named_distributions_and_reports_unknown_names(fix
     assert used == {"kb-fixture-good", "kernelbay"}
     assert found.plugins["kb-fixture-other"].refused == "disabled: not in KERNELBAY_PLUGINS"
     assert found.unknown_filter_names == ["no-such-plugin"]
-    assert "'no-such-plugin' in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution" \
+    assert (
+        "'no-such-plugin' in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution"
         in found.findings()
+    )
 
 
 def test_deny_list_removes_a_distribution(fixture_site):
@@ -62,8 +64,10 @@ def _write_dist(site, name, version, requires=(), models=("XForCausalLM",), kind
     else:
         (meta / "PKG-INFO").write_text(header)
         (meta / "requires.txt").write_text("".join(f"{r}\n" for r in requires))
-    (meta / "entry_points.txt").write_text("[console_scripts]\nx = x:main\n\n[kernelbay.models]\n"
-                                           + "".join(f"{m} = {name.replace('-', '_')}.modeling\n" for m in models))
+    (meta / "entry_points.txt").write_text(
+        "[console_scripts]\nx = x:main\n\n[kernelbay.models]\n"
+        + "".join(f"{m} = {name.replace('-', '_')}.modeling\n" for m in models)
+    )
     return meta
 
 
@@ -72,8 +76,10 @@ def test_first_copy_of_a_distribution_on_the_path_wins(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     _write_dist(first, "kb-twice", "2.0", models=("NewForCausalLM",))
     _write_dist(second, "kb-twice", "1.0", models=("OldForCausalLM",))
-    for path, version, model in (([first, second], "2.0", "NewForCausalLM"),
-                                 ([second, first], "1.0", "OldForCausalLM")):
+    for path, version, model in (
+        ([first, second], "2.0", "NewForCausalLM"),
+        ([second, first], "1.0", "OldForCausalLM"),
+    ):
         found = discover({}, path=[str(p) for p in path])
         assert found.plugins["kb-twice"].version == version
         assert [(e.name, e.version) for e in found.entries] == [(model, version)]
@@ -91,8 +97,27 @@ def test_egg_info_requirements_and_other_groups_are_read_through_the_library(tmp
 
 
 # Every specifier form PEP 440 allows, the prerelease and local ones included
-SPECS = [">=0.1,<0.2", "<0.1", "==0.1.0", "==0.1", "!=0.1.0", "~=0.1", ">0.1", "<=0.1", "==0.1.*", ">=0.1.0rc1",
-         "<0.1.dev0", ">=1", ">0.0.9", "<0.1.1", ">= 0.1 , < 1", "===0.1.0", "<=0.1.0-post1", "==0.1.0+local", ""]
+SPECS = [
+    ">=0.1,<0.2",
+    "<0.1",
+    "==0.1.0",
+    "==0.1",
+    "!=0.1.0",
+    "~=0.1",
+    ">0.1",
+    "<=0.1",
+    "==0.1.*",
+    ">=0.1.0rc1",
+    "<0.1.dev0",
+    ">=1",
+    ">0.0.9",
+    "<0.1.1",
+    ">= 0.1 , < 1",
+    "===0.1.0",
+    "<=0.1.0-post1",
+    "==0.1.0+local",
+    "",
+]
 
 
 def _refusal(*requires):
@@ -108,8 +133,12 @@ def test_core_version_check_agrees_with_packaging_requirement_on_every_spec_form
     from kernelbay import __version__
 
     for spec in SPECS:
-        for text in (f"kernelbay{spec}", f"KernelBay{spec}", f"kernelbay[x] ({spec})" if spec else
-                     "kernelbay[x]", f"kernelbay {spec} ; python_version >= '3'"):
+        for text in (
+            f"kernelbay{spec}",
+            f"KernelBay{spec}",
+            f"kernelbay[x] ({spec})" if spec else "kernelbay[x]",
+            f"kernelbay {spec} ; python_version >= '3'",
+        ):
             required, refusal = _refusal(text)
             expected = Requirement(text).specifier
             assert (refusal is None) == expected.contains(__version__, prereleases=True), text

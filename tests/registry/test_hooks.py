@@ -13,7 +13,7 @@ def test_hook_plugins_load_on_first_call_and_register_rules(make_registry):
     assert "kb_good.hooks" not in sys.modules
     rules = collect("register_config_rules")
     assert "kb_good.hooks" in sys.modules
-    (rule, plugin), = [(r, p) for r, p in rules if p == "good"]
+    ((rule, _plugin),) = [(r, p) for r, p in rules if p == "good"]
     assert rule({"beam_width": 4}) == ["good: beam search is not supported"]
     assert rule({"beam_width": 1}) == []
 
@@ -45,7 +45,7 @@ def test_first_party_family_rules_come_through_the_hook_as_built_in(make_registr
     make_registry()
     calls = []
     call_hook("register_model_type_rules", lambda plugin: lambda types, **rules: calls.append((plugin, types, rules)))
-    (plugin, _, rules), = [c for c in calls if c[1] == "gemma2"]
+    ((plugin, _, rules),) = [c for c in calls if c[1] == "gemma2"]
     provider = hook_provider(plugin)
     assert (provider.distribution, provider.origin, list(rules)) == ("kernelbay-llama", "built-in", ["layers"])
 

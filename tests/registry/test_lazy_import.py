@@ -19,8 +19,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith({heavy!r}))))
 
 
 def _heavy_modules_after(body: str, env=None, heavy=HEAVY) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(body=body, heavy=heavy)], capture_output=True,
-                         text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(body=body, heavy=heavy)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -50,8 +55,12 @@ def test_import_kernelbay_leaves_the_metadata_libraries_to_discovery():
 def test_plain_core_ranges_are_checked_without_importing_packaging_requirements(fixture_site):
     """Plugins declaring `kernelbay>=a,<b` are checked with SpecifierSet alone (packaging.requirements, markers
     and tags cost ~15 ms more to import); the fixtures and first-party plugins all declare such ranges."""
-    assert _heavy_modules_after(PLUGINS_JSON, env_with_site(fixture_site),
-                                heavy=("packaging.requirements", "packaging.markers")) == []
+    assert (
+        _heavy_modules_after(
+            PLUGINS_JSON, env_with_site(fixture_site), heavy=("packaging.requirements", "packaging.markers")
+        )
+        == []
+    )
 
 
 def test_public_names_resolve_lazily_and_are_cached():

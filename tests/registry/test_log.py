@@ -69,7 +69,8 @@ print(json.dumps({"before": before, "cls": f"{cls.__module__}:{cls.__qualname__}
 def test_exported_providers_rebuild_the_same_registry_lazily_in_a_worker(make_registry, fixture_site, tmp_path):
     """A worker given the external providers by module name imports none until it resolves, then matches."""
     (tmp_path / "runtime_mod.py").write_text(
-        "from kernelbay import register_model\n\n@register_model('RuntimeForCausalLM')\nclass Runtime:\n    pass\n")
+        "from kernelbay import register_model\n\n@register_model('RuntimeForCausalLM')\nclass Runtime:\n    pass\n"
+    )
     sys.path.insert(0, str(tmp_path))
     try:
         reg = make_registry()
@@ -79,8 +80,14 @@ def test_exported_providers_rebuild_the_same_registry_lazily_in_a_worker(make_re
         state = reg.export_providers()
         assert {p["provider"]["module"] for p in state["providers"]} >= {"runtime_mod", "kb_good.modeling"}
         env = env_with_site(fixture_site, PYTHONPATH=f"{tmp_path}:{fixture_site}")
-        out = subprocess.run([sys.executable, "-c", WORKER, "RuntimeForCausalLM"], input=json.dumps(state),
-                             capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", WORKER, "RuntimeForCausalLM"],
+            input=json.dumps(state),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         doc = json.loads(out.stdout)
         assert doc["before"] == []
         assert doc["cls"] == "runtime_mod:Runtime"

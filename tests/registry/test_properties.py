@@ -10,8 +10,9 @@ from kernelbay.registry._discovery import Discovery
 from kernelbay.registry._records import Origin, Preferences, Provider
 
 NAMES = ["A", "B", "C"]
-PROVIDERS = [Provider(f"builtin_{i}", f"kernelbay-b{i}", "1", Origin.BUILTIN) for i in range(2)] + \
-            [Provider(f"external_{i}", f"ext-{i}", "1", Origin.EXTERNAL) for i in range(3)]
+PROVIDERS = [Provider(f"builtin_{i}", f"kernelbay-b{i}", "1", Origin.BUILTIN) for i in range(2)] + [
+    Provider(f"external_{i}", f"ext-{i}", "1", Origin.EXTERNAL) for i in range(3)
+]
 
 claims = st.lists(st.tuples(st.sampled_from(PROVIDERS), st.sampled_from(NAMES)), min_size=0, max_size=10)
 
@@ -60,11 +61,14 @@ def test_external_always_wins_and_builtin_fills_only_empty_slots(sequence):
             assert slot.winner.provider in providers
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("register"), st.sampled_from(PROVIDERS), st.sampled_from(NAMES)),
-    st.tuples(st.just("unregister"), st.sampled_from(PROVIDERS), st.none()),
-    st.tuples(st.just("rebuild"), st.none(), st.none()),
-), max_size=20)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("register"), st.sampled_from(PROVIDERS), st.sampled_from(NAMES)),
+        st.tuples(st.just("unregister"), st.sampled_from(PROVIDERS), st.none()),
+        st.tuples(st.just("rebuild"), st.none(), st.none()),
+    ),
+    max_size=20,
+)
 
 
 @settings(max_examples=150, deadline=None)

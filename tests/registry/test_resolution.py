@@ -25,8 +25,13 @@ def test_provenance_records_module_distribution_version_origin(make_registry):
     """The slot names its provider module, distribution, version and origin."""
     make_registry()
     info = slot_info("model", "GoodForCausalLM")
-    assert info["winner"]["provider"] == {"module": "kb_good.modeling", "distribution": "kb-fixture-good",
-                                          "version": "1.0", "origin": "external", "path": None}
+    assert info["winner"]["provider"] == {
+        "module": "kb_good.modeling",
+        "distribution": "kb-fixture-good",
+        "version": "1.0",
+        "origin": "external",
+        "path": None,
+    }
     assert info["winner"]["target"] == "kb_good.modeling:GoodForCausalLM"
 
 
@@ -85,8 +90,10 @@ def test_missing_dependency_is_reported_as_that_dependency(make_registry):
     with pytest.raises(MissingDependencyError) as err:
         reg.resolve("model", "MissingDepForCausalLM")
     msg = str(err.value)
-    assert "kb_missingdep.modeling (kb-fixture-missingdep 1.0, external) needs the package " \
-           "'kb_not_installed_dependency', which is not installed" in msg
+    assert (
+        "kb_missingdep.modeling (kb-fixture-missingdep 1.0, external) needs the package "
+        "'kb_not_installed_dependency', which is not installed" in msg
+    )
     assert "kb_missingdep/modeling.py:4" in msg
 
 
@@ -107,8 +114,7 @@ def test_attribute_error_inside_provider_becomes_import_error_naming_it(make_reg
     reg = make_registry()
     with pytest.raises(ImportError) as err:
         reg.resolve("model", "AttrErrorForCausalLM")
-    assert "AttributeError inside provider kb_attrerror.modeling (kb-fixture-attrerror 1.0, external)" \
-        in str(err.value)
+    assert "AttributeError inside provider kb_attrerror.modeling (kb-fixture-attrerror 1.0, external)" in str(err.value)
     assert "no_such_function" in str(err.value)
 
 
@@ -117,8 +123,10 @@ def test_advertised_but_never_registered_points_at_doctor(make_registry):
     reg = make_registry()
     with pytest.raises(UnknownNameError) as err:
         reg.resolve("model", "LiarForCausalLM")
-    assert "kb-fixture-liar (kb_liar.modeling) advertise(s) 'LiarForCausalLM' in kernelbay.models but never " \
-           "registered it; run `kernelbay doctor`" in str(err.value)
+    assert (
+        "kb-fixture-liar (kb_liar.modeling) advertise(s) 'LiarForCausalLM' in kernelbay.models but never "
+        "registered it; run `kernelbay doctor`" in str(err.value)
+    )
 
 
 def test_refused_plugin_is_named_when_its_architecture_is_requested(make_registry):
@@ -126,8 +134,10 @@ def test_refused_plugin_is_named_when_its_architecture_is_requested(make_registr
     reg = make_registry()
     with pytest.raises(UnknownNameError) as err:
         reg.resolve("model", "OldForCausalLM")
-    assert "kb-fixture-badversion 1.0 provides it but is not used: kb-fixture-badversion 1.0 requires " \
-           "kernelbay<0.1" in str(err.value)
+    assert (
+        "kb-fixture-badversion 1.0 provides it but is not used: kb-fixture-badversion 1.0 requires "
+        "kernelbay<0.1" in str(err.value)
+    )
     assert fixture_imports() == []
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 KERNELBAY = str(Path(sys.executable).with_name("kernelbay"))
-BAD_BACKEND_DIR = '''
+BAD_BACKEND_DIR = """
 from kernelbay import register_attention_backend
 from kernelbay.attention import AttentionGeometry
 from kernelbay_torch.vanilla import VanillaBackend
@@ -26,7 +26,7 @@ class WindowOffByOne(VanillaBackend):
 
 
 register_attention_backend("FAKE_WINDOW_OFF_BY_ONE", target=WindowOffByOne)
-'''
+"""
 
 
 def check_backend(*args: str) -> subprocess.CompletedProcess:
@@ -58,15 +58,33 @@ def test_refusals_are_shown_not_failed():
     """A refused spec is a '----' line naming the missing capability; it does not fail the run."""
     done = check_backend("SDPA", "--spec", "softcap")
     assert done.returncode == 0
-    assert done.stdout.splitlines()[0].split() == ["----", "softcap", "not", "claimed:", "logit_softcap:", "attention",
-                                                   "logit", "soft-capping", "is", "not", "supported"]
+    assert done.stdout.splitlines()[0].split() == [
+        "----",
+        "softcap",
+        "not",
+        "claimed:",
+        "logit_softcap:",
+        "attention",
+        "logit",
+        "soft-capping",
+        "is",
+        "not",
+        "supported",
+    ]
 
 
 def test_a_bad_backend_exits_1(tmp_path):
     """A backend (from --custom-module-dirs) that gets a spec wrong gets a FAIL line and exit code 1."""
     (tmp_path / "bad_backend.py").write_text(BAD_BACKEND_DIR)
-    done = check_backend("FAKE_WINDOW_OFF_BY_ONE", "--custom-module-dirs", str(tmp_path / "bad_backend.py"),
-                         "--spec", "sliding_window", "--spec", "small_decode")
+    done = check_backend(
+        "FAKE_WINDOW_OFF_BY_ONE",
+        "--custom-module-dirs",
+        str(tmp_path / "bad_backend.py"),
+        "--spec",
+        "sliding_window",
+        "--spec",
+        "small_decode",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     first, second, summary = done.stdout.splitlines()
     assert first.startswith("FAIL  sliding_window") and " > " in first and second.startswith("PASS  small_decode")

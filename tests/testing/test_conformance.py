@@ -67,9 +67,11 @@ def test_the_reference_needs_no_backend():
     import subprocess
     import sys
 
-    code = ("import sys; from kernelbay.testing import SPECS, make_data, reference_output; "
-            "reference_output(SPECS['gqa'], make_data(SPECS['gqa'])); "
-            "assert not [m for m in sys.modules if m.startswith('kernelbay_')], sorted(sys.modules)")
+    code = (
+        "import sys; from kernelbay.testing import SPECS, make_data, reference_output; "
+        "reference_output(SPECS['gqa'], make_data(SPECS['gqa'])); "
+        "assert not [m for m in sys.modules if m.startswith('kernelbay_')], sorted(sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -119,8 +121,10 @@ def test_an_unregistered_class_says_the_selector_was_not_asked():
     say so instead of passing silently."""
     result = check_backend(_fakes.TwoFaced, ["softcap"]).results[0]
     assert result.status == "not-claimed"
-    assert result.detail == ("not claimed: logit_softcap: attention logit soft-capping is not supported "
-                             "(selector not checked: FAKE_TWO_FACED is not installed as this class)")
+    assert result.detail == (
+        "not claimed: logit_softcap: attention logit soft-capping is not supported "
+        "(selector not checked: FAKE_TWO_FACED is not installed as this class)"
+    )
 
 
 def test_an_unavailable_backend_is_skipped_not_failed():
@@ -134,7 +138,8 @@ def test_claiming_nothing_is_not_called_conforming():
     """A backend that refuses every spec fails nothing, but its summary does not say it conforms."""
     report = check_backend(_fakes.ClaimsNothing, ["small_decode", "gqa"])
     assert report.passed and report.summary() == (
-        "FAKE_CLAIMS_NOTHING: claims none of these specs: 0 passed, 0 failed, 2 not claimed, 0 skipped")
+        "FAKE_CLAIMS_NOTHING: claims none of these specs: 0 passed, 0 failed, 2 not claimed, 0 skipped"
+    )
 
 
 def test_report_to_dict_is_json():
@@ -147,7 +152,7 @@ def test_report_to_dict_is_json():
 
 def test_unknown_names_list_the_known_ones():
     """An unknown backend or spec name is UnknownNameError naming the known ones and close matches."""
-    with pytest.raises(UnknownNameError, match="Known attention backends: .*SDPA.*Did you mean: SDPA"):
+    with pytest.raises(UnknownNameError, match=r"Known attention backends: .*SDPA.*Did you mean: SDPA"):
         check_backend("SPDA")
-    with pytest.raises(UnknownNameError, match="Unknown batch spec: 'softcapp'.*Did you mean: softcap"):
+    with pytest.raises(UnknownNameError, match=r"Unknown batch spec: 'softcapp'.*Did you mean: softcap"):
         check_backend("VANILLA", ["softcapp"])

@@ -9,15 +9,23 @@ import sys
 from .test_cli import BAD_BACKEND_DIR
 
 # the repo's own strictness, so a warning from the plugin would fail these runs
-STRICT_INI = "[pytest]\naddopts = --strict-markers -p no:cacheprovider\nfilterwarnings =\n    error\n" \
-             "    ignore::UserWarning:torch.*\n    ignore::DeprecationWarning:torch.*\n"
+STRICT_INI = (
+    "[pytest]\naddopts = --strict-markers -p no:cacheprovider\nfilterwarnings =\n    error\n"
+    "    ignore::UserWarning:torch.*\n    ignore::DeprecationWarning:torch.*\n"
+)
 
 
 def pytest_in(path, *args: str) -> subprocess.CompletedProcess:
     (path / "pytest.ini").write_text(STRICT_INI)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", *args], capture_output=True, text=True,
-                          cwd=path, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", *args],
+        capture_output=True,
+        text=True,
+        cwd=path,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_one_item_per_spec(tmp_path):
@@ -30,8 +38,9 @@ def test_one_item_per_spec(tmp_path):
 
 def test_items_are_named_and_selectable(tmp_path):
     """Items are `kernelbay-backend[NAME]::SPEC`, carry the kernelbay_conformance marker and obey -k."""
-    done = pytest_in(tmp_path, "--kernelbay-backend", "VANILLA", "-m", "kernelbay_conformance", "-k", "decode",
-                     "--collect-only")
+    done = pytest_in(
+        tmp_path, "--kernelbay-backend", "VANILLA", "-m", "kernelbay_conformance", "-k", "decode", "--collect-only"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "kernelbay-backend[VANILLA]::small_decode" in done.stdout
     assert "kernelbay-backend[VANILLA]::small_prefill" not in done.stdout
@@ -57,6 +66,7 @@ def test_without_the_option_nothing_is_imported_or_collected(tmp_path):
     """Loaded in every run, the plugin adds no item and imports neither torch nor any kernelbay backend."""
     (tmp_path / "test_light.py").write_text(
         "import sys\n\ndef test_light():\n    assert 'torch' not in sys.modules\n"
-        "    assert 'kernelbay.testing.pytest_plugin' in sys.modules\n")
+        "    assert 'kernelbay.testing.pytest_plugin' in sys.modules\n"
+    )
     done = pytest_in(tmp_path)
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr

@@ -32,17 +32,24 @@ class AcmeInt8Backend(AttentionBackend):
         return True, "pure PyTorch kernel: runs wherever the acme platform is current"
 
     @classmethod
-    def get_kv_cache_spec(cls, geometry, model_dtype, kv_cache_dtype="auto", block_size=None,
-                          layout=KVLayout.NHD, kv_scale_mode="none") -> Int8KVCacheSpec:
-        return Int8KVCacheSpec(num_kv_heads=geometry.num_kv_heads, head_dim=geometry.head_dim,
-                               block_size=block_size or cls.preferred_block_size, layout=layout)
+    def get_kv_cache_spec(
+        cls, geometry, model_dtype, kv_cache_dtype="auto", block_size=None, layout=KVLayout.NHD, kv_scale_mode="none"
+    ) -> Int8KVCacheSpec:
+        return Int8KVCacheSpec(
+            num_kv_heads=geometry.num_kv_heads,
+            head_dim=geometry.head_dim,
+            block_size=block_size or cls.preferred_block_size,
+            layout=layout,
+        )
 
     def attach_kv_cache(self, kv_cache: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         """`kv_cache` is the int8 payload from `Int8KVCacheSpec.allocate`; the scales are kept here."""
         store = Int8PagedKV(kv_cache)
         if store.block_size not in self.block_sizes:
-            raise ValueError(f"ACME_INT8 pages in blocks of {', '.join(map(str, self.block_sizes))} tokens, got a "
-                             f"cache with block size {store.block_size}")
+            raise ValueError(
+                f"ACME_INT8 pages in blocks of {', '.join(map(str, self.block_sizes))} tokens, got a "
+                f"cache with block size {store.block_size}"
+            )
         self.store, self.kv_cache = store, kv_cache
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
@@ -53,7 +60,7 @@ class AcmeInt8Backend(AttentionBackend):
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         starts, kv_starts = metadata.query_start_loc.tolist(), metadata.kv_start_loc.tolist()
         for r, (q_len, seq_len) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host, strict=True)):
-            slots = metadata.kv_gather_index[kv_starts[r]:kv_starts[r + 1]]
+            slots = metadata.kv_gather_index[kv_starts[r] : kv_starts[r + 1]]
             rows = slice(starts[r], starts[r] + q_len)
             out[rows] = self._attend_one(q[rows], slots, seq_len - q_len, self.is_causal(args)).to(q.dtype)
         return out
@@ -69,8 +76,9 @@ class AcmeInt8Backend(AttentionBackend):
         scores = scores * (k_scale.t()[:, None, None, :] * g.scale)  # key block scales, per kv head
         if g.logit_softcap is not None:
             scores = torch.tanh(scores / g.logit_softcap) * g.logit_softcap
-        scores = scores.masked_fill(~self._visible(q.shape[0], slots.shape[0], context_len, causal, q.device),
-                                    float("-inf"))
+        scores = scores.masked_fill(
+            ~self._visible(q.shape[0], slots.shape[0], context_len, causal, q.device), float("-inf")
+        )
         weights = torch.softmax(scores, dim=-1) * v_scale.t()[:, None, None, :]  # value block scales folded in
         out = torch.einsum("hgqs,shd->qhgd", weights, v_int.float())
         return out.reshape(q.shape[0], g.num_heads, g.head_dim)

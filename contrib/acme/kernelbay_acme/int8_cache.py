@@ -52,9 +52,11 @@ class Int8PagedKV:
 
     def __init__(self, payload: torch.Tensor):
         if payload.dtype != torch.int8 or payload.dim() != 5 or payload.shape[0] != 2:
-            raise ValueError(f"the ACME_INT8 cache must be an int8 tensor [2, blocks, block_size, kv_heads, head_dim]"
-                             f" (allocate it with AcmeInt8Backend.get_kv_cache_spec(...).allocate(n)); got "
-                             f"{payload.dtype} {tuple(payload.shape)}")
+            raise ValueError(
+                f"the ACME_INT8 cache must be an int8 tensor [2, blocks, block_size, kv_heads, head_dim]"
+                f" (allocate it with AcmeInt8Backend.get_kv_cache_spec(...).allocate(n)); got "
+                f"{payload.dtype} {tuple(payload.shape)}"
+            )
         self.payload = payload
         _, blocks, self.block_size, heads, _ = payload.shape
         self.scales = torch.zeros(2, blocks, heads, dtype=torch.float32, device=payload.device)

@@ -30,7 +30,7 @@ class AcmeLlamaForCausalLM(LlamaForCausalLM):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.lm_head.dequantized_weight()  # [vocab, hidden]
-        tiles = [hidden @ weight[start:start + LOGITS_TILE].t() for start in range(0, weight.shape[0], LOGITS_TILE)]
+        tiles = [hidden @ weight[start : start + LOGITS_TILE].t() for start in range(0, weight.shape[0], LOGITS_TILE)]
         logits = torch.cat(tiles, dim=-1)
         if self.final_logit_softcap is not None:
             logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap

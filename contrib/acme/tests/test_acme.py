@@ -3,6 +3,8 @@ and its platform detection."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -10,8 +12,23 @@ from kernelbay.attention import AttentionRequirements, KVCacheSpec, create_atten
 from tests.attention._harness import MLA_SPECS, SPECS, make_data, run_backend
 
 # Specs ACME_INT8 must claim (the harness may add more; whatever it claims must then pass too).
-MUST_CLAIM = {"small_prefill", "small_decode", "mixed_prefill_decode", "long_decode", "uniform_decode", "gqa", "mqa",
-              "head_80", "head_128", "head_256", "sliding_window", "softcap", "block_32", "bf16", "fp16"}
+MUST_CLAIM = {
+    "small_prefill",
+    "small_decode",
+    "mixed_prefill_decode",
+    "long_decode",
+    "uniform_decode",
+    "gqa",
+    "mqa",
+    "head_80",
+    "head_128",
+    "head_256",
+    "sliding_window",
+    "softcap",
+    "block_32",
+    "bf16",
+    "fp16",
+}
 INT8_TOLERANCE = 0.06  # int8 with per-block scales: ~0.4% of a block's range per entry, before softmax
 
 
@@ -25,10 +42,17 @@ def acme(sites):
 
 
 def requirements(spec, platform="acme"):
-    return AttentionRequirements(head_size=spec.head_dim, dtype=spec.dtype, kv_cache_dtype=spec.kv_cache_dtype,
-                                 attn_type=spec.attn_type, logit_softcap=spec.logit_softcap is not None,
-                                 use_mla=spec.mla is not None, block_size=spec.block_size, kv_layout=spec.layout,
-                                 platform=platform)
+    return AttentionRequirements(
+        head_size=spec.head_dim,
+        dtype=spec.dtype,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        attn_type=spec.attn_type,
+        logit_softcap=spec.logit_softcap is not None,
+        use_mla=spec.mla is not None,
+        block_size=spec.block_size,
+        kv_layout=spec.layout,
+        platform=platform,
+    )
 
 
 def _claimed(cls) -> dict:
@@ -40,7 +64,9 @@ def test_refusals_say_which_capability_is_missing(acme):
     """ACME_INT8 refuses chunked layers, fp8 caches, 64-token blocks, HND and MLA, each with its reason."""
     cls = acme.backend.AcmeInt8Backend
     specs = {**SPECS, **MLA_SPECS}
-    reasons = {n: cls.capability_failures(requirements(specs[n])) for n in ("chunked", "fp8_kv", "block_64", "hnd", "mla")}
+    reasons = {
+        n: cls.capability_failures(requirements(specs[n])) for n in ("chunked", "fp8_kv", "block_64", "hnd", "mla")
+    }
     assert reasons["chunked"] == ["chunked_attention: chunked attention is not supported"]
     assert reasons["fp8_kv"] == ["kv_cache_dtype: fp8_e4m3 is not supported (supported: auto)"]
     assert reasons["block_64"] == ["block_size: 64 is not supported (supported: 16, 32)"]
@@ -81,15 +107,23 @@ def test_conformance_kit_passes(sites):
     report = json.loads(done.stdout)
     claimed = {r["spec"] for r in report["results"] if r["status"] == "pass"}
     assert report["passed"] and MUST_CLAIM <= claimed, f"[ACME_INT8] {report}"
-    assert INTEGER_KV_TOLERANCE == INT8_TOLERANCE and all(r["detail"].endswith("(integer KV cache)")
-                                                          for r in report["results"] if r["status"] == "pass")
+    assert INTEGER_KV_TOLERANCE == INT8_TOLERANCE and all(
+        r["detail"].endswith("(integer KV cache)") for r in report["results"] if r["status"] == "pass"
+    )
 
 
 def _filled_layer(acme, spec, seed=0):
     data = make_data(spec, seed)
-    layer = create_attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, backend=acme.backend.AcmeInt8Backend,
-                             sliding_window=spec.sliding_window, attn_type=spec.attn_type,
-                             logit_softcap=spec.logit_softcap)
+    layer = create_attention(
+        0,
+        spec.num_heads,
+        spec.head_dim,
+        spec.num_kv_heads,
+        backend=acme.backend.AcmeInt8Backend,
+        sliding_window=spec.sliding_window,
+        attn_type=spec.attn_type,
+        logit_softcap=spec.logit_softcap,
+    )
     layer.attach_kv_cache(layer.kv_cache_spec(spec.dtype).allocate(16))
     rows, start = [], 0
     for q, c in spec.requests:
@@ -104,15 +138,16 @@ def _filled_layer(acme, spec, seed=0):
 def test_kernel_equals_attention_over_dequantised_cache(acme):
     """Folding the block scales into scores and weights is exactly attention over the dequantised cache."""
     spec = SPECS["gqa"].but(logit_softcap=5.0)
-    layer, data, md = _filled_layer(acme, spec)
+    layer, _data, md = _filled_layer(acme, spec)
     q = torch.randn(md.num_tokens, spec.num_heads, spec.head_dim)
     got = layer._attend(q, md, layer_args())
-    for r, (q0, q1) in enumerate(zip(md.query_start_loc.tolist(), md.query_start_loc.tolist()[1:])):
-        slots = md.kv_gather_index[md.kv_start_loc[r]:md.kv_start_loc[r + 1]]
+    for r, (q0, q1) in enumerate(itertools.pairwise(md.query_start_loc.tolist())):
+        slots = md.kv_gather_index[md.kv_start_loc[r] : md.kv_start_loc[r + 1]]
         k, v = (layer.store.dequantise(p, slots).repeat_interleave(4, 1) for p in (0, 1))
         scores = 5.0 * torch.tanh(torch.einsum("qhd,shd->hqs", q[q0:q1], k) * layer.geometry.scale / 5.0)
-        scores = scores.masked_fill(torch.ones(q1 - q0, len(slots), dtype=torch.bool).tril(len(slots) - (q1 - q0))
-                                    .logical_not(), float("-inf"))
+        scores = scores.masked_fill(
+            torch.ones(q1 - q0, len(slots), dtype=torch.bool).tril(len(slots) - (q1 - q0)).logical_not(), float("-inf")
+        )
         want = torch.einsum("hqs,shd->qhd", scores.softmax(-1), v)
         torch.testing.assert_close(got[q0:q1], want, atol=1e-5, rtol=1e-5)
 
@@ -155,7 +190,7 @@ def test_cache_is_int8_and_smaller(acme):
     """The cache spec stores int8 plus one float32 scale per block and head: half of bf16's bytes, plus the scales."""
     from kernelbay.attention import AttentionGeometry
 
-    geometry = AttentionGeometry(0, 8, 128, 2, 128 ** -0.5)
+    geometry = AttentionGeometry(0, 8, 128, 2, 128**-0.5)
     spec = acme.backend.AcmeInt8Backend.get_kv_cache_spec(geometry, "bfloat16")
     assert spec.allocate(3).dtype == torch.int8
     bf16 = KVCacheSpec(num_kv_heads=2, head_dim=128, dtype="bfloat16")
@@ -175,8 +210,9 @@ def test_wrong_cache_tensors_are_refused(acme):
 def test_chunked_layers_are_refused_at_construction(acme):
     """A chunked-attention layer cannot be built on ACME_INT8 (no silent full attention)."""
     with pytest.raises(ValueError, match="chunked attention is not supported"):
-        create_attention(0, 4, 64, 2, backend=acme.backend.AcmeInt8Backend, attn_type="chunked_attention",
-                         chunk_size=16)
+        create_attention(
+            0, 4, 64, 2, backend=acme.backend.AcmeInt8Backend, attn_type="chunked_attention", chunk_size=16
+        )
 
 
 def test_platform_detection_follows_the_environment(acme, monkeypatch):
@@ -198,13 +234,20 @@ def test_demo_model_runs_end_to_end_on_acme(make_registry, monkeypatch):
 
     monkeypatch.setenv("ACME_VISIBLE_DEVICES", "0")
     make_registry()
-    model = AutoModelForCausalLM.from_pretrained(REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32", progress=False)
+    model = AutoModelForCausalLM.from_pretrained(
+        REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32", progress=False
+    )
     assert type(model).__name__ == "AcmeLlamaForCausalLM"
     acme_runner = ModelRunner(model, num_blocks=16, block_size=16)
     assert {type(layer.backend).__name__ for layer in model.attention_layers().values()} == {"AcmeInt8Backend"}
-    reference = ModelRunner(AutoModelForCausalLM.from_pretrained(REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32",
-                                                                 progress=False), num_blocks=16, block_size=16,
-                            attention_backend="VANILLA")
+    reference = ModelRunner(
+        AutoModelForCausalLM.from_pretrained(
+            REPO / "plugins/engine/kernelbay_engine/demo", dtype="float32", progress=False
+        ),
+        num_blocks=16,
+        block_size=16,
+        attention_backend="VANILLA",
+    )
     tokens = [1, 310, 52, 1207, 88, 9]
     for step in range(4):
         batch = [StepRequest("r", tokens if step == 0 else tokens[-1:], 0 if step == 0 else len(tokens) - 1)]

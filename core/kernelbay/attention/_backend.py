@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from ._capabilities import _Any  # the type of ANY, which every set-of-values declaration accepts
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
-_GEOMETRY_KEYS = ("geometry", "scale", "attn_type", "sliding_window", "chunk_size", "logit_softcap", "mla", "kv_b_proj",
-                  "kv_cache_dtype", "options")
+_GEOMETRY_KEYS = (
+    "geometry",
+    "scale",
+    "attn_type",
+    "sliding_window",
+    "chunk_size",
+    "logit_softcap",
+    "mla",
+    "kv_b_proj",
+    "kv_cache_dtype",
+    "options",
+)
 
 
 class AttentionBackend(Generic[TMetadata]):
@@ -78,8 +88,13 @@ class AttentionBackend(Generic[TMetadata]):
 
     # -- per-step and per-layer hooks --------------------------------------------------------------
     @classmethod
-    def prepare(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
-                device: str | torch.device = "cpu") -> TMetadata:
+    def prepare(
+        cls,
+        requests: Sequence,
+        block_size: int,
+        layout: KVLayout | str = KVLayout.NHD,
+        device: str | torch.device = "cpu",
+    ) -> TMetadata:
         """This backend's metadata for one step: `[(query_len, context_len, block_table_row), ...]`."""
         # `Metadata` is the class a backend declares as its TMetadata (a ClassVar cannot name the type variable).
         return cast(TMetadata, cls.Metadata.build(requests, block_size, layout, device))
@@ -89,17 +104,27 @@ class AttentionBackend(Generic[TMetadata]):
         return parse_options(cls.name or cls.__name__, cls.Options, values)
 
     @classmethod
-    def get_kv_cache_spec(cls, geometry: AttentionGeometry, model_dtype: str, kv_cache_dtype: str | None = "auto",
-                          block_size: int | None = None, layout: KVLayout | str = KVLayout.NHD,
-                          kv_scale_mode: str = "none") -> KVCacheSpec:
+    def get_kv_cache_spec(
+        cls,
+        geometry: AttentionGeometry,
+        model_dtype: str,
+        kv_cache_dtype: str | None = "auto",
+        block_size: int | None = None,
+        layout: KVLayout | str = KVLayout.NHD,
+        kv_scale_mode: str = "none",
+    ) -> KVCacheSpec:
         """The cache this backend wants for a layer; override to prefer another block size."""
         mla = geometry.mla
-        return KVCacheSpec(num_kv_heads=1 if mla else geometry.num_kv_heads,
-                           head_dim=mla.latent_dim if mla else geometry.head_dim,
-                           dtype=storage_dtype(kv_cache_dtype, model_dtype),
-                           block_size=block_size or cls.preferred_block_size, layout=KVLayout.parse(layout),
-                           mla=mla is not None,
-                           kv_scale_mode=kv_scale_mode, stride_order=cls.get_kv_cache_stride_order(layout))
+        return KVCacheSpec(
+            num_kv_heads=1 if mla else geometry.num_kv_heads,
+            head_dim=mla.latent_dim if mla else geometry.head_dim,
+            dtype=storage_dtype(kv_cache_dtype, model_dtype),
+            block_size=block_size or cls.preferred_block_size,
+            layout=KVLayout.parse(layout),
+            mla=mla is not None,
+            kv_scale_mode=kv_scale_mode,
+            stride_order=cls.get_kv_cache_stride_order(layout),
+        )
 
     @classmethod
     def get_kv_cache_stride_order(cls, layout: KVLayout | str = KVLayout.NHD) -> tuple[int, ...]:
@@ -107,18 +132,33 @@ class AttentionBackend(Generic[TMetadata]):
         return (0, 1, 2, 3, 4)
 
     # -- instance ----------------------------------------------------------------------------------
-    def __init__(self, layer_idx: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
-                 quant_config=None, **geometry):
+    def __init__(
+        self,
+        layer_idx: int,
+        num_heads: int,
+        head_dim: int,
+        num_kv_heads: int | None = None,
+        quant_config=None,
+        **geometry,
+    ):
         unknown = sorted(set(geometry) - set(_GEOMETRY_KEYS))
         if unknown:
-            raise TypeError(f"{type(self).__name__}: unknown geometry argument(s) {', '.join(unknown)}; "
-                            f"known: {', '.join(_GEOMETRY_KEYS)}")
+            raise TypeError(
+                f"{type(self).__name__}: unknown geometry argument(s) {', '.join(unknown)}; "
+                f"known: {', '.join(_GEOMETRY_KEYS)}"
+            )
         self.geometry = geometry.get("geometry") or AttentionGeometry(
-            layer_idx=layer_idx, num_heads=num_heads, head_dim=head_dim,
-            num_kv_heads=num_kv_heads or num_heads, scale=geometry.get("scale") or head_dim ** -0.5,
-            attn_type=geometry.get("attn_type", "full_attention"), sliding_window=geometry.get("sliding_window"),
-            chunk_size=geometry.get("chunk_size"), logit_softcap=geometry.get("logit_softcap"),
-            mla=geometry.get("mla"))  # a layer that holds its record passes it (`geometry=`): built once
+            layer_idx=layer_idx,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            num_kv_heads=num_kv_heads or num_heads,
+            scale=geometry.get("scale") or head_dim**-0.5,
+            attn_type=geometry.get("attn_type", "full_attention"),
+            sliding_window=geometry.get("sliding_window"),
+            chunk_size=geometry.get("chunk_size"),
+            logit_softcap=geometry.get("logit_softcap"),
+            mla=geometry.get("mla"),
+        )  # a layer that holds its record passes it (`geometry=`): built once
         self._refuse_unsupported_geometry()
         self.quant_config = quant_config
         self.kv_b_proj = geometry.get("kv_b_proj")
@@ -135,27 +175,40 @@ class AttentionBackend(Generic[TMetadata]):
 
         failures = capability_failures(type(self), req, fields=GEOMETRY)
         if failures:
-            raise ValueError(f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "
-                             f"{'; '.join(failures)}. Pick a backend that supports it "
-                             f"(see `kernelbay explain`) instead of silently attending differently")
+            raise ValueError(
+                f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "
+                f"{'; '.join(failures)}. Pick a backend that supports it "
+                f"(see `kernelbay explain`) instead of silently attending differently"
+            )
 
-    def kv_cache_spec(self, model_dtype: str, block_size: int | None = None,
-                      layout: KVLayout | str = KVLayout.NHD) -> KVCacheSpec:
+    def kv_cache_spec(
+        self, model_dtype: str, block_size: int | None = None, layout: KVLayout | str = KVLayout.NHD
+    ) -> KVCacheSpec:
         return type(self).get_kv_cache_spec(self.geometry, model_dtype, self.kv_cache_dtype, block_size, layout)
 
     def attach_kv_cache(self, kv_cache: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         """Give this layer its cache tensor (shape from `KVCacheSpec.cache_shape`)."""
         planes = 1 if self.geometry.mla else 2
         if kv_cache.dim() != 5 or kv_cache.shape[0] != planes:
-            raise ValueError(f"layer {self.geometry.layer_idx}: kv_cache must be 5-D with {planes} plane(s) "
-                             f"(see KVCacheSpec.cache_shape), got shape {tuple(kv_cache.shape)}")
+            raise ValueError(
+                f"layer {self.geometry.layer_idx}: kv_cache must be 5-D with {planes} plane(s) "
+                f"(see KVCacheSpec.cache_shape), got shape {tuple(kv_cache.shape)}"
+            )
         if self.kv_cache_dtype != "auto" and kv_cache.dtype != ops.torch_dtype(self.kv_cache_dtype):
-            raise ValueError(f"layer {self.geometry.layer_idx}: kv_cache_dtype is {self.kv_cache_dtype} but the "
-                             f"cache tensor is {kv_cache.dtype}")
+            raise ValueError(
+                f"layer {self.geometry.layer_idx}: kv_cache_dtype is {self.kv_cache_dtype} but the "
+                f"cache tensor is {kv_cache.dtype}"
+            )
         self.kv_cache, self.k_scale, self.v_scale = kv_cache, float(k_scale), float(v_scale)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: TMetadata,
-                forward_args: AttentionForwardArgs | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        metadata: TMetadata,
+        forward_args: AttentionForwardArgs | None = None,
+    ) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent [T, kv_lora_rank], k_pe [T, rope])
         -> [T, H, v_head_dim]. Writes k/v into the paged cache, then attends."""
         args = resolve_forward_args(forward_args)
@@ -169,19 +222,25 @@ class AttentionBackend(Generic[TMetadata]):
 
     def _attached_cache(self) -> torch.Tensor:
         if self.kv_cache is None:
-            raise RuntimeError(f"layer {self.geometry.layer_idx}: no KV cache attached; the engine must call "
-                               f"Attention.bind / attach_kv_cache before forward")
+            raise RuntimeError(
+                f"layer {self.geometry.layer_idx}: no KV cache attached; the engine must call "
+                f"Attention.bind / attach_kv_cache before forward"
+            )
         return self.kv_cache
 
     def _check_inputs(self, q: torch.Tensor, metadata: AttentionMetadata) -> None:
         self._attached_cache()
         if not isinstance(metadata, self.Metadata):
-            raise TypeError(f"{self.name} needs {self.Metadata.__name__} (build it with {type(self).__name__}"
-                            f".prepare), got {type(metadata).__name__}")
+            raise TypeError(
+                f"{self.name} needs {self.Metadata.__name__} (build it with {type(self).__name__}"
+                f".prepare), got {type(metadata).__name__}"
+            )
         g = self.geometry
         if q.shape[1:] != (g.num_heads, g.head_dim) or q.shape[0] != metadata.num_tokens:
-            raise ValueError(f"layer {g.layer_idx}: q must be [T={metadata.num_tokens}, {g.num_heads}, "
-                             f"{g.head_dim}], got {tuple(q.shape)}")
+            raise ValueError(
+                f"layer {g.layer_idx}: q must be [T={metadata.num_tokens}, {g.num_heads}, "
+                f"{g.head_dim}], got {tuple(q.shape)}"
+            )
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
         """Store this step's keys/values (MLA: latent ‖ k_pe) at `metadata.slot_mapping`."""
@@ -199,8 +258,10 @@ class AttentionBackend(Generic[TMetadata]):
         if self.geometry.mla is not None:
             entry = ops.read_plane(cache[0], slots, layout, dtype, self.k_scale)[:, 0]
             return entry.split([self.geometry.mla.kv_lora_rank, self.geometry.mla.qk_rope_head_dim], dim=-1)
-        return (ops.read_plane(cache[0], slots, layout, dtype, self.k_scale),
-                ops.read_plane(cache[1], slots, layout, dtype, self.v_scale))
+        return (
+            ops.read_plane(cache[0], slots, layout, dtype, self.k_scale),
+            ops.read_plane(cache[1], slots, layout, dtype, self.v_scale),
+        )
 
     def is_causal(self, args: AttentionForwardArgs) -> bool:
         """Encoder layers never mask the future, whatever the call says."""

@@ -21,8 +21,9 @@ def _bytes_view(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x
 
 
-def write_plane(plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, layout: KVLayout,
-                scale: float = 1.0) -> None:
+def write_plane(
+    plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, layout: KVLayout, scale: float = 1.0
+) -> None:
     """Store `values` [T, kv_heads, dim] at flat `slots` [T] of one cache plane."""
     stored = _bytes_view(_to_storage(values, plane.dtype, scale))
     plane = _bytes_view(plane)
@@ -34,8 +35,14 @@ def write_plane(plane: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, 
     plane[torch.div(slots, bs, rounding_mode="floor"), :, slots % bs, :] = stored
 
 
-def read_plane(plane: torch.Tensor, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype,
-               scale: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+def read_plane(
+    plane: torch.Tensor,
+    slots: torch.Tensor,
+    layout: KVLayout,
+    dtype: torch.dtype,
+    scale: float = 1.0,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Gather `slots` [N] of one cache plane as [N, kv_heads, dim] in `dtype` (fp8 dequantised)."""
     if plane.dtype == torch.float8_e4m3fn:
         raw = read_plane(plane.view(torch.uint8), slots, layout, torch.uint8)
@@ -74,11 +81,12 @@ def _read_heads_outermost(plane: torch.Tensor, slots: torch.Tensor, out: torch.T
     return torch.index_select(by_head, 1, slots, out=out.view(h, slots.numel(), d)).permute(1, 0, 2)
 
 
-def plane_run(plane: torch.Tensor, layout: KVLayout, start_slot: int | None, length: int,
-              dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor | None:
+def plane_run(
+    plane: torch.Tensor, layout: KVLayout, start_slot: int | None, length: int, dtype: torch.dtype, scale: float = 1.0
+) -> torch.Tensor | None:
     """A zero-copy [length, kv_heads, dim] view of consecutive slots, or None when a copy is unavoidable
     (HND layout, a non-run, or a cache dtype that needs converting)."""
     if start_slot is None or layout is not KVLayout.NHD or plane.dtype != dtype or scale != 1.0:
         return None
     nb, bs, h, d = plane.shape
-    return plane.view(nb * bs, h, d)[start_slot: start_slot + length]
+    return plane.view(nb * bs, h, d)[start_slot : start_slot + length]

@@ -57,8 +57,11 @@ def _wanted(req: AttentionRequirements, field: str):
 
 def capability_failures(cls, req: AttentionRequirements, fields=None) -> list[str]:
     """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability."""
-    checked = [_failure(cls, field, declared, what, _wanted(req, field))
-               for field, declared, what in _CHECKS if fields is None or field in fields]
+    checked = [
+        _failure(cls, field, declared, what, _wanted(req, field))
+        for field, declared, what in _CHECKS
+        if fields is None or field in fields
+    ]
     failures = [line for line in checked if line]
     if fields is None:
         available, reason = cls.is_available()
@@ -91,12 +94,14 @@ def check_declarations(cls) -> None:
             continue
         if values is not ANY and (isinstance(values, str) or not hasattr(values, "__contains__")):
             problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
-    unknown = {"dtypes": set(cls.dtypes) - set(MODEL_DTYPES) if cls.dtypes is not ANY else set(),
-               "kv_cache_dtypes": set(cls.kv_cache_dtypes) - set(KV_CACHE_DTYPES) if cls.kv_cache_dtypes is not ANY
-               else set()}
+    unknown = {
+        "dtypes": set(cls.dtypes) - set(MODEL_DTYPES) if cls.dtypes is not ANY else set(),
+        "kv_cache_dtypes": set(cls.kv_cache_dtypes) - set(KV_CACHE_DTYPES) if cls.kv_cache_dtypes is not ANY else set(),
+    }
     problems += [f"{declared}: unknown name(s) {', '.join(sorted(v))}" for declared, v in unknown.items() if v]
     if cls.block_sizes and cls.preferred_block_size not in cls.block_sizes:
-        problems.append(f"preferred_block_size {cls.preferred_block_size} is not among block_sizes "
-                        f"{_listed(cls.block_sizes)}")
+        problems.append(
+            f"preferred_block_size {cls.preferred_block_size} is not among block_sizes {_listed(cls.block_sizes)}"
+        )
     if problems:
         raise TypeError(f"attention backend {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))

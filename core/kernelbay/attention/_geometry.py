@@ -47,8 +47,10 @@ class MLASpec:
         get: Callable[[str], Any] = mla.get if isinstance(mla, Mapping) else (lambda k: getattr(mla, k, None))
         missing = [f for f in _MLA_FIELDS if get(f) is None]
         if missing:
-            raise ValueError(f"MLA geometry is incomplete: missing {', '.join(missing)} "
-                             f"(MLA needs {', '.join(_MLA_FIELDS)}; q_lora_rank may be None)")
+            raise ValueError(
+                f"MLA geometry is incomplete: missing {', '.join(missing)} "
+                f"(MLA needs {', '.join(_MLA_FIELDS)}; q_lora_rank may be None)"
+            )
         return cls(**{f: get(f) for f in _MLA_FIELDS}, q_lora_rank=get("q_lora_rank"))
 
 
@@ -78,8 +80,9 @@ class AttentionGeometry:
             raise ValueError(f"layer {self.layer_idx}: {problem}")
 
     def problems(self) -> list[str]:
-        found = [p for p in (_positive(self, "num_heads"), _positive(self, "head_dim"),
-                             _positive(self, "num_kv_heads")) if p]
+        found = [
+            p for p in (_positive(self, "num_heads"), _positive(self, "head_dim"), _positive(self, "num_kv_heads")) if p
+        ]
         if found:
             return found
         if self.num_heads % self.num_kv_heads:
@@ -90,8 +93,10 @@ class AttentionGeometry:
         if self.logit_softcap is not None and not self.logit_softcap > 0:
             found.append(f"logit_softcap must be > 0 or None, got {self.logit_softcap}")
         if self.mla is not None and self.head_dim != self.mla.qk_head_dim:
-            found.append(f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {self.mla.qk_head_dim}, "
-                         f"got {self.head_dim}")
+            found.append(
+                f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {self.mla.qk_head_dim}, "
+                f"got {self.head_dim}"
+            )
         return found
 
     def _kind_problems(self) -> list[str]:
@@ -101,11 +106,15 @@ class AttentionGeometry:
         if kind is AttentionType.CHUNKED and not (self.chunk_size or 0) >= 1:
             return [f"a chunked_attention layer needs chunk_size >= 1, got {self.chunk_size}"]
         if kind is not AttentionType.SLIDING and self.sliding_window is not None:
-            return [f"sliding_window={self.sliding_window} given for a {kind.value} layer; "
-                    f"use attn_type='sliding_attention' or drop sliding_window"]
+            return [
+                f"sliding_window={self.sliding_window} given for a {kind.value} layer; "
+                f"use attn_type='sliding_attention' or drop sliding_window"
+            ]
         if kind is not AttentionType.CHUNKED and self.chunk_size is not None:
-            return [f"chunk_size={self.chunk_size} given for a {kind.value} layer; "
-                    f"use attn_type='chunked_attention' or drop chunk_size"]
+            return [
+                f"chunk_size={self.chunk_size} given for a {kind.value} layer; "
+                f"use attn_type='chunked_attention' or drop chunk_size"
+            ]
         return []
 
     @property

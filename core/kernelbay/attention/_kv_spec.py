@@ -45,16 +45,19 @@ class KVCacheSpec:
         object.__setattr__(self, "layout", KVLayout.parse(self.layout))
         if self.mla and self.num_kv_heads != 1:
             raise ValueError(
-                f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}")
+                f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}"
+            )
         object.__setattr__(self, "stride_order", tuple(int(d) for d in self.stride_order))
         if sorted(self.stride_order) != list(range(5)):
-            raise ValueError(f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), "
-                             f"got {self.stride_order}")
+            raise ValueError(
+                f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), got {self.stride_order}"
+            )
         if self.kv_scale_mode not in KV_SCALE_MODES:
             raise ValueError(f"kv_scale_mode must be one of {KV_SCALE_MODES}, got {self.kv_scale_mode!r}")
         if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
             raise ValueError(
-                f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}")
+                f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}"
+            )
 
     @property
     def planes(self) -> int:

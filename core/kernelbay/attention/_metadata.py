@@ -22,8 +22,9 @@ class StepRequest:
 
     def __post_init__(self):
         if self.query_len < 1:
-            raise ValueError(f"query_len must be >= 1 (a request with no new token has no place in the step), "
-                             f"got {self.query_len}")
+            raise ValueError(
+                f"query_len must be >= 1 (a request with no new token has no place in the step), got {self.query_len}"
+            )
         if self.context_len < 0:
             raise ValueError(f"context_len must be >= 0, got {self.context_len}")
 
@@ -86,8 +87,13 @@ class AttentionMetadata:
         return {f.name: getattr(self, f.name) for f in fields(AttentionMetadata)}
 
     @classmethod
-    def build(cls, requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
-              device: str | torch.device = "cpu") -> AttentionMetadata:
+    def build(
+        cls,
+        requests: Sequence,
+        block_size: int,
+        layout: KVLayout | str = KVLayout.NHD,
+        device: str | torch.device = "cpu",
+    ) -> AttentionMetadata:
         """Build from `[(query_len, context_len, block_table_row), ...]`; subclasses add `_extras`."""
         common = build_metadata(requests, block_size, layout, device)
         return cls(**common.common_fields(), **cls._extras(common))
@@ -111,7 +117,8 @@ def _check_tables(reqs: Sequence[StepRequest], block_size: int) -> None:
         if len(r.block_table) < need:
             raise ValueError(
                 f"request #{i} needs {need} block(s) for {r.seq_len} tokens (block_size {block_size}) but its "
-                f"block table has {len(r.block_table)}; grow it with KVCacheManager.append before building metadata")
+                f"block table has {len(r.block_table)}; grow it with KVCacheManager.append before building metadata"
+            )
         if need and min(r.block_table[:need]) < 0:
             raise ValueError(f"request #{i} has a negative block id in its block table {r.block_table[:need]}")
 
@@ -135,8 +142,9 @@ def _offsets(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return start, owner, torch.arange(owner.numel()) - start[owner]
 
 
-def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD,
-                   device: str | torch.device = "cpu") -> AttentionMetadata:
+def build_metadata(
+    requests: Sequence, block_size: int, layout: KVLayout | str = KVLayout.NHD, device: str | torch.device = "cpu"
+) -> AttentionMetadata:
     """Common per-step metadata; `requests` is `[(query_len, context_len, block_table_row), ...]`."""
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -155,13 +163,25 @@ def build_metadata(requests: Sequence, block_size: int, layout: KVLayout | str =
         return t.to(device=device, dtype=torch.int32)
 
     return AttentionMetadata(
-        num_reqs=len(reqs), num_tokens=sum(q_host), block_size=block_size, layout=KVLayout.parse(layout),
-        query_start_loc=i32(q_start), query_lens=i32(q_lens), context_lens=i32(ctx),
-        seq_lens=i32(s_lens), block_tables=tables.to(device),
-        slot_mapping=_slots(q_req, positions, tables, block_size).to(device), positions=positions.to(device),
-        kv_start_loc=kv_start.to(device), kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(device),
-        query_lens_host=q_host, seq_lens_host=s_host, max_query_len=max(q_host), max_seq_len=max(s_host),
-        run_start_slots=_run_start_slots(tables, s_lens, block_size))
+        num_reqs=len(reqs),
+        num_tokens=sum(q_host),
+        block_size=block_size,
+        layout=KVLayout.parse(layout),
+        query_start_loc=i32(q_start),
+        query_lens=i32(q_lens),
+        context_lens=i32(ctx),
+        seq_lens=i32(s_lens),
+        block_tables=tables.to(device),
+        slot_mapping=_slots(q_req, positions, tables, block_size).to(device),
+        positions=positions.to(device),
+        kv_start_loc=kv_start.to(device),
+        kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(device),
+        query_lens_host=q_host,
+        seq_lens_host=s_host,
+        max_query_len=max(q_host),
+        max_seq_len=max(s_host),
+        run_start_slots=_run_start_slots(tables, s_lens, block_size),
+    )
 
 
 def _run_start_slots(tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> tuple[int | None, ...]:

@@ -41,14 +41,18 @@ def parse_options(backend: str, options_cls: type, values) -> object:
     if isinstance(values, options_cls):
         return values
     if not isinstance(values, Mapping):
-        raise ConfigError(f"options for attention backend {backend} must be a mapping or "
-                          f"{options_cls.__name__}, got {type(values).__name__}")
+        raise ConfigError(
+            f"options for attention backend {backend} must be a mapping or "
+            f"{options_cls.__name__}, got {type(values).__name__}"
+        )
     hints = typing.get_type_hints(options_cls)
     known = [f.name for f in dataclasses.fields(options_cls)]
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError(f"unknown option(s) for attention backend {backend}: {', '.join(unknown)}",
-                          [_unknown_line(backend, key, known) for key in unknown])
+        raise ConfigError(
+            f"unknown option(s) for attention backend {backend}: {', '.join(unknown)}",
+            [_unknown_line(backend, key, known) for key in unknown],
+        )
     try:
         return options_cls(**{k: _coerce(backend, k, hints.get(k), v) for k, v in values.items()})
     except (TypeError, ValueError) as exc:

@@ -61,22 +61,40 @@ class AttentionRequirements:
     @classmethod
     def from_geometry(cls, geometry: AttentionGeometry, dtype: str = "bfloat16", **runtime) -> AttentionRequirements:
         """Requirements of one constructed layer (runtime: kv_cache_dtype, block_size, platform, ...)."""
-        return cls(head_size=geometry.head_dim, dtype=dtype, attn_type=geometry.attn_type,
-                   use_mla=geometry.mla is not None, sliding_window=geometry.sliding_window is not None,
-                   chunked_attention=geometry.chunk_size is not None,
-                   logit_softcap=geometry.logit_softcap is not None, **runtime)
+        return cls(
+            head_size=geometry.head_dim,
+            dtype=dtype,
+            attn_type=geometry.attn_type,
+            use_mla=geometry.mla is not None,
+            sliding_window=geometry.sliding_window is not None,
+            chunked_attention=geometry.chunk_size is not None,
+            logit_softcap=geometry.logit_softcap is not None,
+            **runtime,
+        )
 
     @classmethod
-    def from_model_config(cls, cfg, layer_kind: str | AttentionType, kv_cache_dtype: str | None = "auto",
-                          dtype: str | None = None, **runtime) -> AttentionRequirements:
+    def from_model_config(
+        cls,
+        cfg,
+        layer_kind: str | AttentionType,
+        kv_cache_dtype: str | None = "auto",
+        dtype: str | None = None,
+        **runtime,
+    ) -> AttentionRequirements:
         """Requirements of the `layer_kind` layers of a resolved `kernelbay.config.ModelConfig`."""
         kind, sparse = _kind_and_sparse(str(getattr(layer_kind, "value", layer_kind)))
         runtime.setdefault("sparse_mode", sparse)
         mla = getattr(cfg, "mla", None)
         head_size = mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla is not None else cfg.head_dim
-        return cls(head_size=head_size, dtype=dtype or cfg.dtype, kv_cache_dtype=kv_cache_dtype or "auto",
-                   attn_type=kind, use_mla=mla is not None,
-                   logit_softcap=getattr(cfg, "attn_logit_softcapping", None) is not None, **runtime)
+        return cls(
+            head_size=head_size,
+            dtype=dtype or cfg.dtype,
+            kv_cache_dtype=kv_cache_dtype or "auto",
+            attn_type=kind,
+            use_mla=mla is not None,
+            logit_softcap=getattr(cfg, "attn_logit_softcapping", None) is not None,
+            **runtime,
+        )
 
 
 # Config layer kinds that are a sparse mode of full attention rather than a mask shape.

@@ -43,8 +43,14 @@ class CandidateReport:
         return not self.failures
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "source": self.source, "chosen": self.chosen, "capable": self.capable,
-                "reason": self.reason, "failures": list(self.failures)}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "chosen": self.chosen,
+            "capable": self.capable,
+            "reason": self.reason,
+            "failures": list(self.failures),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +65,13 @@ class SelectionResult:
     candidates: tuple[CandidateReport, ...]
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend_name, "platform": self.platform, "requested": self.requested,
-                "requirements": self.requirements.to_dict(), "candidates": [c.to_dict() for c in self.candidates]}
+        return {
+            "backend": self.backend_name,
+            "platform": self.platform,
+            "requested": self.requested,
+            "requirements": self.requirements.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
 
     def explain(self) -> str:
         lines = [f"{self.backend_name} on {self.platform}" + (" (requested)" if self.requested else "")]
@@ -112,8 +123,9 @@ class _Verdict:
     failures: tuple[str, ...]
 
 
-def evaluate_candidates(req: AttentionRequirements, priority: tuple[str, ...],
-                        installed: tuple[str, ...]) -> list[_Verdict]:
+def evaluate_candidates(
+    req: AttentionRequirements, priority: tuple[str, ...], installed: tuple[str, ...]
+) -> list[_Verdict]:
     """Every candidate (platform priority first, then every installed backend) with its failures."""
     order = _candidate_order(list(priority), list(installed))
     return [_Verdict(n, s, *_with_tuple(_ask(n, set(installed), req))) for n, s in order]
@@ -145,8 +157,9 @@ class LayerGroupSelection:
         return {"shared_backend": self.shared, "groups": {n: r.to_dict() for n, r in self.groups}}
 
 
-def select_attention_backend(requirements: AttentionRequirements, requested: str | None = None,
-                             platform=None) -> SelectionResult:
+def select_attention_backend(
+    requirements: AttentionRequirements, requested: str | None = None, platform=None
+) -> SelectionResult:
     """The backend for one group of layers on `platform` (default: the current one).
 
     `requested` (or KERNELBAY_ATTENTION_BACKEND) must be known and capable; there is no fallback.
@@ -154,8 +167,9 @@ def select_attention_backend(requirements: AttentionRequirements, requested: str
     return select_for_layer_groups({"layers": requirements}, requested, platform).groups[0][1]
 
 
-def select_for_layer_groups(groups: Mapping[str, AttentionRequirements], requested: str | None = None,
-                            platform=None) -> LayerGroupSelection:
+def select_for_layer_groups(
+    groups: Mapping[str, AttentionRequirements], requested: str | None = None, platform=None
+) -> LayerGroupSelection:
     """Select per group; the first candidate capable for *every* group wins them all, else each its own."""
     if not groups:
         raise ValueError("select_for_layer_groups needs at least one layer group")
@@ -163,16 +177,25 @@ def select_for_layer_groups(groups: Mapping[str, AttentionRequirements], request
     items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     from ..registry import names
 
-    return _select_groups(items, _requested_name(requested), plat.name, tuple(plat.backend_priority()),
-                          tuple(names("attention_backend")))
+    return _select_groups(
+        items, _requested_name(requested), plat.name, tuple(plat.backend_priority()), tuple(names("attention_backend"))
+    )
 
 
-def select_for_model(cfg, kv_cache_dtype: str | None = "auto", requested: str | None = None, platform=None,
-                     dtype: str | None = None, **runtime) -> LayerGroupSelection:
+def select_for_model(
+    cfg,
+    kv_cache_dtype: str | None = "auto",
+    requested: str | None = None,
+    platform=None,
+    dtype: str | None = None,
+    **runtime,
+) -> LayerGroupSelection:
     """Per-group selection for a resolved ModelConfig (`cfg.layer_groups()`), skipping no-attention layers."""
-    groups = {kind: AttentionRequirements.from_model_config(cfg, kind, kv_cache_dtype=kv_cache_dtype,
-                                                            dtype=dtype, **runtime)
-              for kind, _layers in cfg.layer_groups() if kind != "no_attention"}
+    groups = {
+        kind: AttentionRequirements.from_model_config(cfg, kind, kv_cache_dtype=kv_cache_dtype, dtype=dtype, **runtime)
+        for kind, _layers in cfg.layer_groups()
+        if kind != "no_attention"
+    }
     return select_for_layer_groups(groups, requested=requested, platform=platform)
 
 
@@ -185,8 +208,13 @@ def _select_groups(items, requested, platform_name, priority, installed) -> Laye
     shared = requested or _first_capable_everywhere(verdicts)
     results = tuple((name, _group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items)
     for name, result in results:
-        trace("select attention backend %s for %s (%s) on %s", result.backend_name, name,
-              _describe(result.requirements), platform_name)
+        trace(
+            "select attention backend %s for %s (%s) on %s",
+            result.backend_name,
+            name,
+            _describe(result.requirements),
+            platform_name,
+        )
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
 
 
@@ -196,11 +224,16 @@ def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict]
     where = f"layer group {group!r}: " if group else ""
     verdict = next((v for v in verdicts if v.name == requested), None)
     if verdict is None or verdict.failures == (_NOT_INSTALLED,):
-        raise UnknownNameError(where + unknown_name_message("attention backend", requested, names("attention_backend"))
-                               + f" (requested via argument or {BACKEND_ENV})")
+        raise UnknownNameError(
+            where
+            + unknown_name_message("attention backend", requested, names("attention_backend"))
+            + f" (requested via argument or {BACKEND_ENV})"
+        )
     if verdict.failures:
-        raise BackendNotCapable(f"{where}requested attention backend {requested} cannot run {_describe(req)}; "
-                                f"failed capabilities:", verdict.failures)
+        raise BackendNotCapable(
+            f"{where}requested attention backend {requested} cannot run {_describe(req)}; failed capabilities:",
+            verdict.failures,
+        )
 
 
 def _first_capable_everywhere(verdicts: dict) -> str | None:
@@ -217,8 +250,10 @@ def _group_result(group, req, verdicts, shared, requested, platform_name) -> Sel
     winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
     if winner is None:
         where = f"layer group {group!r}: " if len(verdicts) > 1 else ""
-        raise NoCapableBackend(f"{where}no installed attention backend can run {_describe(req)} on {platform_name}",
-                               [f"{v.name}: {'; '.join(v.failures)}" for v in own])
+        raise NoCapableBackend(
+            f"{where}no installed attention backend can run {_describe(req)} on {platform_name}",
+            [f"{v.name}: {'; '.join(v.failures)}" for v in own],
+        )
     others = {g: vs for g, vs in verdicts.items() if g != group}
     reports = tuple(_report(v, winner, requested, shared, others) for v in own)
     cls = next(v.cls for v in own if v.name == winner)
@@ -234,8 +269,12 @@ def _report(v: _Verdict, winner: str, requested: str | None, shared: str | None,
         return CandidateReport(v.name, v.source, False, f"capable, but {winner} was requested")
     lacking = [g for g, vs in others.items() if not _capable(vs, v.name)]
     if shared and lacking:
-        return CandidateReport(v.name, v.source, False, f"capable here, but not for layer group(s) "
-                               f"{', '.join(lacking)}; {winner} serves every group")
+        return CandidateReport(
+            v.name,
+            v.source,
+            False,
+            f"capable here, but not for layer group(s) {', '.join(lacking)}; {winner} serves every group",
+        )
     return CandidateReport(v.name, v.source, False, f"capable, but {winner} comes first")
 
 

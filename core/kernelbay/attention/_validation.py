@@ -46,9 +46,11 @@ Rule = Callable[[AttentionOptions], Iterable[str]]
 
 def _names_rule(o: AttentionOptions) -> list[str]:
     out = []
-    for label, value, normalize in (("dtype", o.dtype, normalize_dtype),
-                                    ("kv_cache_dtype", o.kv_cache_dtype, normalize_kv_cache_dtype),
-                                    ("kv_layout", o.kv_layout, KVLayout.parse)):
+    for label, value, normalize in (
+        ("dtype", o.dtype, normalize_dtype),
+        ("kv_cache_dtype", o.kv_cache_dtype, normalize_kv_cache_dtype),
+        ("kv_layout", o.kv_layout, KVLayout.parse),
+    ):
         if value is None:
             continue
         try:
@@ -67,13 +69,17 @@ def _combination_rule(o: AttentionOptions) -> list[str]:
     if o.beam_width < 1:
         out.append(f"beam_width must be >= 1, got {o.beam_width}")
     if o.speculative_decoding and o.beam_width > 1:
-        out.append(f"speculative decoding cannot be combined with beam search (beam_width={o.beam_width}); "
-                   f"use beam_width=1 or turn speculative decoding off")
+        out.append(
+            f"speculative decoding cannot be combined with beam search (beam_width={o.beam_width}); "
+            f"use beam_width=1 or turn speculative decoding off"
+        )
     if o.speculative_decoding and o.num_speculative_tokens < 1:
         out.append(f"speculative decoding needs num_speculative_tokens >= 1, got {o.num_speculative_tokens}")
     if o.sparse_mode != SPARSE_NONE and _mixed_precision(o):
-        out.append(f"sparse attention ({o.sparse_mode}) cannot be combined with a KV cache in another precision "
-                   f"than the model (kv_cache_dtype={o.kv_cache_dtype}, dtype={o.dtype}); use kv_cache_dtype=auto")
+        out.append(
+            f"sparse attention ({o.sparse_mode}) cannot be combined with a KV cache in another precision "
+            f"than the model (kv_cache_dtype={o.kv_cache_dtype}, dtype={o.dtype}); use kv_cache_dtype=auto"
+        )
     if o.mla is not None:
         try:
             MLASpec.from_any(o.mla)
@@ -110,22 +116,43 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     try:
         mla = MLASpec.from_any(o.mla) if o.mla is not None else None
         req = AttentionRequirements(
-            head_size=o.head_size or (mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla else 1), dtype=o.dtype,
-            kv_cache_dtype=o.kv_cache_dtype, use_mla=mla is not None, sliding_window=o.sliding_window,
-            chunked_attention=o.chunked_attention, logit_softcap=o.logit_softcap, sparse_mode=o.sparse_mode,
-            block_size=o.block_size, kv_layout=KVLayout.parse(o.kv_layout) if o.kv_layout is not None else None,
-            platform=o.platform)
+            head_size=o.head_size or (mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla else 1),
+            dtype=o.dtype,
+            kv_cache_dtype=o.kv_cache_dtype,
+            use_mla=mla is not None,
+            sliding_window=o.sliding_window,
+            chunked_attention=o.chunked_attention,
+            logit_softcap=o.logit_softcap,
+            sparse_mode=o.sparse_mode,
+            block_size=o.block_size,
+            kv_layout=KVLayout.parse(o.kv_layout) if o.kv_layout is not None else None,
+            platform=o.platform,
+        )
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
     # availability is the selector's business (options may be checked on another machine than they run on)
     fields = _ALL_FIELDS if o.head_size is not None or mla is not None else _ALL_FIELDS - {"head_size"}
-    return [f"attention backend {cls.name}: {line}"
-            for line in capability_failures(cls, req, fields=fields)]
+    return [f"attention backend {cls.name}: {line}" for line in capability_failures(cls, req, fields=fields)]
 
 
-_ALL_FIELDS = frozenset({"head_size", "dtype", "kv_cache_dtype", "block_size", "kv_layout", "sparse_mode", "platform",
-                         "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "fused_rope",
-                         "fused_qkv"})
+_ALL_FIELDS = frozenset(
+    {
+        "head_size",
+        "dtype",
+        "kv_cache_dtype",
+        "block_size",
+        "kv_layout",
+        "sparse_mode",
+        "platform",
+        "use_mla",
+        "sliding_window",
+        "encoder",
+        "chunked_attention",
+        "logit_softcap",
+        "fused_rope",
+        "fused_qkv",
+    }
+)
 
 
 def _backend_rule(o: AttentionOptions) -> list[str]:
@@ -184,6 +211,7 @@ def _options_from_mapping(values: Mapping) -> AttentionOptions:
     known = [f.name for f in dataclasses.fields(AttentionOptions)]
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError("unknown attention option(s):",
-                          [unknown_name_message("attention option", key, known) for key in unknown])
+        raise ConfigError(
+            "unknown attention option(s):", [unknown_name_message("attention option", key, known) for key in unknown]
+        )
     return AttentionOptions(**values)

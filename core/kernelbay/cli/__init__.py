@@ -27,8 +27,11 @@ def plugin_commands() -> dict:
     found = {}
     for entry in default_registry().discovery().in_group("kernelbay.commands"):
         if entry.name in COMMANDS:
-            print(f"kernelbay: {entry.distribution} {entry.version} declares the command {entry.name!r}, "
-                  f"which is the core's own; the plugin's is ignored", file=sys.stderr)
+            print(
+                f"kernelbay: {entry.distribution} {entry.version} declares the command {entry.name!r}, "
+                f"which is the core's own; the plugin's is ignored",
+                file=sys.stderr,
+            )
             continue
         found[entry.name] = entry
     return found
@@ -53,8 +56,13 @@ def _version() -> str:
 
 
 def add_custom_dirs_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--custom-module-dirs", nargs="+", default=[], metavar="PATH",
-                        help="import these .py files / package folders first; their registrations are external")
+    parser.add_argument(
+        "--custom-module-dirs",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="import these .py files / package folders first; their registrations are external",
+    )
 
 
 def load_custom_dirs(args) -> None:

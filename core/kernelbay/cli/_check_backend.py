@@ -9,10 +9,20 @@ from . import add_custom_dirs_argument, load_custom_dirs
 
 def add_arguments(parser) -> None:
     parser.add_argument("name", metavar="NAME", help="an installed attention backend (see `kernelbay plugins`)")
-    parser.add_argument("--spec", action="append", default=[], metavar="SPEC",
-                        help="check only this batch spec (repeatable; default: every spec)")
-    parser.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a typed option of the backend, e.g. compile=false for FLEX (repeatable)")
+    parser.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="check only this batch spec (repeatable; default: every spec)",
+    )
+    parser.add_argument(
+        "--backend-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a typed option of the backend, e.g. compile=false for FLEX (repeatable)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device the backend runs on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
     add_custom_dirs_argument(parser)
@@ -35,7 +45,8 @@ def run(args) -> int:
     load_custom_dirs(args)
     from ..testing.conformance import check_backend
 
-    report = check_backend(args.name, args.spec or None, options=backend_options(args.name, args.backend_option),
-                           device=args.device)
+    report = check_backend(
+        args.name, args.spec or None, options=backend_options(args.name, args.backend_option), device=args.device
+    )
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.passed else 1

@@ -28,22 +28,30 @@ def _check_model_providers(reg, found) -> list[str]:
             continue
         registered = {r.name for r in reg.log() if r.provider.module == module and r.kind in MODEL_KINDS}
         for name in sorted(advertised - registered):
-            findings.append(f"{entry.distribution}: {module} is advertised for {name!r} (kernelbay.models) "
-                            f"but never registers it")
+            findings.append(
+                f"{entry.distribution}: {module} is advertised for {name!r} (kernelbay.models) but never registers it"
+            )
         for name in sorted(registered - advertised):
-            findings.append(f"{entry.distribution}: {module} registers {name!r} but does not advertise it in "
-                            f"kernelbay.models; add an entry point or it can only be found after an import")
+            findings.append(
+                f"{entry.distribution}: {module} registers {name!r} but does not advertise it in "
+                f"kernelbay.models; add an entry point or it can only be found after an import"
+            )
     return findings
 
 
 def _check_class_targets(reg, found) -> list[str]:
     findings = []
-    for kind, group in (("attention_backend", "kernelbay.attention_backends"), ("platform", "kernelbay.platforms"),
-                        ("config", "kernelbay.configs")):
+    for kind, group in (
+        ("attention_backend", "kernelbay.attention_backends"),
+        ("platform", "kernelbay.platforms"),
+        ("config", "kernelbay.configs"),
+    ):
         for entry in found.in_group(group):
             if ":" not in entry.value:
-                findings.append(f"{entry.distribution}: entry point {group} {entry.name} = {entry.value!r} "
-                                "must name a class as 'module:Class'")
+                findings.append(
+                    f"{entry.distribution}: entry point {group} {entry.name} = {entry.value!r} "
+                    "must name a class as 'module:Class'"
+                )
                 continue
             try:
                 reg.resolve(kind, entry.name)
@@ -59,9 +67,12 @@ def _check_hook_plugins() -> list[str]:
 
 
 def _check_versions(found) -> list[str]:
-    return [f"{p.distribution} {p.version} does not declare which kernelbay it supports; add a requirement "
-            f"such as 'kernelbay>=0.1,<0.2'" for p in found.plugins.values()
-            if p.distribution != "kernelbay" and p.requires_kernelbay is None]
+    return [
+        f"{p.distribution} {p.version} does not declare which kernelbay it supports; add a requirement "
+        f"such as 'kernelbay>=0.1,<0.2'"
+        for p in found.plugins.values()
+        if p.distribution != "kernelbay" and p.requires_kernelbay is None
+    ]
 
 
 def findings() -> list[str]:
@@ -71,8 +82,11 @@ def findings() -> list[str]:
     found = reg.discovery()
     out = found.findings() + _check_versions(found)
     out += _check_model_providers(reg, found) + _check_class_targets(reg, found) + _check_hook_plugins()
-    out += [f"slot {s.kind} {s.name!r}: conflict between " + " and ".join(r.provider.describe() for r in s.conflict)
-            for s in reg.slots() if s.conflict]
+    out += [
+        f"slot {s.kind} {s.name!r}: conflict between " + " and ".join(r.provider.describe() for r in s.conflict)
+        for s in reg.slots()
+        if s.conflict
+    ]
     return out
 
 

@@ -10,13 +10,19 @@ from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend to explain as requested")
-    parser.add_argument("--kv-dtype", default="auto", metavar="DTYPE",
-                        help="KV-cache dtype: auto (the checkpoint's), bfloat16, float16, float32, fp8, ...")
-    parser.add_argument("--memory", metavar="GIB",
-                        help="KV-cache memory to size: GiB as a number (4, 0.5) or with a unit (512MiB)")
+    parser.add_argument(
+        "--kv-dtype",
+        default="auto",
+        metavar="DTYPE",
+        help="KV-cache dtype: auto (the checkpoint's), bfloat16, float16, float32, fp8, ...",
+    )
+    parser.add_argument(
+        "--memory", metavar="GIB", help="KV-cache memory to size: GiB as a number (4, 0.5) or with a unit (512MiB)"
+    )
     parser.add_argument("--json", action="store_true", help="print the document (docs/explain-schema.md)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="allow the folder's own config code to run (off by default)")
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="allow the folder's own config code to run (off by default)"
+    )
     add_custom_dirs_argument(parser)
 
 
@@ -41,7 +47,12 @@ def run(args) -> int:
         memory = parse_memory(raw_memory) if raw_memory is not None else None
     except ValueError as err:
         raise InputError(f"--memory: {err}") from None
-    doc = explain_model(args.model, backend=args.backend, kv_cache_dtype=args.kv_dtype, memory=memory,
-                        trust_remote_code=args.trust_remote_code)
+    doc = explain_model(
+        args.model,
+        backend=args.backend,
+        kv_cache_dtype=args.kv_dtype,
+        memory=memory,
+        trust_remote_code=args.trust_remote_code,
+    )
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0

@@ -47,8 +47,9 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
     return _assemble(f, hf_config, geometry_config, folder, model_type, naming)
 
 
-def _assemble(f: Fields, hf_config, geometry_config, folder: Path | None, model_type: str,
-              naming: Naming) -> ModelConfig:
+def _assemble(
+    f: Fields, hf_config, geometry_config, folder: Path | None, model_type: str, naming: Naming
+) -> ModelConfig:
     """`geometry_config` is the (sub-)config the sizes come from: the text or vision part of a composite."""
     encoder = naming.model_kind == "vision_encoder"
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
@@ -64,38 +65,59 @@ def _assemble(f: Fields, hf_config, geometry_config, folder: Path | None, model_
     ffn = rules.ask("intermediate_size") or geo.resolve_intermediate_size(f)
     scale = rules.ask("attention_scale") or geo.resolve_attention_scale(f, head_dim)
     return ModelConfig(
-        architecture=naming.architecture, architectures=naming.architectures, model_type=model_type,
-        hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=heads,
-        num_key_value_heads=max(kv_heads) or heads, head_dim=head_dim, vocab_size=vocab,
-        intermediate_size=ffn, max_position_embeddings=max_positions,
-        rms_norm_eps=geo.resolve_norm_eps(f), tie_word_embeddings=f.get_bool("tie_word_embeddings"),
-        dtype=resolve_dtype(f), layer_types=plan.kinds, layer_num_kv_heads=kv_heads,
-        sliding_window=plan.sliding_window, attention_chunk_size=plan.attention_chunk_size, mla=mla, rope=rope,
+        architecture=naming.architecture,
+        architectures=naming.architectures,
+        model_type=model_type,
+        hidden_size=hidden,
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(kv_heads) or heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=ffn,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=geo.resolve_norm_eps(f),
+        tie_word_embeddings=f.get_bool("tie_word_embeddings"),
+        dtype=resolve_dtype(f),
+        layer_types=plan.kinds,
+        layer_num_kv_heads=kv_heads,
+        sliding_window=plan.sliding_window,
+        attention_chunk_size=plan.attention_chunk_size,
+        mla=mla,
+        rope=rope,
         position_embedding=position_embedding,
         attention_scale=scale,
         v_head_dim=mla.v_head_dim if mla else head_dim,
         attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
         final_logit_softcapping=f.get_float("final_logit_softcapping"),
-        quantization=resolve_quantization(f, folder), blocksparse=plan.blocksparse,
-        model_kind=naming.model_kind, draft_vocab_size=naming.draft_vocab_size, notes=tuple(f.notes),
-        source=str(folder) if folder else None, hf_config=hf_config)
+        quantization=resolve_quantization(f, folder),
+        blocksparse=plan.blocksparse,
+        model_kind=naming.model_kind,
+        draft_vocab_size=naming.draft_vocab_size,
+        notes=tuple(f.notes),
+        source=str(folder) if folder else None,
+        hf_config=hf_config,
+    )
 
 
 def _sizes(f: Fields, encoder: bool) -> tuple[int, int, int, int]:
     if not encoder:
         return geo.core_sizes(f)
-    sizes = [f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS)]
-    return (*sizes, 0)  # a vision encoder has no vocabulary
+    hidden, layers, heads = (f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS))
+    return hidden, layers, heads, 0  # a vision encoder has no vocabulary
 
 
 def _max_positions(f: Fields, encoder: bool) -> int:
-    if encoder and f.get("max_position_embeddings") is None and f.get("image_size") and f.get("patch_size"):
-        return (f.get_int("image_size") // f.get_int("patch_size")) ** 2  # one position per patch
+    if encoder and f.get("max_position_embeddings") is None:
+        image, patch = f.get_int("image_size"), f.get_int("patch_size")
+        if image and patch:
+            return (image // patch) ** 2  # one position per patch
     return geo.resolve_max_positions(f)
 
 
-def _layer_plan(f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type,
-                encoder: bool) -> LayerPlan:
+def _layer_plan(
+    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type, encoder: bool
+) -> LayerPlan:
     if encoder:
         return LayerPlan((ENCODER,) * n_layers)
     return resolve_layers(f, rules, n_layers, max_positions, config_class)

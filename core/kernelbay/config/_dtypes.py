@@ -8,18 +8,21 @@ from ._fields import Fields
 
 
 def resolve_dtype(f: Fields) -> str:
-    """"float32" | "bfloat16" | "float16" from torch_dtype / dtype, else from the weights' headers, else
+    """ "float32" | "bfloat16" | "float16" from torch_dtype / dtype, else from the weights' headers, else
     float32 (HF's convention for configs that omit it)."""
     value = f.get("torch_dtype", "dtype")
-    if value is None and f.weights() is not None and f.weights().float_dtype():
-        value = f.weights().float_dtype()
+    weights = f.weights()
+    if value is None and weights is not None and weights.float_dtype():
+        value = weights.float_dtype()
         f.notes.append(f"no torch_dtype/dtype in config.json: {value}, read from the safetensors headers")
     if value is None:
         f.notes.append("no torch_dtype/dtype in config.json: float32 assumed (transformers' convention)")
         return "float32"
     if canonical(value) not in MODEL_DTYPES:
-        raise ConfigError(f"{f.source}: torch_dtype {value!r} is not a checkpoint dtype kernelbay knows; "
-                          f"use one of {', '.join(MODEL_DTYPES)}.")
+        raise ConfigError(
+            f"{f.source}: torch_dtype {value!r} is not a checkpoint dtype kernelbay knows; "
+            f"use one of {', '.join(MODEL_DTYPES)}."
+        )
     return canonical(value)
 
 

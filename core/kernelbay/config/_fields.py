@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from ..errors import ConfigError
 from ._checkpoint import Checkpoint
@@ -16,8 +16,9 @@ class Fields:
     `parsed` fills class defaults and legacy spellings (`n_embd`, `rope_parameters`, ...).
     """
 
-    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str,
-                 checkpoint: Checkpoint | None = None):
+    def __init__(
+        self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str, checkpoint: Checkpoint | None = None
+    ):
         self.raw = raw
         self.parsed = parsed
         self.source = source  # where the keys came from, for error messages
@@ -41,6 +42,10 @@ class Fields:
                     return value
         return default
 
+    @overload
+    def get_int(self, *names: str, default: int) -> int: ...
+    @overload
+    def get_int(self, *names: str, default: None = None) -> int | None: ...
     def get_int(self, *names: str, default: int | None = None) -> int | None:
         value = self.get(*names)
         if value is None:
@@ -56,6 +61,10 @@ class Fields:
             raise self.missing(names)
         return value
 
+    @overload
+    def get_float(self, *names: str, default: float) -> float: ...
+    @overload
+    def get_float(self, *names: str, default: None = None) -> float | None: ...
     def get_float(self, *names: str, default: float | None = None) -> float | None:
         value = self.get(*names)
         if value is None:

@@ -21,7 +21,8 @@ def core_sizes(f: Fields) -> tuple[int, int, int, int]:
     missing = [" / ".join(names) for names in (HIDDEN, LAYERS, HEADS, VOCAB) if not _has(f, names)]
     if missing:
         raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
-    return tuple(f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
+    hidden, layers, heads, vocab = (f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
+    return hidden, layers, heads, vocab
 
 
 def _has(f: Fields, names: tuple[str, ...]) -> bool:
@@ -39,9 +40,14 @@ def resolve_mla(f: Fields) -> MLAGeometry | None:
     missing = [name for name in fields if written.get(name) is None]
     if missing:
         raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
-    return MLAGeometry(kv_lora_rank=kv_lora_rank, q_lora_rank=_q_lora_rank(f),
-                       qk_nope_head_dim=f.get_int("qk_nope_head_dim"), qk_rope_head_dim=f.get_int("qk_rope_head_dim"),
-                       v_head_dim=f.get_int("v_head_dim"), index_head_dim=f.get_int("index_head_dim"))
+    return MLAGeometry(
+        kv_lora_rank=kv_lora_rank,
+        q_lora_rank=_q_lora_rank(f),
+        qk_nope_head_dim=f.required_int("qk_nope_head_dim"),
+        qk_rope_head_dim=f.required_int("qk_rope_head_dim"),
+        v_head_dim=f.required_int("v_head_dim"),
+        index_head_dim=f.get_int("index_head_dim"),
+    )
 
 
 def _q_lora_rank(f: Fields) -> int | None:
@@ -61,7 +67,8 @@ def _q_lora_rank(f: Fields) -> int | None:
     raise ConfigError(
         f"{f.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
         f"queries are compressed (transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3)"
-        " or projected directly (null, as in DeepSeek-V2-Lite); add \"q_lora_rank\": null or the published rank.")
+        ' or projected directly (null, as in DeepSeek-V2-Lite); add "q_lora_rank": null or the published rank.'
+    )
 
 
 def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None) -> int:
@@ -72,8 +79,10 @@ def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None
     if explicit is not None:
         return explicit
     if hidden % heads:
-        raise ConfigError(f"{f.source}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; "
-                          "add an explicit head_dim.")
+        raise ConfigError(
+            f"{f.source}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; "
+            "add an explicit head_dim."
+        )
     return hidden // heads
 
 
@@ -93,8 +102,10 @@ def resolve_kv_heads(f: Fields, heads: int) -> int:
 
 def check_kv_heads(f: Fields, heads: int, kv: int) -> None:
     if kv <= 0 or heads % kv:
-        raise ConfigError(f"{f.source}: {kv} KV heads cannot serve {heads} query heads; "
-                          "num_attention_heads must be a positive multiple of num_key_value_heads.")
+        raise ConfigError(
+            f"{f.source}: {kv} KV heads cannot serve {heads} query heads; "
+            "num_attention_heads must be a positive multiple of num_key_value_heads."
+        )
 
 
 def resolve_intermediate_size(f: Fields) -> int:
@@ -122,8 +133,10 @@ def resolve_norm_eps(f: Fields) -> float:
 
 def resolve_attention_scale(f: Fields, head_dim: int) -> float:
     """The softmax scale q·k is multiplied by: 1/sqrt(head_dim) unless a generic field says otherwise."""
-    if f.get("query_pre_attn_scalar") is not None:  # Gemma 2/3
-        return f.get_float("query_pre_attn_scalar") ** -0.5
-    if f.get("attention_multiplier") is not None:  # Granite gives the scale itself
-        return f.get_float("attention_multiplier")
-    return head_dim ** -0.5
+    scalar = f.get_float("query_pre_attn_scalar")
+    if scalar is not None:  # Gemma 2/3
+        return scalar**-0.5
+    multiplier = f.get_float("attention_multiplier")
+    if multiplier is not None:  # Granite gives the scale itself
+        return multiplier
+    return head_dim**-0.5

@@ -47,12 +47,15 @@ class LayerPlan:
         if self.kv_heads is not None and len(self.kv_heads) != len(self.kinds):
             raise ConfigError(f"kv_heads has {len(self.kv_heads)} entries for {len(self.kinds)} layers.")
         if (BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
-            raise ConfigError(f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
-                              "which a family rule gives), and only they take one.")
+            raise ConfigError(
+                f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
+                "which a family rule gives), and only they take one."
+            )
 
 
-def resolve_layers(f: Fields, rules: FamilyRules, n_layers: int, max_positions: int,
-                   config_class: type | None) -> LayerPlan:
+def resolve_layers(
+    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type | None
+) -> LayerPlan:
     """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
     plan = rules.ask("layers") or _generic_plan(f, n_layers, config_class)
     plan = _with_sizes(f, plan)
@@ -73,8 +76,10 @@ def _listed_plan(f: Fields, listed) -> LayerPlan:
     kinds = tuple(LEGACY_KINDS.get(kind, kind) for kind in listed)
     unknown = sorted({k for k in kinds if k not in LAYER_KINDS})
     if unknown:
-        raise ConfigError(f"{f.source}: layer_types holds kinds kernelbay does not know: {', '.join(unknown)}; "
-                          f"known: {', '.join(LAYER_KINDS)}.")
+        raise ConfigError(
+            f"{f.source}: layer_types holds kinds kernelbay does not know: {', '.join(unknown)}; "
+            f"known: {', '.join(LAYER_KINDS)}."
+        )
     return LayerPlan(kinds)
 
 
@@ -95,8 +100,10 @@ def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     elif _class_uses_sliding_window(config_class):  # Mistral, Phi-3, ...: every layer slides
         kinds = (SLIDING,) * n_layers
     else:
-        f.notes.append(f"sliding_window={window} ignored: {getattr(config_class, '__name__', 'this config')} "
-                       "has no sliding-window attention")
+        f.notes.append(
+            f"sliding_window={window} ignored: {getattr(config_class, '__name__', 'this config')} "
+            "has no sliding-window attention"
+        )
         kinds = (FULL,) * n_layers
     return LayerPlan(kinds, window if SLIDING in kinds else None)
 
@@ -107,7 +114,7 @@ def _class_uses_sliding_window(config_class: type | None) -> bool:
     if config_class is None or not config_class.__module__.startswith("transformers."):
         return True
     try:
-        return "sliding_window" in inspect.signature(config_class.__init__).parameters
+        return "sliding_window" in inspect.signature(config_class).parameters
     except (TypeError, ValueError):
         return True
 
@@ -117,14 +124,14 @@ def _sliding_window(f: Fields) -> int | None:
     written = f.raw.get("sliding_window")
     renamed = f.raw.get("sliding_window_size")
     if written is not None and renamed is not None and written != renamed:
-        raise ConfigError(f"{f.source}: sliding_window={written} and sliding_window_size={renamed} disagree; "
-                          "keep one.")
+        raise ConfigError(f"{f.source}: sliding_window={written} and sliding_window_size={renamed} disagree; keep one.")
     if written is None and renamed is not None and not f.written("sliding_window"):
         f.notes.append(f"sliding_window_size={renamed} read as sliding_window (a converted copy's spelling)")
         return f.as_int("sliding_window_size", renamed)
     if not f.written("sliding_window") and f.parsed.get("sliding_window") and f.raw:
-        f.notes.append(f"sliding_window not in config.json: the config class default "
-                       f"{f.parsed['sliding_window']} applies")
+        f.notes.append(
+            f"sliding_window not in config.json: the config class default {f.parsed['sliding_window']} applies"
+        )
     window = f.get_int("sliding_window")
     return window if window and window > 0 else None  # Qwen2-MoE parses "off" as 0
 
@@ -142,7 +149,6 @@ def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) 
     """A window at least as long as the longest sequence is full attention (Phi-3.5's 262144)."""
     if plan.sliding_window is None or plan.sliding_window < max_positions:
         return plan
-    f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: "
-                   "full attention")
+    f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: full attention")
     kinds = tuple(FULL if kind == SLIDING else kind for kind in plan.kinds)
     return LayerPlan(kinds, None, plan.attention_chunk_size, plan.kv_heads, plan.blocksparse)

@@ -15,16 +15,19 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The folder and its config.json as a dict, or a ConfigError saying exactly what is wrong."""
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise ModelFolderNotFound(f"Model folder {str(folder)!r} does not exist; pass a folder that holds "
-                                  f"{CONFIG_FILE}.")
+        raise ModelFolderNotFound(
+            f"Model folder {str(folder)!r} does not exist; pass a folder that holds {CONFIG_FILE}."
+        )
     if not folder.is_dir():
-        raise ModelFolderNotFound(f"{str(folder)!r} is a file, not a model folder; pass the folder that holds "
-                                  f"{CONFIG_FILE}.")
+        raise ModelFolderNotFound(
+            f"{str(folder)!r} is a file, not a model folder; pass the folder that holds {CONFIG_FILE}."
+        )
     file = folder / CONFIG_FILE
     if not file.is_file():
         present = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
-        raise MissingConfigFile(f"{str(folder)!r} has no {CONFIG_FILE} (it holds: {present}); "
-                                "a Hugging Face checkpoint folder needs one.")
+        raise MissingConfigFile(
+            f"{str(folder)!r} has no {CONFIG_FILE} (it holds: {present}); a Hugging Face checkpoint folder needs one."
+        )
     return folder, _parse_json(file)
 
 
@@ -34,7 +37,9 @@ def _parse_json(file: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise MalformedConfig(f"{file} is not UTF-8 text (byte {exc.start}); is it really a config.json?") from None
     except json.JSONDecodeError as exc:
-        raise MalformedConfig(f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+        raise MalformedConfig(
+            f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+        ) from None
     if not isinstance(data, dict):
         raise MalformedConfig(f"{file} must hold a JSON object at the top level, not {type(data).__name__}.")
     return data
@@ -44,8 +49,10 @@ def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
     """The transformers config for `raw`: transformers' own class, a plugin's, or (trusted) the folder's."""
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        raise ConfigError(f"{folder / CONFIG_FILE} has no 'model_type'; add the Hugging Face model type "
-                          "(e.g. \"llama\") so the right config class can parse it.")
+        raise ConfigError(
+            f"{folder / CONFIG_FILE} has no 'model_type'; add the Hugging Face model type "
+            '(e.g. "llama") so the right config class can parse it.'
+        )
     remote = _remote_config_class(raw)
     if trust_remote_code and remote:
         return _auto_config(folder, trust_remote_code=True)
@@ -70,14 +77,14 @@ def _auto_config(folder: Path, trust_remote_code: bool):
 
     try:
         return AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is a config problem, chained for the cause
+    except Exception as exc:  # any parse failure is a config problem, chained for the cause
         raise ConfigError(f"transformers could not parse {folder / CONFIG_FILE}: {exc}") from exc
 
 
 def _from_class(cls, folder: Path):
     try:
         return cls.from_pretrained(str(folder))
-    except Exception as exc:  # noqa: BLE001 - as above
+    except Exception as exc:  # re-raised as a ConfigError, as above
         raise ConfigError(f"{cls.__module__}.{cls.__qualname__} could not parse {folder / CONFIG_FILE}: {exc}") from exc
 
 
@@ -102,20 +109,28 @@ def _check_is_config_class(cls, model_type: str) -> None:
     from transformers import PretrainedConfig
 
     if not (isinstance(cls, type) and issubclass(cls, PretrainedConfig)):
-        raise ConfigError(f"The kernelbay.configs slot {model_type!r} holds {cls!r}, which is not a "
-                          "transformers PretrainedConfig subclass; fix the plugin that registers it.")
+        raise ConfigError(
+            f"The kernelbay.configs slot {model_type!r} holds {cls!r}, which is not a "
+            "transformers PretrainedConfig subclass; fix the plugin that registers it."
+        )
 
 
 def _unknown_model_type_message(model_type: str, remote: str | None, plugin_types: list[str]) -> str:
     import transformers
 
     known = sorted(plugin_types)
-    msg = (f"model_type {model_type!r} is unknown to transformers {transformers.__version__} and no installed "
-           f"kernelbay plugin provides it (kernelbay.configs knows: {', '.join(known) or 'none'}).")
+    msg = (
+        f"model_type {model_type!r} is unknown to transformers {transformers.__version__} and no installed "
+        f"kernelbay plugin provides it (kernelbay.configs knows: {', '.join(known) or 'none'})."
+    )
     if remote:
-        msg += (f" config.json names remote code ({remote}): pass --trust-remote-code "
-                "(trust_remote_code=True) to run it from the model folder,")
+        msg += (
+            f" config.json names remote code ({remote}): pass --trust-remote-code "
+            "(trust_remote_code=True) to run it from the model folder,"
+        )
     else:
         msg += " config.json has no auto_map, so there is no folder code to trust either;"
-    return msg + (f" or install a plugin that declares a 'kernelbay.configs' entry point named {model_type!r}"
-                  ", or a transformers release that ships it.")
+    return msg + (
+        f" or install a plugin that declares a 'kernelbay.configs' entry point named {model_type!r}"
+        ", or a transformers release that ships it."
+    )

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
 from ..dtypes import MODEL_DTYPES
+from ..errors import ConfigError
 from ._dtypes import kv_element_bytes
 from ._layers import CACHELESS_KINDS, CHUNKED, LAYER_KINDS, SLIDING
 from ._records import BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
@@ -63,8 +63,9 @@ class ModelConfig:
 
     # ---- construction -----------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False, *,
-                        encoder_only: bool = False) -> ModelConfig:
+    def from_pretrained(
+        cls, path: str | Path, trust_remote_code: bool = False, *, encoder_only: bool = False
+    ) -> ModelConfig:
         """Read `path/config.json` through transformers (folder code runs only if trusted) and resolve it."""
         from ._build import build_from_folder
 
@@ -112,9 +113,13 @@ class ModelConfig:
     def to_dict(self) -> dict:
         """A JSON-safe summary (what `kernelbay explain --json` prints)."""
         return {
-            "architecture": self.architecture, "architectures": list(self.architectures),
-            "model_type": self.model_type, "model_kind": self.model_kind, "is_draft": self.is_draft,
-            "is_encoder_only": self.is_encoder_only, "source": self.source,
+            "architecture": self.architecture,
+            "architectures": list(self.architectures),
+            "model_type": self.model_type,
+            "model_kind": self.model_kind,
+            "is_draft": self.is_draft,
+            "is_encoder_only": self.is_encoder_only,
+            "source": self.source,
             **{name: getattr(self, name) for name in _PLAIN_FIELDS},
             "layer_groups": [{"kind": kind, "layers": list(idx)} for kind, idx in self.layer_groups()],
             "layer_num_kv_heads": list(self.layer_num_kv_heads),
@@ -122,27 +127,55 @@ class ModelConfig:
             "rope": self.rope.to_dict() if self.rope else None,
             "quantization": self.quantization.to_dict() if self.quantization else None,
             "blocksparse": self.blocksparse.to_dict() if self.blocksparse else None,
-            "kv_bytes_per_token": self.kv_bytes_per_token(), "notes": list(self.notes),
+            "kv_bytes_per_token": self.kv_bytes_per_token(),
+            "notes": list(self.notes),
         }
 
 
-_PLAIN_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                 "v_head_dim", "vocab_size", "intermediate_size", "max_position_embeddings", "rms_norm_eps",
-                 "tie_word_embeddings", "dtype", "sliding_window", "attention_chunk_size", "position_embedding",
-                 "attention_scale", "attn_logit_softcapping", "final_logit_softcapping", "draft_vocab_size")
+_PLAIN_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "v_head_dim",
+    "vocab_size",
+    "intermediate_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "dtype",
+    "sliding_window",
+    "attention_chunk_size",
+    "position_embedding",
+    "attention_scale",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "draft_vocab_size",
+)
 
 
 def _sizes_problems(c: ModelConfig) -> list[str]:
-    sizes = {"hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
-             "num_attention_heads": c.num_attention_heads, "head_dim": c.head_dim, "v_head_dim": c.v_head_dim,
-             "intermediate_size": c.intermediate_size, "max_position_embeddings": c.max_position_embeddings}
-    problems = [f"{name}={value!r} must be a positive integer" for name, value in sizes.items()
-                if not (isinstance(value, int) and value > 0)]
+    sizes = {
+        "hidden_size": c.hidden_size,
+        "num_hidden_layers": c.num_hidden_layers,
+        "num_attention_heads": c.num_attention_heads,
+        "head_dim": c.head_dim,
+        "v_head_dim": c.v_head_dim,
+        "intermediate_size": c.intermediate_size,
+        "max_position_embeddings": c.max_position_embeddings,
+    }
+    problems = [
+        f"{name}={value!r} must be a positive integer"
+        for name, value in sizes.items()
+        if not (isinstance(value, int) and value > 0)
+    ]
     if c.vocab_size <= 0 and c.model_kind != "vision_encoder":
         problems.append(f"vocab_size={c.vocab_size} must be positive for a language model")
     if c.num_key_value_heads <= 0 or c.num_attention_heads % c.num_key_value_heads:
-        problems.append(f"num_key_value_heads={c.num_key_value_heads} must divide "
-                        f"num_attention_heads={c.num_attention_heads}")
+        problems.append(
+            f"num_key_value_heads={c.num_key_value_heads} must divide num_attention_heads={c.num_attention_heads}"
+        )
     if c.dtype not in MODEL_DTYPES:
         problems.append(f"dtype={c.dtype!r} must be one of {', '.join(MODEL_DTYPES)}")
     if not c.attention_scale > 0:
@@ -152,17 +185,20 @@ def _sizes_problems(c: ModelConfig) -> list[str]:
 
 def _layer_problems(c: ModelConfig) -> list[str]:
     n = c.num_hidden_layers
-    problems = [f"{name} has {len(value)} entries for num_hidden_layers={n}"
-                for name, value in (("layer_types", c.layer_types), ("layer_num_kv_heads", c.layer_num_kv_heads))
-                if len(value) != n]
+    problems = [
+        f"{name} has {len(value)} entries for num_hidden_layers={n}"
+        for name, value in (("layer_types", c.layer_types), ("layer_num_kv_heads", c.layer_num_kv_heads))
+        if len(value) != n
+    ]
     unknown = sorted(set(c.layer_types) - set(LAYER_KINDS))
     if unknown:
         problems.append(f"unknown layer kinds {unknown}; known: {', '.join(LAYER_KINDS)}")
     if (SLIDING in c.layer_types) != (c.sliding_window is not None):
         problems.append(f"sliding_window={c.sliding_window} must be set exactly when a layer is sliding_attention")
     if (CHUNKED in c.layer_types) != (c.attention_chunk_size is not None):
-        problems.append(f"attention_chunk_size={c.attention_chunk_size} must be set exactly when a layer is "
-                        "chunked_attention")
+        problems.append(
+            f"attention_chunk_size={c.attention_chunk_size} must be set exactly when a layer is chunked_attention"
+        )
     return problems
 
 

@@ -42,8 +42,10 @@ def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:
         return tuple(value)
     default = _transformers_causal_lm(model_type)
     if default is None:
-        raise ConfigError(f"{f.source}: 'architectures' is missing and transformers has no causal-LM class for "
-                          f"model_type {model_type!r}; add e.g. \"architectures\": [\"LlamaForCausalLM\"].")
+        raise ConfigError(
+            f"{f.source}: 'architectures' is missing and transformers has no causal-LM class for "
+            f'model_type {model_type!r}; add e.g. "architectures": ["LlamaForCausalLM"].'
+        )
     f.notes.append(f"no architectures in config: transformers' causal LM for {model_type!r} ({default}) used")
     return (default,)
 

@@ -23,9 +23,15 @@ def resolve_quantization(f: Fields, folder: Path | None) -> QuantConfig | None:
         return None
     method = raw.get("quant_method") or _inferred_method(f, raw)
     return QuantConfig(
-        quant_method=str(method), fmt=_weight_format(raw, method), weight_block_size=_block_size(f, raw),
-        weight_granularity=_granularity(raw, method), activation_scheme=_activation_scheme(raw),
-        modules_to_not_convert=_excluded(raw), kv_cache_dtype=_kv_cache_dtype(raw), raw=frozen_json(raw))
+        quant_method=str(method),
+        fmt=_weight_format(raw, method),
+        weight_block_size=_block_size(f, raw),
+        weight_granularity=_granularity(raw, method),
+        activation_scheme=_activation_scheme(raw),
+        modules_to_not_convert=_excluded(raw),
+        kv_cache_dtype=_kv_cache_dtype(raw),
+        raw=frozen_json(raw),
+    )
 
 
 def _quantization_dict(f: Fields, folder: Path | None) -> dict[str, Any] | None:
@@ -60,8 +66,10 @@ def _inferred_method(f: Fields, raw: dict) -> str:
     elif "config_groups" in raw:
         method = "compressed-tensors"
     else:
-        raise ConfigError(f"{f.source}: quantization_config has no quant_method and no producer or "
-                          "config_groups to infer it from; add \"quant_method\".")
+        raise ConfigError(
+            f"{f.source}: quantization_config has no quant_method and no producer or "
+            'config_groups to infer it from; add "quant_method".'
+        )
     f.notes.append(f"quantization_config has no quant_method: {method} inferred from its keys")
     return method
 
@@ -97,9 +105,10 @@ def _block_size(f: Fields, raw: dict) -> tuple[int, int] | None:
     if isinstance(value, str):  # compressed-tensors writes "128x128"
         value = value.lower().split("x")
     try:
-        return tuple(int(v) for v in value)
+        rows, cols = (int(v) for v in value)
     except (TypeError, ValueError):
         raise ConfigError(f"{f.source}: weight_block_size {value!r} is not a pair of integers.") from None
+    return rows, cols
 
 
 def _granularity(raw: dict, method: str) -> str | None:

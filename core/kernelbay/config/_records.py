@@ -63,8 +63,13 @@ class MLAGeometry:
     index_head_dim: int | None = None  # DeepSeek V3.2 lightning indexer: one cached key per token
 
     def __post_init__(self) -> None:
-        _require_positive("MLA geometry", kv_lora_rank=self.kv_lora_rank, qk_nope_head_dim=self.qk_nope_head_dim,
-                          qk_rope_head_dim=self.qk_rope_head_dim, v_head_dim=self.v_head_dim)
+        _require_positive(
+            "MLA geometry",
+            kv_lora_rank=self.kv_lora_rank,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            v_head_dim=self.v_head_dim,
+        )
         if self.q_lora_rank is not None:
             _require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
         if self.index_head_dim is not None:
@@ -81,10 +86,15 @@ class MLAGeometry:
         return self.kv_lora_rank + self.qk_rope_head_dim + (self.index_head_dim or 0)
 
     def to_dict(self) -> dict:
-        return {"kv_lora_rank": self.kv_lora_rank, "q_lora_rank": self.q_lora_rank,
-                "qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim,
-                "v_head_dim": self.v_head_dim, "index_head_dim": self.index_head_dim,
-                "cache_width": self.cache_width}
+        return {
+            "kv_lora_rank": self.kv_lora_rank,
+            "q_lora_rank": self.q_lora_rank,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "v_head_dim": self.v_head_dim,
+            "index_head_dim": self.index_head_dim,
+            "cache_width": self.cache_width,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +121,15 @@ class RopeConfig:
             raise ConfigError(f"rope_type {self.rope_type!r} needs a positive 'factor' in rope_scaling.")
 
     def to_dict(self) -> dict:
-        return {"theta": self.theta, "rope_type": self.rope_type, "factor": self.factor,
-                "rotary_dim": self.rotary_dim, "original_max_position_embeddings":
-                self.original_max_position_embeddings, "local_theta": self.local_theta,
-                "scaling": thawed_json(self.scaling)}
+        return {
+            "theta": self.theta,
+            "rope_type": self.rope_type,
+            "factor": self.factor,
+            "rotary_dim": self.rotary_dim,
+            "original_max_position_embeddings": self.original_max_position_embeddings,
+            "local_theta": self.local_theta,
+            "scaling": thawed_json(self.scaling),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +154,15 @@ class QuantConfig:
             _require_positive("weight_block_size", rows=self.weight_block_size[0], cols=self.weight_block_size[1])
 
     def to_dict(self) -> dict:
-        return {"quant_method": self.quant_method, "fmt": self.fmt,
-                "weight_block_size": list(self.weight_block_size) if self.weight_block_size else None,
-                "weight_granularity": self.weight_granularity, "activation_scheme": self.activation_scheme,
-                "modules_to_not_convert": list(self.modules_to_not_convert), "kv_cache_dtype": self.kv_cache_dtype}
+        return {
+            "quant_method": self.quant_method,
+            "fmt": self.fmt,
+            "weight_block_size": list(self.weight_block_size) if self.weight_block_size else None,
+            "weight_granularity": self.weight_granularity,
+            "activation_scheme": self.activation_scheme,
+            "modules_to_not_convert": list(self.modules_to_not_convert),
+            "kv_cache_dtype": self.kv_cache_dtype,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +175,17 @@ class BlockSparseGeometry:
     homo_head_pattern: bool = False
 
     def __post_init__(self) -> None:
-        _require_positive("block-sparse attention", block_size=self.block_size,
-                          num_local_blocks=self.num_local_blocks, vert_stride=self.vert_stride)
+        _require_positive(
+            "block-sparse attention",
+            block_size=self.block_size,
+            num_local_blocks=self.num_local_blocks,
+            vert_stride=self.vert_stride,
+        )
 
     def to_dict(self) -> dict:
-        return {"block_size": self.block_size, "num_local_blocks": self.num_local_blocks,
-                "vert_stride": self.vert_stride, "homo_head_pattern": self.homo_head_pattern}
+        return {
+            "block_size": self.block_size,
+            "num_local_blocks": self.num_local_blocks,
+            "vert_stride": self.vert_stride,
+            "homo_head_pattern": self.homo_head_pattern,
+        }

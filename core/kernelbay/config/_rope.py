@@ -18,7 +18,7 @@ DEFAULT_THETA = 10000.0
 
 
 def resolve_position_embedding(f: Fields, mla: MLAGeometry | None) -> str:
-    """"rope", "alibi" or "learned" (GPT-2, OPT: a position table, nothing to rotate)."""
+    """ "rope", "alibi" or "learned" (GPT-2, OPT: a position table, nothing to rotate)."""
     if f.get_bool("alibi"):
         return "alibi"
     if mla is not None or any(f.get(name) for name in ROPE_HINTS):
@@ -44,10 +44,14 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
     rope_type = _rope_type(main)
     original = main.get("original_max_position_embeddings") or f.get_int("original_max_position_embeddings")
     return RopeConfig(
-        theta=_theta(f, main), rope_type=rope_type, factor=_factor(f, main, rope_type, max_positions, original),
-        rotary_dim=_rotary_dim(f, main, head_dim, mla), scaling=frozen_json(_scaling(main, rope_type, original)),
+        theta=_theta(f, main),
+        rope_type=rope_type,
+        factor=_factor(f, main, rope_type, max_positions, original),
+        rotary_dim=_rotary_dim(f, main, head_dim, mla),
+        scaling=frozen_json(_scaling(main, rope_type, original)),
         original_max_position_embeddings=original if rope_type != "default" else None,
-        local_theta=f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta"))
+        local_theta=f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta"),
+    )
 
 
 def _scaling(params: dict, rope_type: str, original: int | None) -> dict:

@@ -87,6 +87,7 @@ def family_rules(f: Fields, model_type: str) -> FamilyRules:
             if model_type in _checked(model_types, rules):
                 for point, rule in rules.items():
                     claims.setdefault(point, []).append(Registration(point, model_type, rule, hook_provider(plugin)))
+
         return register
 
     call_hook(HOOK, make_register)
@@ -115,8 +116,10 @@ def _slot(point: str, model_type: str, claims: list):
     slot = decide(point, model_type, claims, Preferences(prefer))
     if slot.conflict:
         who = " and ".join(r.provider.describe() for r in slot.conflict)
-        raise RegistrationConflict(f"the {point} rule for model_type {model_type!r} is given by {who}; choose one "
-                                   f"with KERNELBAY_PREFER=\"{model_type}=<distribution>\".")
+        raise RegistrationConflict(
+            f"the {point} rule for model_type {model_type!r} is given by {who}; choose one "
+            f'with KERNELBAY_PREFER="{model_type}=<distribution>".'
+        )
     return slot
 
 
@@ -147,10 +150,15 @@ class FamilyRules:
         if isinstance(answer, bool) or not isinstance(answer, RULE_POINTS[point]):
             raise self._error(point, slot, f"rule returned {answer!r}, not {RULE_POINTS[point].__name__} or None")
         if isinstance(answer, LayerPlan) and len(answer.kinds) != self._view.num_hidden_layers:
-            raise self._error(point, slot, f"rule gave {len(answer.kinds)} layer kinds for "
-                                           f"num_hidden_layers={self._view.num_hidden_layers}")
+            raise self._error(
+                point,
+                slot,
+                f"rule gave {len(answer.kinds)} layer kinds for num_hidden_layers={self._view.num_hidden_layers}",
+            )
 
     def _error(self, point: str, slot, what: str) -> ConfigRuleError:
         where = "" if what.startswith(self._view.source) else f"{self._view.source}: "
-        return ConfigRuleError(f"{where}{what} [the {point} rule for model_type {self._view.model_type!r} of "
-                               f"{slot.winner.provider.describe()}]")
+        return ConfigRuleError(
+            f"{where}{what} [the {point} rule for model_type {self._view.model_type!r} of "
+            f"{slot.winner.provider.describe()}]"
+        )

@@ -27,8 +27,13 @@ class Platform:
 
     def to_dict(self) -> dict:
         current, reason = self.is_current()
-        return {"name": self.name, "device": self.device(), "current": current, "reason": reason,
-                "backend_priority": self.backend_priority()}
+        return {
+            "name": self.name,
+            "device": self.device(),
+            "current": current,
+            "reason": reason,
+            "backend_priority": self.backend_priority(),
+        }
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

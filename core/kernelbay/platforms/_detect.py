@@ -50,6 +50,5 @@ def current_platform() -> Platform:
         return platform
     accelerators = [name for name, current, _ in detect_platforms() if current and name != _FALLBACK]
     if len(accelerators) > 1:
-        raise KernelbayError(f"several platforms are current ({', '.join(accelerators)}); "
-                             f"set {_ENV} to one of them")
+        raise KernelbayError(f"several platforms are current ({', '.join(accelerators)}); set {_ENV} to one of them")
     return get_platform(accelerators[0] if accelerators else _FALLBACK)

@@ -15,8 +15,10 @@ from ._records import Origin, Provider
 def _module_name_for(path: Path) -> str:
     name = path.stem if path.is_file() else path.name
     if not name.isidentifier():
-        raise CustomModuleDirError(f"custom module path {str(path)!r}: {name!r} is not a valid Python module name; "
-                                   "rename it (letters, digits, underscores)")
+        raise CustomModuleDirError(
+            f"custom module path {str(path)!r}: {name!r} is not a valid Python module name; "
+            "rename it (letters, digits, underscores)"
+        )
     return name
 
 
@@ -27,8 +29,10 @@ def _spec_for(path: Path, name: str):
         return importlib.util.spec_from_file_location(name, path)
     init = path / "__init__.py"
     if not init.exists():
-        raise CustomModuleDirError(f"custom module dir {str(path)!r} has no __init__.py; "
-                                   "add one that imports your model modules (it is imported as a package)")
+        raise CustomModuleDirError(
+            f"custom module dir {str(path)!r} has no __init__.py; "
+            "add one that imports your model modules (it is imported as a package)"
+        )
     return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
 
 
@@ -36,8 +40,10 @@ def _check_free(name: str, path: Path) -> None:
     existing = sys.modules.get(name)
     if existing is not None:
         where = getattr(existing, "__file__", None) or "a built-in module"
-        raise CustomModuleDirError(f"custom module {str(path)!r} would be imported as {name!r}, but a module of "
-                                   f"that name is already loaded from {where}; rename the file or folder")
+        raise CustomModuleDirError(
+            f"custom module {str(path)!r} would be imported as {name!r}, but a module of "
+            f"that name is already loaded from {where}; rename the file or folder"
+        )
 
 
 def _exec_path(path: Path, name: str) -> None:
@@ -52,8 +58,9 @@ def _exec(spec, name: str, path: Path) -> None:
     except BaseException as exc:
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[loaded]
-        raise CustomModuleDirError(f"custom module {str(path)!r} failed at {_where(exc)}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+        raise CustomModuleDirError(
+            f"custom module {str(path)!r} failed at {_where(exc)}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def load_custom_module_dirs(paths, registry=None) -> list[str]:

@@ -30,8 +30,9 @@ class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribu
 class PluginInfo:
     """One distribution that declares kernelbay entry points."""
 
-    def __init__(self, distribution: str, version: str, origin: str, requires_kernelbay: str | None,
-                 location: str | None):
+    def __init__(
+        self, distribution: str, version: str, origin: str, requires_kernelbay: str | None, location: str | None
+    ):
         self.distribution = distribution
         self.version = version
         self.origin = origin
@@ -69,10 +70,15 @@ class Discovery:
         return self._by_group.get(group, [])
 
     def findings(self) -> list[str]:
-        out = [f"{n!r} in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution"
-               for n in self.unknown_filter_names]
-        out += [f"{p.distribution} {p.version} refused: {p.refused}"
-                for p in self.plugins.values() if p.refused and not p.refused.startswith("disabled")]
+        out = [
+            f"{n!r} in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution"
+            for n in self.unknown_filter_names
+        ]
+        out += [
+            f"{p.distribution} {p.version} refused: {p.refused}"
+            for p in self.plugins.values()
+            if p.refused and not p.refused.startswith("disabled")
+        ]
         return out
 
 
@@ -135,7 +141,7 @@ def _core_requirement_texts(requires) -> list[tuple[str, str]]:
     for text in requires or ():
         match = _LEADING_NAME.match(text)
         if match and normalize_dist(match.group(1)) == "kernelbay":
-            out.append((text, text[match.end():].strip()))
+            out.append((text, text[match.end() :].strip()))
     return out
 
 
@@ -177,8 +183,10 @@ def _version_refusal(name: str, version: str, spec) -> str | None:
     # `>=0.1` (pip check judges installed versions the same way)
     if spec.contains(__version__, prereleases=True):
         return None
-    return (f"{name} {version} requires kernelbay{spec}, but kernelbay {__version__} is installed; "
-            f"install a {name} release built for kernelbay {__version__}, or a kernelbay matching {spec}")
+    return (
+        f"{name} {version} requires kernelbay{spec}, but kernelbay {__version__} is installed; "
+        f"install a {name} release built for kernelbay {__version__}, or a kernelbay matching {spec}"
+    )
 
 
 def _core_requirement(name: str, version: str, requires) -> tuple[str | None, str | None]:

@@ -24,8 +24,10 @@ class BrokenProvider(namedtuple("BrokenProvider", "provider error")):
 
 def _fix_hint(provider: Provider) -> str:
     if provider.distribution:
-        return (f"reinstall or fix {provider.distribution} {provider.version}, "
-                f"or disable it with KERNELBAY_DISABLE_PLUGINS={provider.distribution}")
+        return (
+            f"reinstall or fix {provider.distribution} {provider.version}, "
+            f"or disable it with KERNELBAY_DISABLE_PLUGINS={provider.distribution}"
+        )
     return f"fix {provider.path or provider.module}"
 
 
@@ -50,17 +52,22 @@ def translate(exc: BaseException, provider: Provider) -> PluginImportError:
     """One error type per cause, each naming the provider, the place and the fix."""
     who = provider.describe()
     if isinstance(exc, ModuleNotFoundError) and _is_the_module_itself(exc.name, provider.module):
-        return NotProvided(f"provider module {provider.module!r} is not importable: {who} advertises it "
-                           f"but it does not exist; {_fix_hint(provider)}")
+        return NotProvided(
+            f"provider module {provider.module!r} is not importable: {who} advertises it "
+            f"but it does not exist; {_fix_hint(provider)}"
+        )
     if isinstance(exc, ModuleNotFoundError):
-        return MissingDependencyError(f"{who} needs the package {exc.name!r}, which is not installed "
-                                      f"(imported at {_where(exc)}); install {exc.name!r} or {_fix_hint(provider)}")
+        return MissingDependencyError(
+            f"{who} needs the package {exc.name!r}, which is not installed "
+            f"(imported at {_where(exc)}); install {exc.name!r} or {_fix_hint(provider)}"
+        )
     if isinstance(exc, AttributeError):
         return PluginImportError(f"AttributeError inside provider {who} at {_where(exc)}: {exc}; {_fix_hint(provider)}")
     if isinstance(exc, SyntaxError):
         return PluginImportError(f"syntax error in provider {who} at {_where(exc)}: {exc.msg}; {_fix_hint(provider)}")
     return PluginImportError(
-        f"provider {who} failed at {_where(exc)}: {type(exc).__name__}: {exc}; {_fix_hint(provider)}")
+        f"provider {who} failed at {_where(exc)}: {type(exc).__name__}: {exc}; {_fix_hint(provider)}"
+    )
 
 
 def import_module(provider: Provider):
@@ -79,6 +86,8 @@ def load_attribute(target: str, provider: Provider):
         for part in filter(None, qualname.split(".")):
             obj = getattr(obj, part)
     except AttributeError as exc:
-        raise PluginImportError(f"{provider.describe()} advertises {target!r}, but {module_name!r} has no "
-                                f"attribute {qualname!r}; {_fix_hint(provider)}") from exc
+        raise PluginImportError(
+            f"{provider.describe()} advertises {target!r}, but {module_name!r} has no "
+            f"attribute {qualname!r}; {_fix_hint(provider)}"
+        ) from exc
     return obj

@@ -26,8 +26,14 @@ GROUPS = (
 )
 # Distributions whose registrations are built-in: they only ever fill empty slots.
 FIRST_PARTY_DISTRIBUTIONS = frozenset(
-    {"kernelbay", "kernelbay-engine", "kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek",
-     "kernelbay-flashinfer"}
+    {
+        "kernelbay",
+        "kernelbay-engine",
+        "kernelbay-torch",
+        "kernelbay-llama",
+        "kernelbay-deepseek",
+        "kernelbay-flashinfer",
+    }
 )
 
 
@@ -53,8 +59,9 @@ def origin_of(distribution: str | None) -> str:
 
 # Immutable records are named tuples rather than dataclasses: `kernelbay plugins` must start fast,
 # and `dataclasses` pulls in `inspect` and `ast`.
-class Provider(namedtuple("Provider", "module distribution version origin path",
-                          defaults=(None, None, Origin.EXTERNAL, None))):
+class Provider(
+    namedtuple("Provider", "module distribution version origin path", defaults=(None, None, Origin.EXTERNAL, None))
+):
     """Who registered: the provider module and where it comes from (`path` for custom dirs)."""
 
     __slots__ = ()

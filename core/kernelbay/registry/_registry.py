@@ -28,8 +28,17 @@ KIND_LABEL = {
 # What a first-party plugin would provide if it were installed: named in "unknown" errors.
 FIRST_PARTY_PROVIDES = {
     "model": {
-        **dict.fromkeys(("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                         "Phi3ForCausalLM", "Gemma2ForCausalLM"), "kernelbay-llama"),
+        **dict.fromkeys(
+            (
+                "LlamaForCausalLM",
+                "MistralForCausalLM",
+                "Qwen2ForCausalLM",
+                "Qwen3ForCausalLM",
+                "Phi3ForCausalLM",
+                "Gemma2ForCausalLM",
+            ),
+            "kernelbay-llama",
+        ),
         **dict.fromkeys(("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"), "kernelbay-deepseek"),
     },
     "attention_backend": {
@@ -196,8 +205,13 @@ class Registry:
             mark = (slot.kind, slot.name, slot.winner.provider.module)
             if loser.provider.is_builtin and mark not in self._warned:
                 self._warned.add(mark)
-                warn("%s %r: external %s takes the slot from built-in %s", KIND_LABEL[slot.kind],
-                               slot.name, slot.winner.provider.describe(), loser.provider.describe())
+                warn(
+                    "%s %r: external %s takes the slot from built-in %s",
+                    KIND_LABEL[slot.kind],
+                    slot.name,
+                    slot.winner.provider.describe(),
+                    loser.provider.describe(),
+                )
 
     # ---- importing providers --------------------------------------------------------------
     def run_in_frame(self, provider: Provider, body) -> None:
@@ -267,8 +281,7 @@ class Registry:
             trace("resolve %s %r -> %s from %s", kind, name, winner.target, winner.provider.describe())
             return obj
 
-    def _winner_or_raise(self, kind: str, name: str, slot: Slot | None,
-                         broken: list[BrokenProvider]) -> Registration:
+    def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""
         label = KIND_LABEL[kind]
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
@@ -286,8 +299,10 @@ class Registry:
         advertised = self.index_entries(kind, name)
         if advertised:
             who = ", ".join(f"{e.distribution} ({e.module})" for e in advertised)
-            return (f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; "
-                    "run `kernelbay doctor`.")
+            return (
+                f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; "
+                "run `kernelbay doctor`."
+            )
         for info in self.discovery().plugins.values():
             if info.refused and name in info.groups.get(INDEX_GROUP[kind], []):
                 return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
@@ -460,7 +475,8 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
 def _conflict_message(slot: Slot) -> str:
     who = " and ".join(r.provider.describe() for r in slot.conflict)
     dists = [r.provider.distribution or r.provider.module for r in slot.conflict]
-    return (f"{KIND_LABEL[slot.kind]} {slot.name!r} is claimed by two providers: {who}. Choose one with "
-            f"KERNELBAY_PREFER=\"{slot.name}={dists[0]}\" (or kernelbay.registry.prefer({slot.name!r}, "
-            f"{dists[0]!r})), or uninstall/disable one of them.")
-
+    return (
+        f"{KIND_LABEL[slot.kind]} {slot.name!r} is claimed by two providers: {who}. Choose one with "
+        f'KERNELBAY_PREFER="{slot.name}={dists[0]}" (or kernelbay.registry.prefer({slot.name!r}, '
+        f"{dists[0]!r})), or uninstall/disable one of them."
+    )

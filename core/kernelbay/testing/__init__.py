@@ -14,12 +14,16 @@ from __future__ import annotations
 from .._lazy import lazy_exports
 
 _LAZY = {
-    **dict.fromkeys(("BackendUnderTest", "ConformanceReport", "SpecResult", "check_backend"),
-                    "kernelbay.testing.conformance"),
-    **dict.fromkeys(("ALL_SPECS", "BatchSpec", "MLA_SPECS", "SPECS", "TOLERANCE", "tolerance"),
-                    "kernelbay.testing.specs"),
-    **dict.fromkeys(("StepData", "block_tables", "build_layer", "make_data", "reference_output", "run_backend",
-                     "run_step"), "kernelbay.testing.runner"),
+    **dict.fromkeys(
+        ("BackendUnderTest", "ConformanceReport", "SpecResult", "check_backend"), "kernelbay.testing.conformance"
+    ),
+    **dict.fromkeys(
+        ("ALL_SPECS", "BatchSpec", "MLA_SPECS", "SPECS", "TOLERANCE", "tolerance"), "kernelbay.testing.specs"
+    ),
+    **dict.fromkeys(
+        ("StepData", "block_tables", "build_layer", "make_data", "reference_output", "run_backend", "run_step"),
+        "kernelbay.testing.runner",
+    ),
     "reference_attention": "kernelbay.testing.reference",
 }
 

@@ -32,8 +32,13 @@ class SpecResult:
         return f"{_MARKS[self.status]}  {self.spec:<22} {self.detail}"
 
     def to_dict(self) -> dict:
-        return {"spec": self.spec, "status": self.status, "detail": self.detail, "max_error": self.max_error,
-                "tolerance": self.tolerance}
+        return {
+            "spec": self.spec,
+            "status": self.status,
+            "detail": self.detail,
+            "max_error": self.max_error,
+            "tolerance": self.tolerance,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +61,21 @@ class ConformanceReport:
         verdict = "conforms" if self.passed else "DOES NOT CONFORM"
         if self.passed and c[NOT_CLAIMED] and not c[PASS]:
             verdict = "claims none of these specs"
-        return (f"{self.backend}: {verdict}: {c[PASS]} passed, {c[FAIL]} failed, {c[NOT_CLAIMED]} not claimed, "
-                f"{c[SKIPPED]} skipped")
+        return (
+            f"{self.backend}: {verdict}: {c[PASS]} passed, {c[FAIL]} failed, {c[NOT_CLAIMED]} not claimed, "
+            f"{c[SKIPPED]} skipped"
+        )
 
     def render(self) -> str:
         return "\n".join([*(r.line() for r in self.results), self.summary()])
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "passed": self.passed, "counts": self.counts(),
-                "results": [r.to_dict() for r in self.results]}
+        return {
+            "backend": self.backend,
+            "passed": self.passed,
+            "counts": self.counts(),
+            "results": [r.to_dict() for r in self.results],
+        }
 
 
 class _KitPlatform(Platform):
@@ -190,8 +201,9 @@ def compare(spec: BatchSpec, got, want, cache_dtype=None) -> SpecResult:
     return SpecResult(spec.name, FAIL, f"max err {err:.2e} > {allowed:.1e}{note}", err, allowed)
 
 
-def check_backend(backend, specs: Iterable | None = None, *, options: Mapping | None = None,
-                  device: str = "cpu") -> ConformanceReport:
+def check_backend(
+    backend, specs: Iterable | None = None, *, options: Mapping | None = None, device: str = "cpu"
+) -> ConformanceReport:
     """Run the conformance kit on `backend` (an installed name or an AttentionBackend class).
 
     `specs`: names in ALL_SPECS or BatchSpec records (default: all); `options`: the backend's typed options

@@ -19,8 +19,13 @@ MARKER = "kernelbay_conformance"
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("kernelbay")
-    group.addoption("--kernelbay-backend", action="append", default=[], metavar="NAME",
-                    help="run kernelbay's attention-backend conformance kit against NAME (repeatable)")
+    group.addoption(
+        "--kernelbay-backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run kernelbay's attention-backend conformance kit against NAME (repeatable)",
+    )
 
 
 def pytest_configure(config) -> None:

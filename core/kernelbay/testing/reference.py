@@ -64,9 +64,17 @@ def _attend(geometry: AttentionGeometry, q: torch.Tensor, k: torch.Tensor, v: to
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
-def reference_attention(geometry: AttentionGeometry, queries: torch.Tensor, query_lens: Sequence[int],
-                        keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *, kv_b_proj=None,
-                        kv_cache_dtype: str = "auto", kv_scales: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
+def reference_attention(
+    geometry: AttentionGeometry,
+    queries: torch.Tensor,
+    query_lens: Sequence[int],
+    keys: Sequence[torch.Tensor],
+    values: Sequence[torch.Tensor],
+    *,
+    kv_b_proj=None,
+    kv_cache_dtype: str = "auto",
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+) -> torch.Tensor:
     """Attention of a packed step, float64 [T, num_heads, v_head_dim].
 
     queries [T, num_heads, head_dim], packed request after request, `query_lens` [B] tokens each; keys and
@@ -81,6 +89,6 @@ def reference_attention(geometry: AttentionGeometry, queries: torch.Tensor, quer
     for q_len, k, v in zip(query_lens, keys, values, strict=True):
         k, v = stored(k, kv_cache_dtype, k_scale), stored(v, kv_cache_dtype, v_scale)
         k, v = _heads(geometry, k, v, kv_b_proj, queries.dtype)
-        out.append(_attend(geometry, queries[start: start + q_len], k, v))
+        out.append(_attend(geometry, queries[start : start + q_len], k, v))
         start += q_len
     return torch.cat(out)

@@ -33,8 +33,9 @@ class StepData:
     def to(self, device) -> StepData:
         """A copy on `device` (this one is left where it is, for the reference)."""
         proj = copy.deepcopy(self.kv_b_proj).to(device) if self.kv_b_proj is not None else None
-        return StepData([k.to(device) for k in self.keys], [v.to(device) for v in self.values],
-                        self.queries.to(device), proj)
+        return StepData(
+            [k.to(device) for k in self.keys], [v.to(device) for v in self.values], self.queries.to(device), proj
+        )
 
 
 def make_data(spec: BatchSpec, seed: int = 0) -> StepData:
@@ -52,7 +53,7 @@ def make_data(spec: BatchSpec, seed: int = 0) -> StepData:
         values = [rand(q + c, m.qk_rope_head_dim) for q, c in spec.requests]
         proj = torch.nn.Linear(m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
         with torch.no_grad():
-            proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) * m.kv_lora_rank ** -0.5)
+            proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) * m.kv_lora_rank**-0.5)
         proj = proj.to(dtype)
     else:
         keys = [rand(q + c, spec.num_kv_heads, spec.head_dim) for q, c in spec.requests]
@@ -70,17 +71,29 @@ def block_tables(spec: BatchSpec, seed: int = 0) -> tuple[int, list[tuple[int, .
         random.Random(seed).shuffle(order)
     tables, at = [], 1
     for n in counts:
-        tables.append(tuple(order[at: at + n]))
+        tables.append(tuple(order[at : at + n]))
         at += n + 1
     return num_blocks, tables
 
 
 def build_layer(backend, spec: BatchSpec, data: StepData, options=None) -> AttentionBackend:
     """Layer 0 with the spec's geometry on `backend` (a class or an installed name)."""
-    return create_attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, backend=backend_class(backend),
-                            scale=spec.scale, attn_type=spec.attn_type, sliding_window=spec.sliding_window,
-                            chunk_size=spec.chunk_size, logit_softcap=spec.logit_softcap, mla=spec.mla,
-                            kv_b_proj=data.kv_b_proj, kv_cache_dtype=spec.kv_cache_dtype, options=options)
+    return create_attention(
+        0,
+        spec.num_heads,
+        spec.head_dim,
+        spec.num_kv_heads,
+        backend=backend_class(backend),
+        scale=spec.scale,
+        attn_type=spec.attn_type,
+        sliding_window=spec.sliding_window,
+        chunk_size=spec.chunk_size,
+        logit_softcap=spec.logit_softcap,
+        mla=spec.mla,
+        kv_b_proj=data.kv_b_proj,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        options=options,
+    )
 
 
 def _new_tokens(spec: BatchSpec, per_request: list[torch.Tensor]) -> torch.Tensor:
@@ -98,8 +111,14 @@ def _cache_contexts(layer: AttentionBackend, spec: BatchSpec, data: StepData, ta
     layer.write_kv(keys, values, type(layer).prepare(rows, spec.block_size, spec.layout, device))
 
 
-def run_step(layer: AttentionBackend, spec: BatchSpec, data: StepData, seed: int = 0,
-             kv_scales: tuple[float, float] = (1.0, 1.0), device: str = "cpu") -> torch.Tensor:
+def run_step(
+    layer: AttentionBackend,
+    spec: BatchSpec,
+    data: StepData,
+    seed: int = 0,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+    device: str = "cpu",
+) -> torch.Tensor:
     """Allocate and attach the layer's cache, cache the contexts, run the step: [T, num_heads, v_head_dim].
     `data` (and the layer's kv_b_proj) must already be on `device`."""
     num_blocks, tables = block_tables(spec, seed)
@@ -107,13 +126,20 @@ def run_step(layer: AttentionBackend, spec: BatchSpec, data: StepData, seed: int
     layer.attach_kv_cache(cache, *kv_scales)
     with torch.no_grad():
         _cache_contexts(layer, spec, data, tables, device)
-        md = type(layer).prepare([(q, c, t) for (q, c), t in zip(spec.requests, tables, strict=True)], spec.block_size,
-                                 spec.layout, device)
+        md = type(layer).prepare(
+            [(q, c, t) for (q, c), t in zip(spec.requests, tables, strict=True)], spec.block_size, spec.layout, device
+        )
         return layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md)
 
 
-def run_backend(backend, spec: BatchSpec, seed: int = 0, options=None, data: StepData | None = None,
-                kv_scales: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
+def run_backend(
+    backend,
+    spec: BatchSpec,
+    seed: int = 0,
+    options=None,
+    data: StepData | None = None,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
+) -> torch.Tensor:
     """One spec's step on `backend` (a class or an installed name), on CPU."""
     data = data or make_data(spec, seed)
     return run_step(build_layer(backend, spec, data, options), spec, data, seed, kv_scales)
@@ -122,6 +148,13 @@ def run_backend(backend, spec: BatchSpec, seed: int = 0, options=None, data: Ste
 def reference_output(spec: BatchSpec, data: StepData, kv_scales: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
     """What a correct backend returns for this spec and data (float64)."""
     with torch.no_grad():
-        return reference_attention(spec.geometry(), data.queries, [q for q, _ in spec.requests], data.keys,
-                                   data.values, kv_b_proj=data.kv_b_proj, kv_cache_dtype=spec.kv_cache_dtype,
-                                   kv_scales=kv_scales)
+        return reference_attention(
+            spec.geometry(),
+            data.queries,
+            [q for q, _ in spec.requests],
+            data.keys,
+            data.values,
+            kv_b_proj=data.kv_b_proj,
+            kv_cache_dtype=spec.kv_cache_dtype,
+            kv_scales=kv_scales,
+        )

@@ -44,16 +44,30 @@ class BatchSpec:
 
     def requirements(self) -> AttentionRequirements:
         """What a backend must declare to claim this spec (platform left open)."""
-        return AttentionRequirements(head_size=self.head_dim, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype,
-                                     attn_type=AttentionType.parse(self.attn_type),
-                                     logit_softcap=self.logit_softcap is not None, use_mla=self.mla is not None,
-                                     block_size=self.block_size, kv_layout=KVLayout.parse(self.layout))
+        return AttentionRequirements(
+            head_size=self.head_dim,
+            dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            attn_type=AttentionType.parse(self.attn_type),
+            logit_softcap=self.logit_softcap is not None,
+            use_mla=self.mla is not None,
+            block_size=self.block_size,
+            kv_layout=KVLayout.parse(self.layout),
+        )
 
     def geometry(self) -> AttentionGeometry:
-        return AttentionGeometry(0, self.num_heads, self.head_dim, self.num_kv_heads,
-                                 self.scale or self.head_dim ** -0.5, AttentionType.parse(self.attn_type),
-                                 self.sliding_window,
-                                 self.chunk_size, self.logit_softcap, self.mla)
+        return AttentionGeometry(
+            0,
+            self.num_heads,
+            self.head_dim,
+            self.num_kv_heads,
+            self.scale or self.head_dim**-0.5,
+            AttentionType.parse(self.attn_type),
+            self.sliding_window,
+            self.chunk_size,
+            self.logit_softcap,
+            self.mla,
+        )
 
 
 MIXED = ((1, 20), (6, 0), (1, 33), (4, 10))
@@ -69,8 +83,7 @@ SPECS = {
     "head_80": BatchSpec("head_80", MIXED, head_dim=80),
     "head_128": BatchSpec("head_128", MIXED, head_dim=128),
     "head_256": BatchSpec("head_256", MIXED, head_dim=256),
-    "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type="sliding_attention",
-                                sliding_window=8),
+    "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type="sliding_attention", sliding_window=8),
     "chunked": BatchSpec("chunked", (*MIXED, (3, 40)), attn_type="chunked_attention", chunk_size=16),
     "softcap": BatchSpec("softcap", MIXED, logit_softcap=5.0),
     "fp8_kv": BatchSpec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
@@ -80,10 +93,20 @@ SPECS = {
     "hnd_decode": BatchSpec("hnd_decode", ((1, 12), (1, 30)), layout="HND"),
     "runs_decode": BatchSpec("runs_decode", ((1, 600), (1, 530)), contiguous_blocks=True),
     "runs_uniform_decode": BatchSpec("runs_uniform_decode", ((1, 520), (1, 520)), contiguous_blocks=True),
-    "runs_sliding_decode": BatchSpec("runs_sliding_decode", ((1, 600), (1, 530)), contiguous_blocks=True,
-                                     attn_type="sliding_attention", sliding_window=64),
-    "runs_chunked_decode": BatchSpec("runs_chunked_decode", ((1, 600), (1, 530)), contiguous_blocks=True,
-                                     attn_type="chunked_attention", chunk_size=256),
+    "runs_sliding_decode": BatchSpec(
+        "runs_sliding_decode",
+        ((1, 600), (1, 530)),
+        contiguous_blocks=True,
+        attn_type="sliding_attention",
+        sliding_window=64,
+    ),
+    "runs_chunked_decode": BatchSpec(
+        "runs_chunked_decode",
+        ((1, 600), (1, 530)),
+        contiguous_blocks=True,
+        attn_type="chunked_attention",
+        chunk_size=256,
+    ),
     "runs_mixed": BatchSpec("runs_mixed", MIXED, contiguous_blocks=True),
     "encoder": BatchSpec("encoder", ((5, 0), (7, 0)), attn_type="encoder_attention"),
     "bf16": BatchSpec("bf16", MIXED, dtype="bfloat16"),
@@ -92,10 +115,24 @@ SPECS = {
 _MLA = MLASpec(kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=24)
 MLA_SPECS = {
     "mla": BatchSpec("mla", MIXED, num_heads=4, num_kv_heads=4, head_dim=48, mla=_MLA),
-    "mla_fp8_hnd": BatchSpec("mla_fp8_hnd", MIXED, num_heads=4, num_kv_heads=4, head_dim=48, mla=_MLA,
-                             kv_cache_dtype="fp8_e4m3", layout="HND"),
-    "mla_no_rope": BatchSpec("mla_no_rope", ((1, 9), (3, 0)), num_heads=2, num_kv_heads=2, head_dim=16,
-                             mla=MLASpec(kv_lora_rank=8, qk_nope_head_dim=16, qk_rope_head_dim=0, v_head_dim=8)),
+    "mla_fp8_hnd": BatchSpec(
+        "mla_fp8_hnd",
+        MIXED,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=48,
+        mla=_MLA,
+        kv_cache_dtype="fp8_e4m3",
+        layout="HND",
+    ),
+    "mla_no_rope": BatchSpec(
+        "mla_no_rope",
+        ((1, 9), (3, 0)),
+        num_heads=2,
+        num_kv_heads=2,
+        head_dim=16,
+        mla=MLASpec(kv_lora_rank=8, qk_nope_head_dim=16, qk_rope_head_dim=0, v_head_dim=8),
+    ),
 }
 ALL_SPECS = {**SPECS, **MLA_SPECS, "custom_scale": BatchSpec("custom_scale", MIXED, scale=0.3)}
 """Every spec the kit runs by default. custom_scale (a softmax scale other than head_dim ** -0.5) stays out of

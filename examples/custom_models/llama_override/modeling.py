@@ -17,8 +17,9 @@ class LlamaForCausalLM(BuiltinLlamaForCausalLM):
         banned = tuple(getattr(config.hf_config, "banned_token_ids", None) or ())
         bad = [t for t in banned if not 0 <= t < config.vocab_size]
         if bad:
-            raise ValueError(f"banned_token_ids {bad} are outside the vocabulary (0..{config.vocab_size - 1}); "
-                             f"fix config.json")
+            raise ValueError(
+                f"banned_token_ids {bad} are outside the vocabulary (0..{config.vocab_size - 1}); fix config.json"
+            )
         self.banned = torch.tensor(banned, dtype=torch.long)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -30,13 +30,22 @@ class OlmoAttention(nn.Module):
         heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.shape = (heads, kv_heads, head_dim)
         bias = bool(getattr(config.hf_config, "attention_bias", False))
-        self.qkv_proj = MergedLinear(config.hidden_size, {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim,
-                                                          "v_proj": kv_heads * head_dim}, bias=bias)
+        self.qkv_proj = MergedLinear(
+            config.hidden_size,
+            {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim, "v_proj": kv_heads * head_dim},
+            bias=bias,
+        )
         self.o_proj = Linear(heads * head_dim, config.hidden_size, bias=bias)
         self.clip_qkv = getattr(config.hf_config, "clip_qkv", None)
         self.rotary = rotary
-        self.attn = Attention(layer_idx, heads, head_dim, kv_heads, scale=config.attention_scale,
-                              prefix=f"model.layers.{layer_idx}.self_attn.attn")
+        self.attn = Attention(
+            layer_idx,
+            heads,
+            head_dim,
+            kv_heads,
+            scale=config.attention_scale,
+            prefix=f"model.layers.{layer_idx}.self_attn.attn",
+        )
 
     def forward(self, x: torch.Tensor, cos_sin, metadata: AttentionMetadata) -> torch.Tensor:
         heads, kv_heads, head_dim = self.shape
@@ -69,7 +78,8 @@ class OlmoModel(nn.Module):
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.rotary_emb = RotaryEmbedding(rope_params(config))
         self.layers = nn.ModuleList(
-            OlmoDecoderLayer(config, i, self.rotary_emb) for i in range(config.num_hidden_layers))
+            OlmoDecoderLayer(config, i, self.rotary_emb) for i in range(config.num_hidden_layers)
+        )
         self.norm = OlmoLayerNorm(config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:

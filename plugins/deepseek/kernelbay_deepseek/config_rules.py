@@ -25,7 +25,7 @@ def yarn_mla_scale(config) -> float | None:
     if config.get_int("kv_lora_rank") is None:
         return None
     head_dim = config.get_int("qk_nope_head_dim") + config.get_int("qk_rope_head_dim")
-    return head_dim ** -0.5 * _yarn_mscale(config.rope_parameters) ** 2
+    return head_dim**-0.5 * _yarn_mscale(config.rope_parameters) ** 2
 
 
 def _yarn_mscale(rope_scaling: dict) -> float:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernelbay_engine.attention import Attention
 from kernelbay.attention import AttentionMetadata
-from kernelbay_engine.models.base import rope_params
+from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import Linear, RMSNorm, RotaryEmbedding
+from kernelbay_engine.models.base import rope_params
 
 
 def mla_rotary(config, interleaved: bool) -> RotaryEmbedding:
@@ -39,8 +39,16 @@ class MLAAttention(nn.Module):
         self.kv_b_proj = Linear(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim))
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, bias=bias)
         self.rotary = rotary  # shared, parameter-free
-        self.attn = Attention(layer_idx, heads, mla.qk_head_dim, heads, scale=config.attention_scale, mla=mla,
-                              kv_b_proj=self.kv_b_proj, prefix=f"model.layers.{layer_idx}.self_attn.attn")
+        self.attn = Attention(
+            layer_idx,
+            heads,
+            mla.qk_head_dim,
+            heads,
+            scale=config.attention_scale,
+            mla=mla,
+            kv_b_proj=self.kv_b_proj,
+            prefix=f"model.layers.{layer_idx}.self_attn.attn",
+        )
 
     def _queries(self, x: torch.Tensor) -> torch.Tensor:
         if self.mla.q_lora_rank is None:

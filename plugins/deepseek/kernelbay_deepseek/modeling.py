@@ -10,9 +10,9 @@ from torch import nn
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
 from kernelbay.errors import ConfigError
-from kernelbay_engine.models.base import CausalLM, VocabEmbedding
 from kernelbay_engine.layers import GatedMLP, RMSNorm
 from kernelbay_engine.loading import NameRules
+from kernelbay_engine.models.base import CausalLM, VocabEmbedding
 
 from .mla import MLAAttention, mla_rotary
 from .moe import MoE
@@ -28,8 +28,11 @@ class Variant:
 
 def _is_moe_layer(hf, layer_idx: int) -> bool:
     freq = getattr(hf, "moe_layer_freq", None) or 1
-    return getattr(hf, "n_routed_experts", None) is not None and layer_idx >= (hf.first_k_dense_replace or 0) \
+    return (
+        getattr(hf, "n_routed_experts", None) is not None
+        and layer_idx >= (hf.first_k_dense_replace or 0)
         and layer_idx % freq == 0
+    )
 
 
 class DeepseekDecoderLayer(nn.Module):
@@ -40,8 +43,12 @@ class DeepseekDecoderLayer(nn.Module):
         if _is_moe_layer(hf, layer_idx):
             self.mlp = MoE(config, variant.default_routing)
         else:
-            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, getattr(hf, "hidden_act", "silu"),
-                                bias=bool(getattr(hf, "mlp_bias", False)))
+            self.mlp = GatedMLP(
+                config.hidden_size,
+                config.intermediate_size,
+                getattr(hf, "hidden_act", "silu"),
+                bias=bool(getattr(hf, "mlp_bias", False)),
+            )
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -55,8 +62,9 @@ class DeepseekModel(nn.Module):
         super().__init__()
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.rotary_emb = mla_rotary(config, variant.interleaved_rope)
-        self.layers = nn.ModuleList(DeepseekDecoderLayer(config, variant, i, self.rotary_emb)
-                                    for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            DeepseekDecoderLayer(config, variant, i, self.rotary_emb) for i in range(config.num_hidden_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
@@ -79,8 +87,10 @@ class DeepseekForCausalLM(CausalLM):
     def __init__(self, config):
         super().__init__(config)
         if config.mla is None:
-            raise ConfigError(f"{config.architecture} needs MLA geometry (kv_lora_rank, qk_nope_head_dim, "
-                              f"qk_rope_head_dim, v_head_dim) in config.json")
+            raise ConfigError(
+                f"{config.architecture} needs MLA geometry (kv_lora_rank, qk_nope_head_dim, "
+                f"qk_rope_head_dim, v_head_dim) in config.json"
+            )
         self.model = DeepseekModel(config, self.variant(config))
         self.lm_head = self.make_lm_head()
 
@@ -112,5 +122,6 @@ class DeepseekV3ForCausalLM(DeepseekForCausalLM):
     @classmethod
     def variant(cls, config) -> Variant:
         interleave = getattr(config.hf_config, "rope_interleave", None)
-        return Variant(interleaved_rope=True if interleave is None else bool(interleave),
-                       default_routing=("sigmoid", "noaux_tc"))
+        return Variant(
+            interleaved_rope=True if interleave is None else bool(interleave), default_routing=("sigmoid", "noaux_tc")
+        )

@@ -36,22 +36,31 @@ class Routing:
 
     def __post_init__(self):
         if (self.scoring, self.method) not in ROUTINGS:
-            raise ConfigError(f"MoE routing scoring_func={self.scoring!r} with topk_method={self.method!r} is not "
-                              f"supported; supported: {sorted(ROUTINGS)}")
+            raise ConfigError(
+                f"MoE routing scoring_func={self.scoring!r} with topk_method={self.method!r} is not "
+                f"supported; supported: {sorted(ROUTINGS)}"
+            )
         if not 0 < self.top_k <= self.num_experts:
             raise ConfigError(f"num_experts_per_tok must be in 1..{self.num_experts}, got {self.top_k}")
         if self.num_experts % self.num_groups or not 0 < self.top_groups <= self.num_groups:
-            raise ConfigError(f"n_group={self.num_groups} must divide n_routed_experts={self.num_experts} and "
-                              f"topk_group={self.top_groups} must be in 1..n_group")
+            raise ConfigError(
+                f"n_group={self.num_groups} must divide n_routed_experts={self.num_experts} and "
+                f"topk_group={self.top_groups} must be in 1..n_group"
+            )
 
     @classmethod
-    def from_config(cls, hf, default: tuple[str, str]) -> "Routing":
+    def from_config(cls, hf, default: tuple[str, str]) -> Routing:
         """`default`: (scoring, method) when config.json leaves them out (transformers' V3 config does)."""
-        return cls(num_experts=hf.n_routed_experts, top_k=hf.num_experts_per_tok,
-                   scoring=getattr(hf, "scoring_func", None) or default[0],
-                   method=getattr(hf, "topk_method", None) or default[1], num_groups=getattr(hf, "n_group", None) or 1,
-                   top_groups=getattr(hf, "topk_group", None) or 1, normalize=bool(getattr(hf, "norm_topk_prob", False)),
-                   scaling=float(getattr(hf, "routed_scaling_factor", None) or 1.0))
+        return cls(
+            num_experts=hf.n_routed_experts,
+            top_k=hf.num_experts_per_tok,
+            scoring=getattr(hf, "scoring_func", None) or default[0],
+            method=getattr(hf, "topk_method", None) or default[1],
+            num_groups=getattr(hf, "n_group", None) or 1,
+            top_groups=getattr(hf, "topk_group", None) or 1,
+            normalize=bool(getattr(hf, "norm_topk_prob", False)),
+            scaling=float(getattr(hf, "routed_scaling_factor", None) or 1.0),
+        )
 
 
 def _group_mask(scores: torch.Tensor, r: Routing, group_score) -> torch.Tensor:
@@ -68,11 +77,13 @@ class Router(nn.Module):
     def __init__(self, hidden_size: int, routing: Routing):
         super().__init__()
         self.routing = routing
-        self.weight = nn.Parameter(torch.empty(routing.num_experts, hidden_size, dtype=torch.float32),
-                                   requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty(routing.num_experts, hidden_size, dtype=torch.float32), requires_grad=False
+        )
         if routing.method == "noaux_tc":
-            self.e_score_correction_bias = nn.Parameter(torch.empty(routing.num_experts, dtype=torch.float32),
-                                                        requires_grad=False)
+            self.e_score_correction_bias = nn.Parameter(
+                torch.empty(routing.num_experts, dtype=torch.float32), requires_grad=False
+            )
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, hidden] -> (weights [T, top_k] float32, expert ids [T, top_k])."""
@@ -109,8 +120,9 @@ class Experts(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, num_experts: int, act: str):
         super().__init__()
-        self.gate_up_proj = ExpertLinear(hidden_size, {"gate_proj": intermediate_size, "up_proj": intermediate_size},
-                                         num_experts=num_experts)
+        self.gate_up_proj = ExpertLinear(
+            hidden_size, {"gate_proj": intermediate_size, "up_proj": intermediate_size}, num_experts=num_experts
+        )
         self.down_proj = ExpertLinear(intermediate_size, {"down_proj": hidden_size}, num_experts=num_experts)
         self.act_fn = activation(act)
 

@@ -53,8 +53,9 @@ class CachePlan:
         """Allocate `num_blocks` blocks of each layer's spec and bind the layer to its cache tensor."""
         for entry in self.layers:
             cache = entry.spec.allocate(num_blocks, device=device)
-            entry.layer.bind(entry.backend_cls, cache, self.kv_cache_dtype,
-                             options=self.options.get(entry.backend_cls.name))
+            entry.layer.bind(
+                entry.backend_cls, cache, self.kv_cache_dtype, options=self.options.get(entry.backend_cls.name)
+            )
 
 
 def _layout_for(backend_classes: list[type]) -> KVLayout:
@@ -62,8 +63,10 @@ def _layout_for(backend_classes: list[type]) -> KVLayout:
         if all(layout in cls.kv_layouts for cls in backend_classes):
             return layout
     names = ", ".join(cls.name for cls in backend_classes)
-    raise ConfigError(f"the backends chosen for this model ({names}) share no KV layout; "
-                      f"request one backend for every layer with attention_backend=...")
+    raise ConfigError(
+        f"the backends chosen for this model ({names}) share no KV layout; "
+        f"request one backend for every layer with attention_backend=..."
+    )
 
 
 def _one_metadata_backend(selection: LayerGroupSelection) -> type:
@@ -71,38 +74,63 @@ def _one_metadata_backend(selection: LayerGroupSelection) -> type:
     metadata_types = {cls.Metadata for cls in classes}
     if len(metadata_types) > 1:
         chosen = ", ".join(f"{group}: {r.backend_name}" for group, r in selection.groups)
-        raise ConfigError(f"layer groups chose backends with different metadata types ({chosen}); one step "
-                          f"builds one metadata, so request a single backend with attention_backend=...")
+        raise ConfigError(
+            f"layer groups chose backends with different metadata types ({chosen}); one step "
+            f"builds one metadata, so request a single backend with attention_backend=..."
+        )
     return next(iter(classes))
 
 
-def check_options(config, *, model_dtype: str, block_size: int, kv_cache_dtype: str | None,
-                  options: Mapping | None) -> None:
+def check_options(
+    config, *, model_dtype: str, block_size: int, kv_cache_dtype: str | None, options: Mapping | None
+) -> None:
     """The whole attention option set, checked at once (names, combinations, per-backend options, plugin
     rules); the requested backend's capabilities are the selector's business, with its own error."""
     kinds = set(config.layer_types)
-    validate_options(AttentionOptions(
-        dtype=model_dtype, kv_cache_dtype=kv_cache_dtype or "auto", block_size=block_size, head_size=config.head_dim,
-        sliding_window="sliding_attention" in kinds, chunked_attention="chunked_attention" in kinds,
-        attention_chunk_size=config.attention_chunk_size, logit_softcap=config.attn_logit_softcapping is not None,
-        mla=config.mla, backend_options=dict(options or {})))
+    validate_options(
+        AttentionOptions(
+            dtype=model_dtype,
+            kv_cache_dtype=kv_cache_dtype or "auto",
+            block_size=block_size,
+            head_size=config.head_dim,
+            sliding_window="sliding_attention" in kinds,
+            chunked_attention="chunked_attention" in kinds,
+            attention_chunk_size=config.attention_chunk_size,
+            logit_softcap=config.attn_logit_softcapping is not None,
+            mla=config.mla,
+            backend_options=dict(options or {}),
+        )
+    )
 
 
-def plan_cache(layers: Mapping[str, Attention], config, *, model_dtype: str, block_size: int,
-               requested: str | None, kv_cache_dtype: str | None, options: Mapping | None) -> CachePlan:
+def plan_cache(
+    layers: Mapping[str, Attention],
+    config,
+    *,
+    model_dtype: str,
+    block_size: int,
+    requested: str | None,
+    kv_cache_dtype: str | None,
+    options: Mapping | None,
+) -> CachePlan:
     """Select backends for the config's layer groups and the cache spec each layer's backend allocates."""
-    check_options(config, model_dtype=model_dtype, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
-                  options=options)
-    selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype,
-                                 block_size=block_size)
+    check_options(
+        config, model_dtype=model_dtype, block_size=block_size, kv_cache_dtype=kv_cache_dtype, options=options
+    )
+    selection = select_for_model(
+        config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype, block_size=block_size
+    )
     layout = _layout_for([result.backend_cls for _, result in selection.groups])
     entries = []
     for layer in layers.values():
         backend_cls = selection.backend_for(layer.attn_type.value).backend_cls
         spec = backend_cls.get_kv_cache_spec(layer.geometry, model_dtype, kv_cache_dtype, block_size, layout)
         if spec.block_size != block_size:  # the scheduler's block tables page in block_size tokens
-            raise ConfigError(f"{backend_cls.name} returned a cache spec paged in blocks of {spec.block_size} "
-                              f"tokens for block_size={block_size}; its get_kv_cache_spec must honour block_size")
+            raise ConfigError(
+                f"{backend_cls.name} returned a cache spec paged in blocks of {spec.block_size} "
+                f"tokens for block_size={block_size}; its get_kv_cache_spec must honour block_size"
+            )
         entries.append(LayerCache(layer, backend_cls, spec))
-    return CachePlan(selection, _one_metadata_backend(selection), layout, tuple(entries), kv_cache_dtype,
-                     dict(options or {}))
+    return CachePlan(
+        selection, _one_metadata_backend(selection), layout, tuple(entries), kv_cache_dtype, dict(options or {})
+    )

@@ -41,8 +41,9 @@ class AttentionLayerRegistry:
         return {k: ref() for k, ref in self._layers.items() if ref() is not None}
 
 
-_ACTIVE: contextvars.ContextVar[AttentionLayerRegistry | None] = contextvars.ContextVar("kernelbay_attn_layers",
-                                                                                         default=None)
+_ACTIVE: contextvars.ContextVar[AttentionLayerRegistry | None] = contextvars.ContextVar(
+    "kernelbay_attn_layers", default=None
+)
 
 
 @contextlib.contextmanager
@@ -59,14 +60,35 @@ def collect_attention_layers() -> Iterator[AttentionLayerRegistry]:
 class Attention(torch.nn.Module):
     """One attention layer: holds its geometry; the engine binds a backend and a cache tensor."""
 
-    def __init__(self, layer_idx: int, num_heads: int, head_dim: int, num_kv_heads: int, *, scale: float,
-                 attn_type: str = "full_attention", sliding_window: int | None = None,
-                 logit_softcap: float | None = None, mla=None, kv_b_proj: torch.nn.Module | None = None,
-                 prefix: str = "", chunk_size: int | None = None):
+    def __init__(
+        self,
+        layer_idx: int,
+        num_heads: int,
+        head_dim: int,
+        num_kv_heads: int,
+        *,
+        scale: float,
+        attn_type: str = "full_attention",
+        sliding_window: int | None = None,
+        logit_softcap: float | None = None,
+        mla=None,
+        kv_b_proj: torch.nn.Module | None = None,
+        prefix: str = "",
+        chunk_size: int | None = None,
+    ):
         super().__init__()
-        self.geometry = AttentionGeometry(layer_idx, num_heads, head_dim, num_kv_heads, scale, attn_type,
-                                          sliding_window, chunk_size, logit_softcap,
-                                          MLASpec.from_any(mla) if mla is not None else None)
+        self.geometry = AttentionGeometry(
+            layer_idx,
+            num_heads,
+            head_dim,
+            num_kv_heads,
+            scale,
+            attn_type,
+            sliding_window,
+            chunk_size,
+            logit_softcap,
+            MLASpec.from_any(mla) if mla is not None else None,
+        )
         if self.geometry.mla is not None and kv_b_proj is None:
             raise ValueError(f"layer {layer_idx} ({prefix or 'attention'}): MLA needs kv_b_proj")
         self.layer_idx, self.prefix = layer_idx, prefix
@@ -80,29 +102,42 @@ class Attention(torch.nn.Module):
     def attn_type(self) -> AttentionType:
         return self.geometry.attn_type
 
-    def bind(self, backend_cls: str | type[AttentionBackend], kv_cache: torch.Tensor,
-             kv_cache_dtype: str | None = None, *, k_scale: float = 1.0, v_scale: float = 1.0,
-             options=None) -> AttentionBackend:
+    def bind(
+        self,
+        backend_cls: str | type[AttentionBackend],
+        kv_cache: torch.Tensor,
+        kv_cache_dtype: str | None = None,
+        *,
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+        options=None,
+    ) -> AttentionBackend:
         """Build this layer's backend instance and give it its cache tensor (the engine calls this)."""
-        backend = build_backend(backend_cls, self.geometry, kv_b_proj=self.kv_b_proj, kv_cache_dtype=kv_cache_dtype,
-                                options=options)
+        backend = build_backend(
+            backend_cls, self.geometry, kv_b_proj=self.kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options
+        )
         backend.attach_kv_cache(kv_cache, k_scale, v_scale)
         self.backend = backend
         return backend
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata,
-                forward_args=None) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata, forward_args=None
+    ) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent, k_pe) -> [T, H, v_head_dim]."""
         if self.backend is None:
-            raise RuntimeError(f"attention layer {self.layer_idx} ({self.prefix or 'attention'}) is not bound; "
-                               f"the engine must call Attention.bind(backend, kv_cache) first")
+            raise RuntimeError(
+                f"attention layer {self.layer_idx} ({self.prefix or 'attention'}) is not bound; "
+                f"the engine must call Attention.bind(backend, kv_cache) first"
+            )
         return self.backend.forward(q, k, v, metadata, forward_args)
 
     def extra_repr(self) -> str:
         g = self.geometry
         backend = self.backend.name if self.backend else "unbound"
-        return f"layer={g.layer_idx}, heads={g.num_heads}/{g.num_kv_heads}, head_dim={g.head_dim}, " \
-               f"{g.attn_type.value}, backend={backend}"
+        return (
+            f"layer={g.layer_idx}, heads={g.num_heads}/{g.num_kv_heads}, head_dim={g.head_dim}, "
+            f"{g.attn_type.value}, backend={backend}"
+        )
 
 
 def attention_layers(module: torch.nn.Module) -> dict[str, Attention]:

@@ -17,8 +17,12 @@ def add_run_command(parser):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", nargs="?", metavar="MODEL",
-                        help="model folder (config.json, safetensors weights, tokenizer); default: the demo")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="model folder (config.json, safetensors weights, tokenizer); default: the demo",
+    )
     parser.add_argument("--prompt", required=True, help="text to complete")
     parser.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens to generate (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
@@ -27,30 +31,51 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
-    parser.add_argument("--backend-option", action="append", default=[], metavar="NAME.KEY=VALUE",
-                        help="a typed option of one attention backend, e.g. FLEX.compile=false (repeatable)")
+    parser.add_argument(
+        "--backend-option",
+        action="append",
+        default=[],
+        metavar="NAME.KEY=VALUE",
+        help="a typed option of one attention backend, e.g. FLEX.compile=false (repeatable)",
+    )
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
-    parser.add_argument("--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized "
-                        "for the request)")
+    parser.add_argument(
+        "--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized for the request)"
+    )
     parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="allow the folder's own config/tokenizer code to run (off by default)")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the folder's own config/tokenizer code to run (off by default)",
+    )
     add_custom_dirs_argument(parser)
 
 
 def sampling_params(args):
     from kernelbay_engine.sampling import SamplingParams
 
-    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                          top_k=args.top_k, seed=args.seed, stop=tuple(args.stop))
+    return SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        stop=tuple(args.stop),
+    )
 
 
 def build_llm(args, folder):
     from kernelbay_engine.llm import LLM
 
-    return LLM(folder, attention_backend=args.backend, dtype=args.dtype, max_num_seqs=1,
-               kv_cache_memory=args.kv_cache_memory, trust_remote_code=args.trust_remote_code,
-               attention_backend_options=backend_options(args.backend_option))
+    return LLM(
+        folder,
+        attention_backend=args.backend,
+        dtype=args.dtype,
+        max_num_seqs=1,
+        kv_cache_memory=args.kv_cache_memory,
+        trust_remote_code=args.trust_remote_code,
+        attention_backend_options=backend_options(args.backend_option),
+    )
 
 
 def backend_options(items: list[str]) -> dict[str, dict[str, str]]:

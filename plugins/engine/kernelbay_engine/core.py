@@ -85,4 +85,3 @@ class EngineCore:
         if len(request.output_token_ids) >= request.params.max_tokens or request.num_tokens >= self.max_model_len:
             return FinishReason.LENGTH
         return None
-

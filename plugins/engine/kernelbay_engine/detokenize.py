@@ -36,7 +36,7 @@ class TextTracker:
                 end -= 1
         if end <= self.emitted:
             return ""
-        piece, self.emitted = self.text[self.emitted:end], end
+        piece, self.emitted = self.text[self.emitted : end], end
         return piece
 
     def _first_stop(self) -> int | None:

@@ -86,10 +86,13 @@ class KVCacheManager:
         req = self._get(request_id)
         if not 0 <= num_new_tokens <= req.num_tokens:
             raise ValueError(
-                f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}")
+                f"request {request_id!r} holds {req.num_tokens} tokens; cannot map the last {num_new_tokens}"
+            )
         start = req.num_tokens - num_new_tokens
-        return [req.blocks[p // self.block_size] * self.block_size + p % self.block_size
-                for p in range(start, req.num_tokens)]
+        return [
+            req.blocks[p // self.block_size] * self.block_size + p % self.block_size
+            for p in range(start, req.num_tokens)
+        ]
 
     def step_request(self, request_id: Hashable, num_new_tokens: int) -> StepRequest:
         """The metadata row for a request whose last `num_new_tokens` tokens are this step's queries."""
@@ -146,8 +149,10 @@ class KVCacheManager:
         """
         needed = sum(self._step_extra(rid, start, n) for rid, start, n in batch)
         if needed > self._num_free:
-            raise KVCacheExhausted(f"this step needs {needed} more KV-cache block(s) but only {self._num_free} of "
-                                   f"{self.num_blocks} are free; run fewer requests per step or free finished ones")
+            raise KVCacheExhausted(
+                f"this step needs {needed} more KV-cache block(s) but only {self._num_free} of "
+                f"{self.num_blocks} are free; run fewer requests per step or free finished ones"
+            )
         for rid, start, n in batch:
             self.grow_to(rid, start + n)
         return [self.step_request(rid, n) for rid, _, n in batch]
@@ -178,8 +183,10 @@ class KVCacheManager:
         if cached is None and start != 0:
             raise ValueError(f"request {request_id!r} is new (nothing cached) but start_pos is {start}; start at 0")
         if cached is not None and start != cached:
-            raise ValueError(f"request {request_id!r}: start_pos {start} but {cached} tokens are cached; "
-                             f"send the tokens from position {cached}")
+            raise ValueError(
+                f"request {request_id!r}: start_pos {start} but {cached} tokens are cached; "
+                f"send the tokens from position {cached}"
+            )
         return self.extra_blocks(request_id, start + n)
 
     def _extra_blocks(self, req: _Request, num_tokens: int) -> int:
@@ -191,7 +198,8 @@ class KVCacheManager:
             raise KVCacheExhausted(
                 f"KV cache exhausted: request {request_id!r} needs {count} more block(s) for {new_num_tokens} "
                 f"tokens but only {self._num_free} of {self.num_blocks} are free; free or preempt a request "
-                f"(KVCacheManager.free) or give the cache more blocks")
+                f"(KVCacheManager.free) or give the cache more blocks"
+            )
         for block in self._place(count, req.blocks[-1] if req.blocks else None):
             if self._owner[block] is not None or self._free_map[block] != _FREE:
                 raise AssertionError(f"free block {block} is still owned by {self._owner[block]!r}")

@@ -1,10 +1,10 @@
 """`LLM`: a checkpoint folder in, completions out — batched, continuously scheduled, streamable.
 
-    from kernelbay_engine import LLM, SamplingParams
-    llm = LLM()                                   # the embedded demo checkpoint
-    out = llm.generate(["A fortune:"], SamplingParams(max_tokens=20, temperature=0))
-    for delta in llm.stream(["A fortune:"]):      # tokens as soon as they are sampled
-        print(delta.text, end="")
+from kernelbay_engine import LLM, SamplingParams
+llm = LLM()                                   # the embedded demo checkpoint
+out = llm.generate(["A fortune:"], SamplingParams(max_tokens=20, temperature=0))
+for delta in llm.stream(["A fortune:"]):      # tokens as soon as they are sampled
+    print(delta.text, end="")
 """
 
 from __future__ import annotations
@@ -52,12 +52,24 @@ class LLM:
     one, "never" none.
     """
 
-    def __init__(self, model: str | Path | None = None, *, attention_backend: str | None = None,
-                 dtype: str | None = None, max_num_seqs: int = 64, kv_cache_memory: int | str | None = None,
-                 kv_cache_dtype: str = "auto", block_size: int = 16, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 2048, enable_chunked_prefill: bool = True,
-                 trust_remote_code: bool = False, progress: bool | None = None,
-                 attention_backend_options: Mapping[str, Mapping] | None = None, prepack_weights: str = "auto"):
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        attention_backend: str | None = None,
+        dtype: str | None = None,
+        max_num_seqs: int = 64,
+        kv_cache_memory: int | str | None = None,
+        kv_cache_dtype: str = "auto",
+        block_size: int = 16,
+        max_model_len: int | None = None,
+        max_num_batched_tokens: int = 2048,
+        enable_chunked_prefill: bool = True,
+        trust_remote_code: bool = False,
+        progress: bool | None = None,
+        attention_backend_options: Mapping[str, Mapping] | None = None,
+        prepack_weights: str = "auto",
+    ):
         _check_prepack_policy(prepack_weights)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
@@ -65,15 +77,22 @@ class LLM:
 
         with model_errors():
             self.model = AutoModelForCausalLM.from_pretrained(
-                self.folder, dtype=dtype, attention_backend=attention_backend,
-                trust_remote_code=trust_remote_code, progress=progress, config=config)
+                self.folder,
+                dtype=dtype,
+                attention_backend=attention_backend,
+                trust_remote_code=trust_remote_code,
+                progress=progress,
+                config=config,
+            )
         self.config = self.model.config
         self.max_model_len = _max_model_len(self.config, max_model_len)
-        self.tokenizer = Tokenizer(self.folder, trust_remote_code=trust_remote_code) \
-            if has_tokenizer(self.folder) else None
+        self.tokenizer = (
+            Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
+        )
         self.runner = self._make_runner(block_size, attention_backend, kv_cache_dtype, attention_backend_options)
-        scheduler_config = self._scheduler_config(kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens,
-                                                  enable_chunked_prefill)
+        scheduler_config = self._scheduler_config(
+            kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
+        )
         with backend_errors():
             self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
@@ -82,21 +101,28 @@ class LLM:
         self._next_id = 0
 
     # -- public API ------------------------------------------------------------------------------
-    def generate(self, prompts: Prompt | Sequence[Prompt],
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         """Complete every prompt (text or token ids); outputs in prompt order."""
         outputs: dict[int, RequestOutput] = {}
         for _ in self._run(prompts, sampling_params, outputs, stream=False):
             pass
         return [outputs[i] for i in sorted(outputs)]
 
-    def stream(self, prompts: Prompt | Sequence[Prompt],
-               sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> Iterator[StreamDelta]:
+    def stream(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> Iterator[StreamDelta]:
         """Like generate(), but yields each token (with its text) as soon as it is sampled."""
         yield from self._run(prompts, sampling_params, {}, stream=True)
 
-    def chat(self, messages: Sequence[Mapping[str, str]],
-             sampling_params: SamplingParams | None = None) -> RequestOutput:
+    def chat(
+        self, messages: Sequence[Mapping[str, str]], sampling_params: SamplingParams | None = None
+    ) -> RequestOutput:
         """One reply to `messages` ([{"role": "user", "content": ...}]) through the folder's chat template."""
         return self.generate([self._require_tokenizer().encode_chat(messages)], sampling_params)[0]
 
@@ -157,8 +183,14 @@ class LLM:
             text = tracked.text.text
         else:
             text = self.tokenizer.decode(request.output_token_ids) if self.tokenizer else ""
-        return RequestOutput(tracked.index, tracked.prompt, list(request.prompt_token_ids), text,
-                             list(request.output_token_ids), request.finish_reason.value)
+        return RequestOutput(
+            tracked.index,
+            tracked.prompt,
+            list(request.prompt_token_ids),
+            text,
+            list(request.output_token_ids),
+            request.finish_reason.value,
+        )
 
     def _abort_unfinished(self) -> None:
         self._core.abort_all()
@@ -172,13 +204,17 @@ class LLM:
         if bad:
             raise InputError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
         if len(ids) >= self.max_model_len:
-            raise PromptTooLong(f"the prompt has {len(ids)} tokens but the model's context is {self.max_model_len} "
-                                f"tokens (max_position_embeddings), leaving no room to generate; shorten the prompt")
+            raise PromptTooLong(
+                f"the prompt has {len(ids)} tokens but the model's context is {self.max_model_len} "
+                f"tokens (max_position_embeddings), leaving no room to generate; shorten the prompt"
+            )
 
     def _require_tokenizer(self) -> Tokenizer:
         if self.tokenizer is None:
-            raise TokenizerError(f"{str(self.folder)!r} holds no tokenizer, so prompts must be lists of token ids "
-                                 f"and no text (stop strings, streaming text) can be produced")
+            raise TokenizerError(
+                f"{str(self.folder)!r} holds no tokenizer, so prompts must be lists of token ids "
+                f"and no text (stop strings, streaming text) can be produced"
+            )
         return self.tokenizer
 
     # -- construction helpers ------------------------------------------------------------------------
@@ -191,16 +227,26 @@ class LLM:
 
         config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_remote_code)
         with backend_errors():
-            select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend,
-                             dtype=str(dtype).removeprefix("torch.") if dtype else None, block_size=block_size)
+            select_for_model(
+                config,
+                kv_cache_dtype=kv_cache_dtype,
+                requested=attention_backend,
+                dtype=str(dtype).removeprefix("torch.") if dtype else None,
+                block_size=block_size,
+            )
         return config
 
-    def _scheduler_config(self, kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens,
-                          enable_chunked_prefill) -> SchedulerConfig:
+    def _scheduler_config(
+        self, kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
+    ) -> SchedulerConfig:
         """Blocks priced by the specs the chosen backends allocate (scales and all), not by the config."""
-        num_blocks = plan_num_blocks(bytes_per_block=self.runner.bytes_per_block, block_size=block_size,
-                                     kv_cache_memory=kv_cache_memory, max_num_seqs=max_num_seqs,
-                                     max_model_len=self.max_model_len)
+        num_blocks = plan_num_blocks(
+            bytes_per_block=self.runner.bytes_per_block,
+            block_size=block_size,
+            kv_cache_memory=kv_cache_memory,
+            max_num_seqs=max_num_seqs,
+            max_model_len=self.max_model_len,
+        )
         return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill)
 
     def _make_runner(self, block_size: int, attention_backend, kv_cache_dtype, backend_options):
@@ -208,8 +254,13 @@ class LLM:
         from kernelbay_engine.runner import ModelRunner
 
         with backend_errors():
-            return ModelRunner(self.model, block_size=block_size, attention_backend=attention_backend,
-                               kv_cache_dtype=kv_cache_dtype, attention_backend_options=backend_options)
+            return ModelRunner(
+                self.model,
+                block_size=block_size,
+                attention_backend=attention_backend,
+                kv_cache_dtype=kv_cache_dtype,
+                attention_backend_options=backend_options,
+            )
 
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""
@@ -240,8 +291,9 @@ def _max_model_len(config, requested: int | None) -> int:
     if requested is None:
         return limit
     if not isinstance(requested, int) or not 1 < requested <= limit:
-        raise ValueError(f"max_model_len must be an integer in [2, {limit}] (max_position_embeddings), "
-                         f"got {requested!r}")
+        raise ValueError(
+            f"max_model_len must be an integer in [2, {limit}] (max_position_embeddings), got {requested!r}"
+        )
     return requested
 
 

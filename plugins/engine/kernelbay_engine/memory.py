@@ -10,8 +10,14 @@ DEFAULT_KV_CACHE_MEMORY = 512 * 2**20
 """Cap of the default cache: enough for max_num_seqs full-context requests, at most this many bytes."""
 
 
-def plan_num_blocks(*, bytes_per_block: int, block_size: int, kv_cache_memory: int | float | str | None,
-                    max_num_seqs: int, max_model_len: int) -> int:
+def plan_num_blocks(
+    *,
+    bytes_per_block: int,
+    block_size: int,
+    kv_cache_memory: int | float | str | None,
+    max_num_seqs: int,
+    max_model_len: int,
+) -> int:
     """Blocks for an explicit budget, or by default for max_num_seqs full-context requests (capped).
 
     `bytes_per_block`: one block across every attention layer, i.e. the sum of the allocated specs'
@@ -25,6 +31,8 @@ def plan_num_blocks(*, bytes_per_block: int, block_size: int, kv_cache_memory: i
         full_context = math.ceil(max_model_len / block_size)  # blocks one full-context request holds
         blocks = max(min(DEFAULT_KV_CACHE_MEMORY // bytes_per_block, max_num_seqs * full_context), full_context)
     if blocks < 1:
-        raise ValueError(f"kv_cache_memory {kv_cache_memory!r} holds no KV-cache block (one block of {block_size} "
-                         f"tokens takes {bytes_per_block} bytes across the model's layers); give it at least that much")
+        raise ValueError(
+            f"kv_cache_memory {kv_cache_memory!r} holds no KV-cache block (one block of {block_size} "
+            f"tokens takes {bytes_per_block} bytes across the model's layers); give it at least that much"
+        )
     return int(blocks)

@@ -25,8 +25,17 @@ class FinishReason(str, enum.Enum):
 class Request:
     """Token ids so far and how many of them are in the KV cache; mutated by the scheduler and the engine."""
 
-    __slots__ = ("request_id", "prompt_token_ids", "output_token_ids", "params", "generator", "status",
-                 "finish_reason", "num_cached", "max_total_tokens")
+    __slots__ = (
+        "request_id",
+        "prompt_token_ids",
+        "output_token_ids",
+        "params",
+        "generator",
+        "status",
+        "finish_reason",
+        "num_cached",
+        "max_total_tokens",
+    )
 
     def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams, max_model_len: int):
         self.request_id = request_id
@@ -53,7 +62,7 @@ class Request:
         if self.num_cached == 0:
             return self.all_token_ids()
         tail = self.num_cached - len(self.prompt_token_ids)
-        return self.output_token_ids[tail:] if tail >= 0 else self.all_token_ids()[self.num_cached:]
+        return self.output_token_ids[tail:] if tail >= 0 else self.all_token_ids()[self.num_cached :]
 
     @property
     def is_finished(self) -> bool:
@@ -64,5 +73,7 @@ class Request:
         self.finish_reason = reason
 
     def __repr__(self) -> str:
-        return (f"Request({self.request_id}, {self.status.value}, prompt={len(self.prompt_token_ids)}, "
-                f"output={len(self.output_token_ids)}, cached={self.num_cached})")
+        return (
+            f"Request({self.request_id}, {self.status.value}, prompt={len(self.prompt_token_ids)}, "
+            f"output={len(self.output_token_ids)}, cached={self.num_cached})"
+        )

@@ -59,9 +59,11 @@ def _model_dtype(model: torch.nn.Module) -> str:
 def _require_loaded(model: torch.nn.Module) -> None:
     meta = [name for name, p in model.named_parameters() if p.is_meta]
     if meta:
-        raise ValueError(f"the model's weights are not loaded ({len(meta)} parameters still on the meta device, "
-                         f"e.g. {meta[0]}); use AutoModelForCausalLM.from_pretrained, "
-                         "or load_weights after from_config")
+        raise ValueError(
+            f"the model's weights are not loaded ({len(meta)} parameters still on the meta device, "
+            f"e.g. {meta[0]}); use AutoModelForCausalLM.from_pretrained, "
+            "or load_weights after from_config"
+        )
 
 
 class ModelRunner:
@@ -70,17 +72,30 @@ class ModelRunner:
     num_blocks=None plans the cache without allocating it: read `bytes_per_block`, then `allocate_cache`.
     """
 
-    def __init__(self, model: torch.nn.Module, *, num_blocks: int | None = None, block_size: int = 16,
-                 attention_backend: str | None = None, kv_cache_dtype: str | None = "auto",
-                 attention_backend_options: Mapping[str, Mapping] | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        attention_backend: str | None = None,
+        kv_cache_dtype: str | None = "auto",
+        attention_backend_options: Mapping[str, Mapping] | None = None,
+    ):
         _require_loaded(model)
         self.model = model.eval()
         self.device = model.model.embed_tokens.weight.device
         self.block_size = block_size
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
         self.cache: CachePlan = plan_cache(
-            model.attention_layers(), model.config, model_dtype=_model_dtype(model), block_size=block_size,
-            requested=requested, kv_cache_dtype=kv_cache_dtype, options=attention_backend_options)
+            model.attention_layers(),
+            model.config,
+            model_dtype=_model_dtype(model),
+            block_size=block_size,
+            requested=requested,
+            kv_cache_dtype=kv_cache_dtype,
+            options=attention_backend_options,
+        )
         self.num_blocks: int | None = None
         self._own_blocks: KVCacheManager | None = None  # made only when driven by hand (no block tables)
         self._table_source: str | None = None  # "caller" or "runner": who hands out this cache's blocks
@@ -119,8 +134,9 @@ class ModelRunner:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError(f"a request may appear once per step; got ids {ids}")
-        metadata = self.cache.metadata_backend.prepare(self._rows(requests), self.block_size, self.cache.layout,
-                                                       self.device)
+        metadata = self.cache.metadata_backend.prepare(
+            self._rows(requests), self.block_size, self.cache.layout, self.device
+        )
         tokens = torch.tensor([t for r in requests for t in r.token_ids], dtype=torch.long, device=self.device)
         return tokens, metadata
 
@@ -135,8 +151,10 @@ class ModelRunner:
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""
         if self._own_blocks is None:
-            raise KeyError(f"request {request_id!r} holds no blocks of this runner; its blocks belong to whoever "
-                           f"handed out its block table (the scheduler frees them)")
+            raise KeyError(
+                f"request {request_id!r} holds no blocks of this runner; its blocks belong to whoever "
+                f"handed out its block table (the scheduler frees them)"
+            )
         self._own_blocks.free(request_id)
 
     # -- internals -------------------------------------------------------------------------------
@@ -147,8 +165,10 @@ class ModelRunner:
             raise ValueError("every request of a step brings its block table, or none does")
         source = sources.pop()
         if self._table_source not in (None, source):  # two allocators over one cache would share blocks
-            raise ValueError(f"this runner's blocks are handed out by {_SOURCES[self._table_source]}; "
-                             f"a step cannot switch to {_SOURCES[source]}")
+            raise ValueError(
+                f"this runner's blocks are handed out by {_SOURCES[self._table_source]}; "
+                f"a step cannot switch to {_SOURCES[source]}"
+            )
         self._table_source = source
         if source == "caller":
             return [self._given_row(r) for r in requests]
@@ -158,10 +178,14 @@ class ModelRunner:
 
     def _given_row(self, request: StepRequest) -> MetadataRow:
         if request.block_table and max(request.block_table) >= self.num_blocks:
-            raise ValueError(f"request {request.request_id!r}: block table {request.block_table} names a block "
-                             f"beyond this runner's cache of {self.num_blocks} blocks")
+            raise ValueError(
+                f"request {request.request_id!r}: block table {request.block_table} names a block "
+                f"beyond this runner's cache of {self.num_blocks} blocks"
+            )
         return MetadataRow(len(request.token_ids), request.start_pos, request.block_table)
 
 
-_SOURCES = {"caller": "the caller's allocator (steps with block tables)",
-            "runner": "the runner's own allocator (steps without block tables)"}
+_SOURCES = {
+    "caller": "the caller's allocator (steps with block tables)",
+    "runner": "the runner's own allocator (steps without block tables)",
+}

@@ -50,18 +50,22 @@ class SamplingParams:
 
     def _problems(self) -> list[str | None]:
         return [
-            None if _is_int(self.max_tokens) and self.max_tokens >= 1 else
-            f"max_tokens must be a positive integer (the number of tokens to generate), got {self.max_tokens!r}",
-            None if isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
-            and self.temperature >= 0 else
-            f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}",
-            None if isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1 else
-            f"top_p must be in (0, 1] (1 disables nucleus sampling), got {self.top_p!r}",
-            None if _is_int(self.top_k) and self.top_k >= 0 else
-            f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}",
+            None
+            if _is_int(self.max_tokens) and self.max_tokens >= 1
+            else f"max_tokens must be a positive integer (the number of tokens to generate), got {self.max_tokens!r}",
+            None
+            if isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
+            else f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}",
+            None
+            if isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1
+            else f"top_p must be in (0, 1] (1 disables nucleus sampling), got {self.top_p!r}",
+            None
+            if _is_int(self.top_k) and self.top_k >= 0
+            else f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}",
             None if self.seed is None or _is_int(self.seed) else f"seed must be an integer or None, got {self.seed!r}",
-            None if all(isinstance(s, str) and s for s in self.stop) else
-            f"stop must be non-empty strings, got {self.stop!r}",
+            None
+            if all(isinstance(s, str) and s for s in self.stop)
+            else f"stop must be non-empty strings, got {self.stop!r}",
         ]
 
     @property
@@ -82,8 +86,9 @@ def make_generator(params: SamplingParams) -> torch.Generator | None:
 class Sampler:
     """Picks one token per row of a logits batch; greedy rows share one argmax."""
 
-    def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
-                 generators: Sequence[torch.Generator | None]) -> list[int]:
+    def __call__(
+        self, logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
+    ) -> list[int]:
         """logits: [N, vocab]; params, generators: one per row -> N token ids."""
         tokens = logits.argmax(dim=-1).tolist()
         for row, (p, gen) in enumerate(zip(params, generators, strict=True)):

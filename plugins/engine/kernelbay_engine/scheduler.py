@@ -42,8 +42,9 @@ class SchedulerConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.enable_chunked_prefill, bool):
-            raise ValueError(f"SchedulerConfig.enable_chunked_prefill must be True or False, "
-                             f"got {self.enable_chunked_prefill!r}")
+            raise ValueError(
+                f"SchedulerConfig.enable_chunked_prefill must be True or False, got {self.enable_chunked_prefill!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,8 @@ class Scheduler:
             raise RequestTooLarge(
                 f"request {request.request_id} may hold {request.max_total_tokens} tokens (prompt + max_tokens) = "
                 f"{need} KV-cache blocks of {self.config.block_size}, but the whole cache has "
-                f"{self.config.num_blocks}; give the cache more memory (kv_cache_memory) or lower max_tokens")
+                f"{self.config.num_blocks}; give the cache more memory (kv_cache_memory) or lower max_tokens"
+            )
         self.waiting.append(request)
 
     @property

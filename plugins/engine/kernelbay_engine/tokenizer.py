@@ -23,8 +23,10 @@ class Tokenizer:
 
     def __init__(self, folder: str | Path, *, trust_remote_code: bool = False):
         if not has_tokenizer(folder):
-            raise TokenizerError(f"{str(folder)!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
-                                 f"add one to the folder or pass prompts as lists of token ids")
+            raise TokenizerError(
+                f"{str(folder)!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                f"add one to the folder or pass prompts as lists of token ids"
+            )
         from transformers import AutoTokenizer
 
         self.folder = Path(folder)
@@ -46,8 +48,10 @@ class Tokenizer:
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Token ids of `messages` ([{"role": ..., "content": ...}]) rendered by the chat template."""
         if not self.has_chat_template:
-            raise TokenizerError(f"the tokenizer in {str(self.folder)!r} has no chat template; "
-                                 f"pass a plain prompt instead of chat messages")
+            raise TokenizerError(
+                f"the tokenizer in {str(self.folder)!r} has no chat template; "
+                f"pass a plain prompt instead of chat messages"
+            )
         text = self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         return list(self.hf(text, add_special_tokens=False)["input_ids"])
 

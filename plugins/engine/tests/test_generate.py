@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from kernelbay.errors import IncapableBackend, PromptTooLong, RequestTooLarge
+from kernelbay.registry import names
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler
 from kernelbay_engine.tokenizer import TokenizerError
-from kernelbay.registry import names
 
 PROMPTS = [
     "the",
@@ -39,11 +39,11 @@ def reference(hf_tiny_llama, prompt_ids):
     for ids in prompt_ids:
         x = torch.tensor([ids])
         with torch.no_grad():
-            y = hf_tiny_llama.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_TOKENS,
-                                       do_sample=False, pad_token_id=0)
-        out.append(y[0, len(ids):].tolist())
+            y = hf_tiny_llama.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0
+            )
+        out.append(y[0, len(ids) :].tolist())
     return out
-
 
 
 def _backends():
@@ -60,7 +60,7 @@ def test_greedy_matches_transformers_on_every_backend(backend, make_llm, prompt_
         pytest.skip(f"{backend} cannot run this model: {err}")
     outputs = llm.generate(prompt_ids, GREEDY)
     assert llm.attention_backends == {"full_attention": backend}
-    for i, (out, ref) in enumerate(zip(outputs, reference)):
+    for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
         assert out.token_ids == ref, f"[{backend}] prompt {i}"
 
 
@@ -77,7 +77,7 @@ def test_stream_yields_the_same_tokens(make_llm, reference):
     """stream() yields each request's tokens in order, the same as generate(); deltas join to the text."""
     llm = make_llm()
     tokens = {i: [] for i in range(len(PROMPTS))}
-    texts = {i: "" for i in range(len(PROMPTS))}
+    texts = dict.fromkeys(range(len(PROMPTS)), "")
     finished = set()
     for delta in llm.stream(PROMPTS, GREEDY):
         assert delta.index not in finished, "no delta after a request's last one"
@@ -103,8 +103,9 @@ def test_preemption_under_tiny_kv_budget_keeps_tokens(make_llm, prompt_ids, refe
     llm = make_llm(kv_cache_memory=bytes_per_token * 4 * 24, block_size=4)
     preemptions = []
     original = Scheduler._preempt
-    monkeypatch.setattr(Scheduler, "_preempt", lambda self, r, plan: (preemptions.append(r.request_id),
-                                                                        original(self, r, plan)))
+    monkeypatch.setattr(
+        Scheduler, "_preempt", lambda self, r, plan: (preemptions.append(r.request_id), original(self, r, plan))
+    )
     fitting = [i for i, ids in enumerate(prompt_ids) if len(ids) + MAX_TOKENS <= 24 * 4]
     outputs = llm.generate([prompt_ids[i] for i in fitting], GREEDY)
     assert preemptions, "the budget was meant to force at least one preemption"
@@ -117,8 +118,9 @@ def test_seeded_sampling_is_reproducible(make_llm):
     params = SamplingParams(max_tokens=16, temperature=1.0, top_k=50, top_p=0.95, seed=42, ignore_eos=True)
     first = llm.generate("the quick brown fox", params)[0].token_ids
     batched = llm.generate(["the quick brown fox", "the"], params)[0].token_ids
-    other = llm.generate("the quick brown fox", SamplingParams(max_tokens=16, temperature=1.0, seed=43,
-                                                               ignore_eos=True))[0].token_ids
+    other = llm.generate(
+        "the quick brown fox", SamplingParams(max_tokens=16, temperature=1.0, seed=43, ignore_eos=True)
+    )[0].token_ids
     assert first == batched
     assert first != other
 
@@ -127,11 +129,12 @@ def test_stop_string_cuts_the_text(make_llm):
     """A stop string ends the request ("stop") and is cut from the text, streamed or not."""
     llm = make_llm()
     full = llm.generate(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))[0].text
-    stop = full[len(full) // 2:len(full) // 2 + 2]
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
     out = llm.generate(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True, stop=stop))[0]
-    assert out.finish_reason == "stop" and out.text == full[:full.find(stop)]
-    streamed = "".join(d.text for d in llm.stream(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0,
-                                                                             ignore_eos=True, stop=stop)))
+    assert out.finish_reason == "stop" and out.text == full[: full.find(stop)]
+    streamed = "".join(
+        d.text for d in llm.stream(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True, stop=stop))
+    )
     assert streamed == out.text
 
 
@@ -195,5 +198,6 @@ def test_chunked_prefill_gives_the_same_tokens(make_llm, prompt_ids, reference):
     assert max(len(ids) for ids in prompt_ids) > 5
     assert [o.token_ids for o in chunked.generate(prompt_ids, GREEDY)] == reference
     params = SamplingParams(max_tokens=12, temperature=1.0, top_k=40, seed=7, ignore_eos=True)
-    assert ([o.token_ids for o in chunked.generate(prompt_ids, params)]
-            == [o.token_ids for o in whole.generate(prompt_ids, params)])
+    assert [o.token_ids for o in chunked.generate(prompt_ids, params)] == [
+        o.token_ids for o in whole.generate(prompt_ids, params)
+    ]

@@ -60,16 +60,20 @@ def test_blocks_are_planned_from_the_allocated_specs(tiny_llama, make_llm, scale
     vanilla = make_llm(attention_backend="VANILLA", kv_cache_memory=BUDGET)
     scaled = LLM(tiny_llama, progress=False, attention_backend=scaled_backend, kv_cache_memory=BUDGET)
     layers = scaled.model.attention_layers()
-    page = sum(ScaledVanilla.get_kv_cache_spec(layer.geometry, "float32", "auto", 16).page_size_bytes
-               for layer in layers.values())
+    page = sum(
+        ScaledVanilla.get_kv_cache_spec(layer.geometry, "float32", "auto", 16).page_size_bytes
+        for layer in layers.values()
+    )
     config_page = 16 * scaled.config.kv_bytes_per_token("float32")  # what the config alone would price a block at
     assert page == scaled.runner.bytes_per_block > config_page == vanilla.runner.bytes_per_block
     blocks = scaled._core.scheduler.blocks.num_blocks
     assert blocks == BUDGET // page < vanilla._core.scheduler.blocks.num_blocks
     assert scaled._core.scheduler.config.num_blocks == scaled.runner.num_blocks == blocks
     assert _layer_blocks(scaled) == {blocks} and _layer_blocks(vanilla) == {vanilla._core.scheduler.blocks.num_blocks}
-    assert scaled.generate("the quick brown fox", GREEDY)[0].token_ids == \
-        vanilla.generate("the quick brown fox", GREEDY)[0].token_ids
+    assert (
+        scaled.generate("the quick brown fox", GREEDY)[0].token_ids
+        == vanilla.generate("the quick brown fox", GREEDY)[0].token_ids
+    )
 
 
 def test_default_cache_holds_max_num_seqs_full_contexts(make_llm):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from kernelbay_engine.detokenize import TextTracker
 from kernelbay.memory import parse_memory, tokens_that_fit
+from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
@@ -16,16 +16,25 @@ from kernelbay_engine.sampling import SamplingParams
 
 def test_engine_names_are_lazy_and_light():
     """`kernelbay_engine.LLM` resolves to the engine's class; SamplingParams alone does not import torch."""
-    code = ("import sys, kernelbay_engine; from kernelbay_engine import SamplingParams; SamplingParams(max_tokens=2); "
-            "assert 'torch' not in sys.modules, 'torch imported'; "
-            "from kernelbay_engine.llm import LLM; assert kernelbay_engine.LLM is LLM")
+    code = (
+        "import sys, kernelbay_engine; from kernelbay_engine import SamplingParams; SamplingParams(max_tokens=2); "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "from kernelbay_engine.llm import LLM; assert kernelbay_engine.LLM is LLM"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("text, expected", [
-    (4096, 4096), ("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30), ("1.5GB", 1_500_000_000), ("10 kb", 10_000),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (4096, 4096),
+        ("512MiB", 512 * 2**20),
+        ("2GiB", 2 * 2**30),
+        ("1.5GB", 1_500_000_000),
+        ("10 kb", 10_000),
+    ],
+)
 def test_parse_memory(text, expected):
     """Bytes or a number with a unit; binary and decimal units."""
     assert parse_memory(text) == expected
@@ -41,14 +50,22 @@ def test_parse_memory_rejects_nonsense(bad):
 def test_block_planning():
     """An explicit budget is divided into blocks of bytes_per_block; the default covers max_num_seqs full
     contexts (a partial last block included), capped at 512 MiB but never below one full context."""
-    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=16_000, max_num_seqs=4,
-                           max_model_len=64) == 10
-    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=4,
-                           max_model_len=64) == 16
-    assert plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=2,
-                           max_model_len=65) == 10
-    assert plan_num_blocks(bytes_per_block=2**28, block_size=16, kv_cache_memory=None, max_num_seqs=8,
-                           max_model_len=64) == 4
+    assert (
+        plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=16_000, max_num_seqs=4, max_model_len=64)
+        == 10
+    )
+    assert (
+        plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=4, max_model_len=64)
+        == 16
+    )
+    assert (
+        plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=None, max_num_seqs=2, max_model_len=65)
+        == 10
+    )
+    assert (
+        plan_num_blocks(bytes_per_block=2**28, block_size=16, kv_cache_memory=None, max_num_seqs=8, max_model_len=64)
+        == 4
+    )
     with pytest.raises(ValueError, match="holds no KV-cache block"):
         plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=100, max_num_seqs=1, max_model_len=8)
     assert tokens_that_fit(2**30, 2**17) == 8192

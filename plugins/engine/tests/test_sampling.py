@@ -8,18 +8,21 @@ import torch
 from kernelbay_engine.sampling import Sampler, SamplingParams, SamplingParamsError, make_generator, sample_row
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(max_tokens=0), "max_tokens must be a positive integer"),
-    (dict(max_tokens=-3), "max_tokens must be a positive integer"),
-    (dict(max_tokens=2.5), "max_tokens"),
-    (dict(temperature=-0.1), "temperature must be a finite number >= 0"),
-    (dict(temperature=float("nan")), "temperature"),
-    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(top_k=-1), "top_k must be an integer >= 0"),
-    (dict(seed="x"), "seed must be an integer"),
-    (dict(stop=("",)), "stop must be non-empty strings"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(max_tokens=0), "max_tokens must be a positive integer"),
+        (dict(max_tokens=-3), "max_tokens must be a positive integer"),
+        (dict(max_tokens=2.5), "max_tokens"),
+        (dict(temperature=-0.1), "temperature must be a finite number >= 0"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k must be an integer >= 0"),
+        (dict(seed="x"), "seed must be an integer"),
+        (dict(stop=("",)), "stop must be non-empty strings"),
+    ],
+)
 def test_invalid_params_are_rejected(bad, match):
     """Every out-of-range parameter is an error naming it and its valid range."""
     with pytest.raises(SamplingParamsError, match=match):
@@ -28,7 +31,7 @@ def test_invalid_params_are_rejected(bad, match):
 
 def test_all_problems_reported_together():
     """Two bad parameters are both named in one error."""
-    with pytest.raises(SamplingParamsError, match="max_tokens.*top_p"):
+    with pytest.raises(SamplingParamsError, match=r"max_tokens.*top_p"):
         SamplingParams(max_tokens=0, top_p=2.0)
 
 

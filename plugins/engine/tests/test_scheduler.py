@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelbay_engine.core import EngineCore
 from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.core import EngineCore
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler, SchedulerConfig
@@ -62,7 +62,7 @@ def run_all_and_check(core: EngineCore, runner: FakeRunner, specs) -> list[Reque
     for r in requests:
         core.add(r)
     run_to_end(core, runner)
-    for r, (prompt, n) in zip(requests, specs):
+    for r, (prompt, n) in zip(requests, specs, strict=True):
         assert r.output_token_ids == reference_tokens(prompt, n), f"request {r.request_id}"
     return requests
 
@@ -196,10 +196,15 @@ def test_chunked_prompt_preempted_midway_is_recomputed_from_the_start():
     assert runner.prefills[1] > 1, "the cache was meant to force a preemption mid-prefill"
 
 
-workloads = st.lists(st.tuples(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12),  # prompt
-                               st.integers(1, 12),  # max_tokens
-                               st.integers(0, 6)),  # step at which it arrives
-                     min_size=1, max_size=8)
+workloads = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12),  # prompt
+        st.integers(1, 12),  # max_tokens
+        st.integers(0, 6),
+    ),  # step at which it arrives
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=80, deadline=None)
@@ -208,8 +213,13 @@ def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, t
     """Random arrivals, cache sizes, slots, budgets, with and without chunked prefill: every request ends
     with exactly its solo tokens, the scheduler's one block ledger stays consistent with the requests it
     runs, and a chunked step never exceeds the token budget."""
-    core, runner = make_engine(num_blocks=num_blocks, block_size=4, max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=token_budget, chunked=chunked)
+    core, runner = make_engine(
+        num_blocks=num_blocks,
+        block_size=4,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=token_budget,
+        chunked=chunked,
+    )
     requests = [make_request(i, p, n) for i, (p, n, _) in enumerate(workload)]
     arrivals = sorted(range(len(workload)), key=lambda i: workload[i][2])
     step = 0
@@ -221,5 +231,5 @@ def test_any_workload_gets_its_solo_tokens(workload, num_blocks, max_num_seqs, t
             check_ledger(core.scheduler)
             assert not chunked or sum(n for _, n in runner.steps[-1]) <= token_budget
         step += 1
-    for r, (prompt, n, _) in zip(requests, workload):
+    for r, (prompt, n, _) in zip(requests, workload, strict=True):
         assert r.output_token_ids == reference_tokens(prompt, n)

@@ -39,8 +39,10 @@ def availability(env: CudaEnvironment) -> tuple[bool, str]:
         return False, f"no CUDA device: torch {env.torch_version} sees no GPU (FlashInfer runs on NVIDIA GPUs only)"
     if env.capability < MIN_CAPABILITY:
         have, need = ".".join(map(str, env.capability)), ".".join(map(str, MIN_CAPABILITY))
-        return False, (f"compute capability {have} of {env.device_name} is below {need}: "
-                       f"kernelbay-flashinfer needs an Ampere or newer GPU")
+        return False, (
+            f"compute capability {have} of {env.device_name} is below {need}: "
+            f"kernelbay-flashinfer needs an Ampere or newer GPU"
+        )
     if env.import_error is not None:
         return False, f"flashinfer is installed but failed to import: {env.import_error}"
     sm = f"sm{env.capability[0]}{env.capability[1]}"
@@ -64,8 +66,9 @@ def probe() -> CudaEnvironment:
     if not torch.cuda.is_available():
         return CudaEnvironment(installed, torch_version=torch.__version__)
     capability = tuple(torch.cuda.get_device_capability(0))
-    env = CudaEnvironment(installed, torch.cuda.device_count(), capability, torch.cuda.get_device_name(0),
-                          torch.__version__)
+    env = CudaEnvironment(
+        installed, torch.cuda.device_count(), capability, torch.cuda.get_device_name(0), torch.__version__
+    )
     if installed and capability >= MIN_CAPABILITY:
         return CudaEnvironment(**{**_fields(env), "import_error": _import_error()})
     return env

@@ -32,11 +32,20 @@ class FlashInferBackend(AttentionBackend[FlashInferMetadata]):
 
     def plan_key(self, q: torch.Tensor, metadata: FlashInferMetadata, causal: bool) -> PlanKey:
         g = self.geometry
-        return PlanKey(kind="decode" if metadata.is_decode_only else "prefill", device=str(q.device),
-                       layout=metadata.layout.value, num_heads=g.num_heads, num_kv_heads=g.num_kv_heads,
-                       head_dim=g.head_dim, scale=g.scale,
-                       window_left=g.sliding_window - 1 if g.sliding_window else -1,
-                       logit_softcap=g.logit_softcap, causal=causal, q_dtype=q.dtype, kv_dtype=self.kv_cache.dtype)
+        return PlanKey(
+            kind="decode" if metadata.is_decode_only else "prefill",
+            device=str(q.device),
+            layout=metadata.layout.value,
+            num_heads=g.num_heads,
+            num_kv_heads=g.num_kv_heads,
+            head_dim=g.head_dim,
+            scale=g.scale,
+            window_left=g.sliding_window - 1 if g.sliding_window else -1,
+            logit_softcap=g.logit_softcap,
+            causal=causal,
+            q_dtype=q.dtype,
+            kv_dtype=self.kv_cache.dtype,
+        )
 
     def _attend(self, q: torch.Tensor, metadata: FlashInferMetadata, args) -> torch.Tensor:
         wrapper = planned_wrapper(self.plan_key(q, metadata, self.is_causal(args)), metadata)

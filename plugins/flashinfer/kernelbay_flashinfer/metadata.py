@@ -22,11 +22,14 @@ class FlashInferMetadata(AttentionMetadata):
 
     def __post_init__(self):
         if self.page_table is None or self.step_id < 0:
-            raise ValueError("FlashInferMetadata needs its page table and step id: build it with "
-                             "FlashInferBackend.prepare(requests, block_size), not from the common fields alone")
+            raise ValueError(
+                "FlashInferMetadata needs its page table and step id: build it with "
+                "FlashInferBackend.prepare(requests, block_size), not from the common fields alone"
+            )
 
     @classmethod
     def _extras(cls, common: AttentionMetadata) -> dict:
-        table = page_table_from_block_tables(common.query_lens_host, common.seq_lens_host, common.block_tables,
-                                             common.block_size)
+        table = page_table_from_block_tables(
+            common.query_lens_host, common.seq_lens_host, common.block_tables, common.block_size
+        )
         return {"page_table": table, "step_id": next(_STEP_IDS)}

@@ -29,16 +29,18 @@ class FlashInferPageTable:
 
     def __post_init__(self):
         batch = self.kv_lens.shape[0]
-        expected = {"qo_indptr": (batch + 1,), "paged_kv_indptr": (batch + 1,),
-                    "paged_kv_last_page_len": (batch,)}
+        expected = {"qo_indptr": (batch + 1,), "paged_kv_indptr": (batch + 1,), "paged_kv_last_page_len": (batch,)}
         for name, shape in expected.items():
             if tuple(getattr(self, name).shape) != shape:
-                raise ValueError(f"FlashInferPageTable.{name} must have shape {shape}, got "
-                                 f"{tuple(getattr(self, name).shape)}")
+                raise ValueError(
+                    f"FlashInferPageTable.{name} must have shape {shape}, got {tuple(getattr(self, name).shape)}"
+                )
         for name in ("qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "kv_lens"):
             if getattr(self, name).dtype != torch.int32:
-                raise ValueError(f"FlashInferPageTable.{name} must be int32 (FlashInfer's index type), "
-                                 f"got {getattr(self, name).dtype}")
+                raise ValueError(
+                    f"FlashInferPageTable.{name} must be int32 (FlashInfer's index type), "
+                    f"got {getattr(self, name).dtype}"
+                )
 
     @property
     def batch_size(self) -> int:
@@ -60,17 +62,22 @@ def _check_rows(pages: torch.Tensor, block_tables: torch.Tensor) -> None:
     short = (pages > width).nonzero().flatten().tolist()
     if short:
         b = short[0]
-        raise ValueError(f"request #{b} needs {int(pages[b])} pages but its block table row has {width}; "
-                         f"grow it with KVCacheManager.append before building metadata")
+        raise ValueError(
+            f"request #{b} needs {int(pages[b])} pages but its block table row has {width}; "
+            f"grow it with KVCacheManager.append before building metadata"
+        )
     used = torch.arange(width)[None, :] < pages[:, None]
     if (block_tables[used] < 0).any():
         bad = int((used & (block_tables < 0)).any(dim=1).nonzero()[0])
-        raise ValueError(f"request #{bad} has a padding (-1) block among the pages it needs: "
-                         f"{block_tables[bad, :int(pages[bad])].tolist()}")
+        raise ValueError(
+            f"request #{bad} has a padding (-1) block among the pages it needs: "
+            f"{block_tables[bad, : int(pages[bad])].tolist()}"
+        )
 
 
-def page_table_from_block_tables(query_lens: Sequence[int], seq_lens: Sequence[int], block_tables: torch.Tensor,
-                                 page_size: int) -> FlashInferPageTable:
+def page_table_from_block_tables(
+    query_lens: Sequence[int], seq_lens: Sequence[int], block_tables: torch.Tensor, page_size: int
+) -> FlashInferPageTable:
     """The page table of one step: `block_tables` is (B, max_blocks) with -1 padding, on any device.
 
     Built on the host (FlashInfer's `plan` reads the index pointers on the host anyway).
@@ -78,8 +85,10 @@ def page_table_from_block_tables(query_lens: Sequence[int], seq_lens: Sequence[i
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size}")
     if not (len(query_lens) == len(seq_lens) == block_tables.shape[0]):
-        raise ValueError(f"one query_len, seq_len and block-table row per request: got {len(query_lens)}, "
-                         f"{len(seq_lens)} and {block_tables.shape[0]}")
+        raise ValueError(
+            f"one query_len, seq_len and block-table row per request: got {len(query_lens)}, "
+            f"{len(seq_lens)} and {block_tables.shape[0]}"
+        )
     if any(s < q or q < 1 for q, s in zip(query_lens, seq_lens, strict=True)):
         pairs = list(zip(query_lens, seq_lens, strict=True))
         raise ValueError(f"each request needs 1 <= query_len <= seq_len, got {pairs}")
@@ -94,4 +103,5 @@ def page_table_from_block_tables(query_lens: Sequence[int], seq_lens: Sequence[i
         paged_kv_indptr=_indptr(pages),
         paged_kv_indices=tables[used].to(torch.int32),  # row-major: request after request, pages in order
         paged_kv_last_page_len=(seq - (pages - 1) * page_size).to(torch.int32),
-        kv_lens=seq.to(torch.int32))
+        kv_lens=seq.to(torch.int32),
+    )

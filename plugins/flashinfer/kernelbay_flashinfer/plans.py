@@ -65,8 +65,9 @@ def _new_wrapper(key: PlanKey):
     import flashinfer
 
     if key.kind == "decode":
-        return flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(key.device), key.layout,
-                                                             use_tensor_cores=key.use_tensor_cores)
+        return flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace(key.device), key.layout, use_tensor_cores=key.use_tensor_cores
+        )
     if key.kind == "mla":
         return flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace(key.device))
     return flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace(key.device), key.layout)
@@ -76,18 +77,52 @@ def _plan(wrapper, key: PlanKey, metadata: FlashInferMetadata) -> None:
     table = metadata.page_table
     indices = table.paged_kv_indices.to(key.device)
     if key.kind == "mla":  # head_dim is the latent width; the MLA wrapper takes kv lengths, not last_page_len
-        wrapper.plan(table.qo_indptr.to(key.device), table.paged_kv_indptr.to(key.device), indices,
-                     table.kv_lens.to(key.device), key.num_heads, key.head_dim, MLA_ROPE_DIM, table.page_size,
-                     key.causal, key.scale, key.q_dtype, key.kv_dtype)
+        wrapper.plan(
+            table.qo_indptr.to(key.device),
+            table.paged_kv_indptr.to(key.device),
+            indices,
+            table.kv_lens.to(key.device),
+            key.num_heads,
+            key.head_dim,
+            MLA_ROPE_DIM,
+            table.page_size,
+            key.causal,
+            key.scale,
+            key.q_dtype,
+            key.kv_dtype,
+        )
         return
-    common = dict(window_left=key.window_left, logits_soft_cap=key.logit_softcap, sm_scale=key.scale,
-                  q_data_type=key.q_dtype, kv_data_type=key.kv_dtype)
+    common = dict(
+        window_left=key.window_left,
+        logits_soft_cap=key.logit_softcap,
+        sm_scale=key.scale,
+        q_data_type=key.q_dtype,
+        kv_data_type=key.kv_dtype,
+    )
     if key.kind == "decode":
-        wrapper.plan(table.paged_kv_indptr, indices, table.paged_kv_last_page_len, key.num_heads,
-                     key.num_kv_heads, key.head_dim, table.page_size, **common)
+        wrapper.plan(
+            table.paged_kv_indptr,
+            indices,
+            table.paged_kv_last_page_len,
+            key.num_heads,
+            key.num_kv_heads,
+            key.head_dim,
+            table.page_size,
+            **common,
+        )
         return
-    wrapper.plan(table.qo_indptr, table.paged_kv_indptr, indices, table.paged_kv_last_page_len, key.num_heads,
-                 key.num_kv_heads, key.head_dim, table.page_size, causal=key.causal, **common)
+    wrapper.plan(
+        table.qo_indptr,
+        table.paged_kv_indptr,
+        indices,
+        table.paged_kv_last_page_len,
+        key.num_heads,
+        key.num_kv_heads,
+        key.head_dim,
+        table.page_size,
+        causal=key.causal,
+        **common,
+    )
 
 
 def planned_wrapper(key: PlanKey, metadata: FlashInferMetadata):

@@ -59,7 +59,7 @@ class _PagedWrapper:
         plan = {**a, "sm_scale": a["sm_scale"] * (k_scale or 1.0)}
         out = torch.empty(q.shape, dtype=torch.float32)
         for b in range(a["indptr"].numel() - 1):
-            pages = a["indices"][a["indptr"][b]:a["indptr"][b + 1]]
+            pages = a["indices"][a["indptr"][b] : a["indptr"][b + 1]]
             kv_len = (pages.numel() - 1) * a["page_size"] + int(a["last_page_len"][b])
             k, v = (_tokens(c, pages, kv_len, self.kv_layout) for c in (k_cache, v_cache))
             q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
@@ -68,15 +68,39 @@ class _PagedWrapper:
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_PagedWrapper):
-    def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
-             num_kv_heads, head_dim_qk, page_size, *, causal=False, sm_scale=None, window_left=-1,
-             logits_soft_cap=None, q_data_type="float16", kv_data_type=None, **_):
+    def plan(
+        self,
+        qo_indptr,
+        paged_kv_indptr,
+        paged_kv_indices,
+        paged_kv_last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim_qk,
+        page_size,
+        *,
+        causal=False,
+        sm_scale=None,
+        window_left=-1,
+        logits_soft_cap=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        **_,
+    ):
         _check_page_table(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
-        self.plan_args = dict(qo_indptr=qo_indptr.cpu(), indptr=paged_kv_indptr.cpu(), indices=paged_kv_indices.cpu(),
-                              last_page_len=paged_kv_last_page_len.cpu(), page_size=page_size, causal=causal,
-                              sm_scale=sm_scale or head_dim_qk ** -0.5, window_left=window_left,
-                              logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
-                              kv_data_type=kv_data_type or q_data_type)
+        self.plan_args = dict(
+            qo_indptr=qo_indptr.cpu(),
+            indptr=paged_kv_indptr.cpu(),
+            indices=paged_kv_indices.cpu(),
+            last_page_len=paged_kv_last_page_len.cpu(),
+            page_size=page_size,
+            causal=causal,
+            sm_scale=sm_scale or head_dim_qk**-0.5,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            q_data_type=q_data_type,
+            kv_data_type=kv_data_type or q_data_type,
+        )
         PLAN_CALLS.append(("prefill", self.plan_args))
 
     def run(self, q, paged_kv_cache, *, k_scale=None, v_scale=None, **_):
@@ -84,13 +108,36 @@ class BatchPrefillWithPagedKVCacheWrapper(_PagedWrapper):
 
 
 class BatchDecodeWithPagedKVCacheWrapper(_PagedWrapper):
-    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, *,
-             window_left=-1, logits_soft_cap=None, q_data_type="float16", kv_data_type=None, sm_scale=None, **_):
+    def plan(
+        self,
+        indptr,
+        indices,
+        last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        *,
+        window_left=-1,
+        logits_soft_cap=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        sm_scale=None,
+        **_,
+    ):
         _check_page_table(indptr, indices, last_page_len, page_size)
-        self.plan_args = dict(indptr=indptr.cpu(), indices=indices.cpu(), last_page_len=last_page_len.cpu(),
-                              page_size=page_size, causal=True, sm_scale=sm_scale or head_dim ** -0.5,
-                              window_left=window_left, logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
-                              kv_data_type=kv_data_type or q_data_type)
+        self.plan_args = dict(
+            indptr=indptr.cpu(),
+            indices=indices.cpu(),
+            last_page_len=last_page_len.cpu(),
+            page_size=page_size,
+            causal=True,
+            sm_scale=sm_scale or head_dim**-0.5,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            q_data_type=q_data_type,
+            kv_data_type=kv_data_type or q_data_type,
+        )
         PLAN_CALLS.append(("decode", self.plan_args))
 
     def run(self, q, paged_kv_cache, *, k_scale=None, v_scale=None, **_):
@@ -101,23 +148,46 @@ class BatchMLAPagedAttentionWrapper:
     def __init__(self, float_workspace_buffer, use_cuda_graph=False, **_):
         self.plan_args = None
 
-    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
-             causal, sm_scale, q_data_type, kv_data_type, use_profiler=False):
+    def plan(
+        self,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        kv_len_arr,
+        num_heads,
+        head_dim_ckv,
+        head_dim_kpe,
+        page_size,
+        causal,
+        sm_scale,
+        q_data_type,
+        kv_data_type,
+        use_profiler=False,
+    ):
         assert (head_dim_ckv, head_dim_kpe) == (512, 64), "FlashInfer's MLA kernel is built for ckv 512, kpe 64"
-        self.plan_args = dict(qo_indptr=qo_indptr.cpu(), indptr=kv_indptr.cpu(), indices=kv_indices.cpu(),
-                              kv_lens=kv_len_arr.cpu(), page_size=page_size, causal=causal, sm_scale=sm_scale)
+        self.plan_args = dict(
+            qo_indptr=qo_indptr.cpu(),
+            indptr=kv_indptr.cpu(),
+            indices=kv_indices.cpu(),
+            kv_lens=kv_len_arr.cpu(),
+            page_size=page_size,
+            causal=causal,
+            sm_scale=sm_scale,
+        )
         PLAN_CALLS.append(("mla", self.plan_args))
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False):
         a = self.plan_args
         result = torch.empty(q_nope.shape, dtype=torch.float32)
         for b in range(a["kv_lens"].numel()):
-            pages, kv_len = a["indices"][a["indptr"][b]:a["indptr"][b + 1]].long(), int(a["kv_lens"][b])
+            pages, kv_len = a["indices"][a["indptr"][b] : a["indptr"][b + 1]].long(), int(a["kv_lens"][b])
             ckv = ckv_cache[pages].reshape(-1, ckv_cache.shape[-1])[:kv_len].float()
             kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1])[:kv_len].float()
             q0, q1 = int(a["qo_indptr"][b]), int(a["qo_indptr"][b + 1])
-            scores = (torch.einsum("qhl,sl->hqs", q_nope[q0:q1].float(), ckv)
-                      + torch.einsum("qhr,sr->hqs", q_pe[q0:q1].float(), kpe)) * a["sm_scale"]
+            scores = (
+                torch.einsum("qhl,sl->hqs", q_nope[q0:q1].float(), ckv)
+                + torch.einsum("qhr,sr->hqs", q_pe[q0:q1].float(), kpe)
+            ) * a["sm_scale"]
             q_pos = torch.arange(q1 - q0)[:, None] + kv_len - (q1 - q0)
             if a["causal"]:
                 scores = scores.masked_fill(torch.arange(kv_len)[None, :] > q_pos, float("-inf"))

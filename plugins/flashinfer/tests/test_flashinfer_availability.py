@@ -79,8 +79,10 @@ def test_selector_on_cpu_lists_why_flashinfer_is_not_used(make_registry, avail, 
     assert result.backend_name == "SDPA"
     report = _report(result, "FLASHINFER")
     assert report.source == "installed" and not report.chosen
-    assert report.failures == ("platform: cpu is not supported (supported: cuda)",
-                               f"available: flashinfer is not installed: {avail.INSTALL_HINT}")
+    assert report.failures == (
+        "platform: cpu is not supported (supported: cuda)",
+        f"available: flashinfer is not installed: {avail.INSTALL_HINT}",
+    )
 
 
 def test_selector_on_cuda_skips_unavailable_flashinfer(make_registry, avail, monkeypatch):
@@ -91,7 +93,9 @@ def test_selector_on_cuda_skips_unavailable_flashinfer(make_registry, avail, mon
     result = select_attention_backend(BF16_128, platform="cuda")
     assert [c.name for c in result.candidates][:3] == ["FLASHINFER", "FLASHINFER_MLA", "SDPA"]
     assert _report(result, "FLASHINFER").failures == (f"available: {avail.availability(env)[1]}",)
-    assert result.backend_name == "SDPA" and _report(result, "SDPA").reason == "first capable candidate in priority order"
+    assert (
+        result.backend_name == "SDPA" and _report(result, "SDPA").reason == "first capable candidate in priority order"
+    )
 
 
 def test_selector_picks_flashinfer_when_available(make_registry, avail, monkeypatch):

@@ -12,13 +12,34 @@ from tests.attention._harness import MIXED, SPECS, BatchSpec, assert_close, run_
 from . import fake_flashinfer
 
 # The specs FlashInfer claims, in the dtypes it computes in (it has no float32 kernels).
-FLASHINFER_SPECS = {name: SPECS[name].but(dtype=dtype) for name, dtype in (
-    ("small_prefill", "bfloat16"), ("small_decode", "float16"), ("mixed_prefill_decode", "bfloat16"),
-    ("long_decode", "bfloat16"), ("gqa", "float16"), ("mqa", "bfloat16"), ("head_128", "bfloat16"),
-    ("head_256", "float16"), ("sliding_window", "bfloat16"), ("softcap", "float16"), ("fp8_kv", "bfloat16"),
-    ("block_32", "float16"), ("hnd", "bfloat16"), ("hnd_decode", "float16"))}
-MLA_SPEC = BatchSpec("mla_512_64", MIXED, num_heads=2, num_kv_heads=2, head_dim=96, dtype="bfloat16",
-                     mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32))
+FLASHINFER_SPECS = {
+    name: SPECS[name].but(dtype=dtype)
+    for name, dtype in (
+        ("small_prefill", "bfloat16"),
+        ("small_decode", "float16"),
+        ("mixed_prefill_decode", "bfloat16"),
+        ("long_decode", "bfloat16"),
+        ("gqa", "float16"),
+        ("mqa", "bfloat16"),
+        ("head_128", "bfloat16"),
+        ("head_256", "float16"),
+        ("sliding_window", "bfloat16"),
+        ("softcap", "float16"),
+        ("fp8_kv", "bfloat16"),
+        ("block_32", "float16"),
+        ("hnd", "bfloat16"),
+        ("hnd_decode", "float16"),
+    )
+}
+MLA_SPEC = BatchSpec(
+    "mla_512_64",
+    MIXED,
+    num_heads=2,
+    num_kv_heads=2,
+    head_dim=96,
+    dtype="bfloat16",
+    mla=MLASpec(kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32),
+)
 
 
 @pytest.fixture
@@ -61,8 +82,11 @@ def test_one_plan_per_step_and_geometry(fake):
     """Layers sharing a geometry share one plan per step; a sliding-window layer gets its own plan."""
     from kernelbay_flashinfer.backend import FlashInferBackend
 
-    layers = [_layer(0, FlashInferBackend), _layer(1, FlashInferBackend),
-              _layer(2, FlashInferBackend, attn_type="sliding_attention", sliding_window=4)]
+    layers = [
+        _layer(0, FlashInferBackend),
+        _layer(1, FlashInferBackend),
+        _layer(2, FlashInferBackend, attn_type="sliding_attention", sliding_window=4),
+    ]
     for step in range(2):
         md = FlashInferBackend.prepare([(3, step * 3, [0, 1]), (2, step * 2, [2])], 16)
         q, kv = torch.randn(5, 4, 64, dtype=torch.bfloat16), torch.randn(5, 2, 64, dtype=torch.bfloat16)
@@ -77,5 +101,5 @@ def test_mla_refuses_dimensions_the_kernel_lacks(sites):
     from kernelbay_flashinfer.mla import FlashInferMLABackend
 
     small = MLASpec(kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=24)
-    with pytest.raises(ValueError, match="compiled for kv_lora_rank=512 and qk_rope_head_dim=64.*kv_lora_rank=32"):
+    with pytest.raises(ValueError, match=r"compiled for kv_lora_rank=512 and qk_rope_head_dim=64.*kv_lora_rank=32"):
         create_attention(0, 4, 48, 4, backend=FlashInferMLABackend, mla=small, kv_b_proj=torch.nn.Identity())

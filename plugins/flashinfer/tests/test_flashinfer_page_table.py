@@ -1,4 +1,4 @@
-"""kernelbay block tables -> FlashInfer's CSR page table (indptr, indices, last_page_len), checked without flashinfer."""
+"""kernelbay block tables -> FlashInfer's CSR page table (indptr, indices, last_page_len), checked without it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def expand(table, page_size):
     """Flat cache slot of every key of every request, read back through the page table."""
     slots = []
     for b in range(table.batch_size):
-        pages = table.paged_kv_indices[table.paged_kv_indptr[b]:table.paged_kv_indptr[b + 1]].tolist()
+        pages = table.paged_kv_indices[table.paged_kv_indptr[b] : table.paged_kv_indptr[b + 1]].tolist()
         for i, page in enumerate(pages):
             valid = int(table.paged_kv_last_page_len[b]) if i == len(pages) - 1 else page_size
             slots += [page * page_size + offset for offset in range(valid)]
@@ -60,7 +60,7 @@ def steps(draw):
         spare = draw(st.integers(0, 2))  # block tables may hold more blocks than the step needs
         if pages + spare > len(free):
             break
-        table, free = free[:pages + spare], free[pages + spare:]
+        table, free = free[: pages + spare], free[pages + spare :]
         requests.append((query, context, table))
     return page_size, requests or [(1, 0, [0])]
 
@@ -92,8 +92,16 @@ def test_page_table_addresses_the_same_slots_as_the_core(translate, step):
 def test_page_table_is_int32(translate):
     """Every index array has FlashInfer's index type, int32."""
     _, table = _table_for([(3, 17, [5, 9]), (1, 0, [2])], 16, translate)
-    assert {t.dtype for t in (table.qo_indptr, table.paged_kv_indptr, table.paged_kv_indices,
-                              table.paged_kv_last_page_len, table.kv_lens)} == {torch.int32}
+    assert {
+        t.dtype
+        for t in (
+            table.qo_indptr,
+            table.paged_kv_indptr,
+            table.paged_kv_indices,
+            table.paged_kv_last_page_len,
+            table.kv_lens,
+        )
+    } == {torch.int32}
 
 
 def test_exactly_full_last_page(translate):

@@ -48,5 +48,7 @@ def test_every_spec_is_claimed_by_its_flashinfer_backend(gpu_check):
     """Each GPU spec is one FLASHINFER / FLASHINFER_MLA declares it can run (else the check would only skip it)."""
     for spec in gpu_check.SPECS.values():
         cls = resolve("attention_backend", spec.backend)
-        caps = [f for f in cls.capability_failures(gpu_check.requirements(spec, "cuda")) if not f.startswith("available")]
+        caps = [
+            f for f in cls.capability_failures(gpu_check.requirements(spec, "cuda")) if not f.startswith("available")
+        ]
         assert caps == [], f"[{spec.backend}] {spec.name}: {caps}"

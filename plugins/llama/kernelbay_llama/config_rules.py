@@ -74,8 +74,9 @@ def nas_layers(config) -> LayerPlan | None:
     layers = [_nas_attention(i, block, heads) for i, block in enumerate(blocks)]
     windows = {window for _, _, window in layers if window is not None}
     if len(windows) > 1:
-        raise ConfigError(f"block_configs use several attention windows {sorted(windows)}; "
-                          "kernelbay supports one window per model.")
+        raise ConfigError(
+            f"block_configs use several attention windows {sorted(windows)}; kernelbay supports one window per model."
+        )
     kinds = tuple(kind for kind, _, _ in layers)
     return LayerPlan(kinds, next(iter(windows), None), kv_heads=tuple(kv for _, kv, _ in layers))
 
@@ -88,8 +89,9 @@ def _nas_attention(index: int, block, heads: int) -> tuple[str, int, int | None]
         return NO_ATTENTION, 0, None
     group = attention.get("n_heads_in_group")
     if not isinstance(group, int) or group <= 0 or heads % group:
-        raise ConfigError(f"block_configs[{index}].attention.n_heads_in_group={group!r} must divide "
-                          f"num_attention_heads={heads}.")
+        raise ConfigError(
+            f"block_configs[{index}].attention.n_heads_in_group={group!r} must divide num_attention_heads={heads}."
+        )
     window = attention.get("window_length")
     return (SLIDING if window else FULL), heads // group, window
 
@@ -123,11 +125,15 @@ def phi3small_layers(config) -> LayerPlan | None:
     kinds = tuple(FULL if (i + 1) % every == 0 else BLOCKSPARSE for i in range(config.num_hidden_layers))
     if BLOCKSPARSE not in kinds:
         return LayerPlan(kinds)
-    return LayerPlan(kinds, blocksparse=BlockSparseGeometry(
-        block_size=config.required_int("blocksparse_block_size"),
-        num_local_blocks=config.required_int("blocksparse_num_local_blocks"),
-        vert_stride=config.required_int("blocksparse_vert_stride"),
-        homo_head_pattern=config.get_bool("blocksparse_homo_head_pattern")))
+    return LayerPlan(
+        kinds,
+        blocksparse=BlockSparseGeometry(
+            block_size=config.required_int("blocksparse_block_size"),
+            num_local_blocks=config.required_int("blocksparse_num_local_blocks"),
+            vert_stride=config.required_int("blocksparse_vert_stride"),
+            homo_head_pattern=config.get_bool("blocksparse_homo_head_pattern"),
+        ),
+    )
 
 
 def phi3small_mup_scale(config) -> float | None:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from kernelbay_engine.attention import Attention
 from kernelbay.attention import AttentionMetadata
-from kernelbay_engine.models.base import VocabEmbedding, rope_params
+from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
+from kernelbay_engine.models.base import VocabEmbedding, rope_params
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,11 @@ class LlamaAttention(nn.Module):
         super().__init__()
         heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.shape = (heads, kv_heads, head_dim)
-        self.qkv_proj = MergedLinear(config.hidden_size, {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim,
-                                                          "v_proj": kv_heads * head_dim}, bias=features.qkv_bias)
+        self.qkv_proj = MergedLinear(
+            config.hidden_size,
+            {"q_proj": heads * head_dim, "k_proj": kv_heads * head_dim, "v_proj": kv_heads * head_dim},
+            bias=features.qkv_bias,
+        )
         self.o_proj = Linear(heads * head_dim, config.hidden_size, bias=features.o_bias)
         if features.qk_norm:
             self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
@@ -53,13 +56,21 @@ class LlamaAttention(nn.Module):
         self.qk_norm = features.qk_norm
         self.rotary = rotary  # shared with every layer; holds no parameters
         kind = config.layer_types[layer_idx]
-        self.attn = Attention(layer_idx, heads, head_dim, kv_heads, scale=config.attention_scale, attn_type=kind,
-                              sliding_window=config.sliding_window if kind == "sliding_attention" else None,
-                              logit_softcap=config.attn_logit_softcapping,
-                              prefix=f"model.layers.{layer_idx}.self_attn.attn")
+        self.attn = Attention(
+            layer_idx,
+            heads,
+            head_dim,
+            kv_heads,
+            scale=config.attention_scale,
+            attn_type=kind,
+            sliding_window=config.sliding_window if kind == "sliding_attention" else None,
+            logit_softcap=config.attn_logit_softcapping,
+            prefix=f"model.layers.{layer_idx}.self_attn.attn",
+        )
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                metadata: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], metadata: AttentionMetadata
+    ) -> torch.Tensor:
         heads, kv_heads, head_dim = self.shape
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # x: [T, hidden]
         q, k, v = q.view(-1, heads, head_dim), k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim)
@@ -103,11 +114,12 @@ class LlamaModel(nn.Module):
 
     def __init__(self, config, features: Features):
         super().__init__()
-        scale = config.hidden_size ** 0.5 if features.gemma else None
+        scale = config.hidden_size**0.5 if features.gemma else None
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, scale=scale)
         self.rotary_emb = RotaryEmbedding(rope_params(config))
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, features, i, self.rotary_emb)
-                                    for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, features, i, self.rotary_emb) for i in range(config.num_hidden_layers)
+        )
         self.norm = _norm_factory(config, features)()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:

@@ -6,8 +6,8 @@ import torch
 
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
-from kernelbay_engine.models.base import CausalLM
 from kernelbay_engine.loading import NameRules
+from kernelbay_engine.models.base import CausalLM
 
 from .layers import Features, LlamaModel
 
@@ -26,8 +26,12 @@ class LlamaFamilyForCausalLM(CausalLM):
     @classmethod
     def features(cls, config) -> Features:
         bias = bool(_hf(config, "attention_bias", False))
-        return Features(qkv_bias=bias, o_bias=bias, mlp_bias=bool(_hf(config, "mlp_bias", False)),
-                        activation=_hf(config, "hidden_act", "silu"))
+        return Features(
+            qkv_bias=bias,
+            o_bias=bias,
+            mlp_bias=bool(_hf(config, "mlp_bias", False)),
+            activation=_hf(config, "hidden_act", "silu"),
+        )
 
     def __init__(self, config):
         super().__init__(config)

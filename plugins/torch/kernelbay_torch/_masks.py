@@ -7,8 +7,9 @@ import torch
 from kernelbay.attention import AttentionGeometry
 
 
-def allowed_keys(q_pos: torch.Tensor, k_pos: torch.Tensor, geometry: AttentionGeometry,
-                 causal: bool) -> torch.Tensor | None:
+def allowed_keys(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, geometry: AttentionGeometry, causal: bool
+) -> torch.Tensor | None:
     """Bool [..., Tq, S] mask (True = attend) from q_pos [..., Tq] and k_pos [..., S]; None when all allowed."""
     q, k = q_pos.unsqueeze(-1), k_pos.unsqueeze(-2)
     mask = None
@@ -17,8 +18,11 @@ def allowed_keys(q_pos: torch.Tensor, k_pos: torch.Tensor, geometry: AttentionGe
     if geometry.sliding_window is not None:
         mask = _and(mask, (q - k) < geometry.sliding_window)
     if geometry.chunk_size is not None:
-        mask = _and(mask, torch.div(k, geometry.chunk_size, rounding_mode="floor")
-                    == torch.div(q, geometry.chunk_size, rounding_mode="floor"))
+        mask = _and(
+            mask,
+            torch.div(k, geometry.chunk_size, rounding_mode="floor")
+            == torch.div(q, geometry.chunk_size, rounding_mode="floor"),
+        )
     return mask
 
 

@@ -60,9 +60,13 @@ class FlexMetadata(AttentionMetadata):
         reqs = torch.arange(md.num_reqs, device=md.positions.device)
         kv_req = torch.repeat_interleave(reqs, md.seq_lens.to(torch.int64))
         kv_pos = torch.arange(kv_req.numel(), device=kv_req.device) - md.kv_start_loc[kv_req]
-        return {"q_doc": _pad(torch.repeat_interleave(reqs, md.query_lens.to(torch.int64)), t_pad, -1),
-                "q_pos": _pad(md.positions, t_pad, 0), "kv_doc": _pad(kv_req, l_pad, -2),
-                "kv_pos": _pad(kv_pos, l_pad, 0), "kv_index": _pad(md.kv_gather_index, l_pad, 0)}
+        return {
+            "q_doc": _pad(torch.repeat_interleave(reqs, md.query_lens.to(torch.int64)), t_pad, -1),
+            "q_pos": _pad(md.positions, t_pad, 0),
+            "kv_doc": _pad(kv_req, l_pad, -2),
+            "kv_pos": _pad(kv_pos, l_pad, 0),
+            "kv_index": _pad(md.kv_gather_index, l_pad, 0),
+        }
 
     def block_mask(self, causal: bool, window: int | None, chunk: int | None):
         key = (causal, window, chunk)
@@ -172,9 +176,15 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
         q_pad = q.new_zeros(md.q_doc.numel(), g.num_heads, g.head_dim)
         q_pad[: q.shape[0]] = q
         mask = md.block_mask(self.is_causal(args), g.sliding_window, g.chunk_size)
-        out = self._kernel()(_bhsd(q_pad), _bhsd(k), _bhsd(v), block_mask=mask, scale=g.scale,
-                             score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None,
-                             enable_gqa=g.num_heads != g.num_kv_heads)
+        out = self._kernel()(
+            _bhsd(q_pad),
+            _bhsd(k),
+            _bhsd(v),
+            block_mask=mask,
+            scale=g.scale,
+            score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None,
+            enable_gqa=g.num_heads != g.num_kv_heads,
+        )
         return out[0].transpose(0, 1)[: q.shape[0]]
 
     def _decode(self, q: torch.Tensor, md: FlexMetadata) -> torch.Tensor:
@@ -186,8 +196,14 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
         v = v.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
         folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         mask = md.decode_block_mask(g.num_queries_per_kv, g.sliding_window, g.chunk_size)
-        out = self._kernel()(folded, k, v, block_mask=mask, scale=g.scale,
-                             score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None)
+        out = self._kernel()(
+            folded,
+            k,
+            v,
+            block_mask=mask,
+            scale=g.scale,
+            score_mod=_softcap_mod(g.logit_softcap) if g.logit_softcap else None,
+        )
         return out.reshape(batch, g.num_heads, g.head_dim)
 
     def _kernel(self):

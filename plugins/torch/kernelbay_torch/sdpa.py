@@ -85,8 +85,13 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return out
 
     def _views_pay_off(self, md: SdpaMetadata, dtype: torch.dtype) -> bool:
-        return (md.layout is KVLayout.NHD and None not in md.run_start_slots and self.kv_cache.dtype == dtype
-                and self.k_scale == self.v_scale == 1.0 and min(md.seq_lens_host) >= MIN_KEYS_FOR_VIEWS)
+        return (
+            md.layout is KVLayout.NHD
+            and None not in md.run_start_slots
+            and self.kv_cache.dtype == dtype
+            and self.k_scale == self.v_scale == 1.0
+            and min(md.seq_lens_host) >= MIN_KEYS_FOR_VIEWS
+        )
 
     def _request_kv(self, md: SdpaMetadata, i: int, k0: int, k1: int, dtype: torch.dtype):
         """[S, kv_heads, D] keys and values: a zero-copy view when the request is one run, else a gather."""
@@ -110,7 +115,7 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         """q [H, D] of the request's last token over k/v [S, kv_heads, D] -> [H, D]."""
         g = self.geometry
         first = self._first_visible(pos)
-        k, v = _heads_first(k[first: pos + 1]), _heads_first(v[first: pos + 1])
+        k, v = _heads_first(k[first : pos + 1]), _heads_first(v[first : pos + 1])
         folded = q.view(1, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         out = F.scaled_dot_product_attention(folded, k, v, scale=g.scale)
         return out.reshape(g.num_heads, g.head_dim)
@@ -121,9 +126,15 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         seq_len, q_len = k.shape[0], q.shape[0]
         plain_causal = causal and seq_len == q_len and g.sliding_window is None and g.chunk_size is None
         mask = None if plain_causal else allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
-        out = F.scaled_dot_product_attention(_heads_first(q), _heads_first(k), _heads_first(v), attn_mask=mask,
-                                             is_causal=plain_causal, scale=g.scale,
-                                             enable_gqa=g.num_heads != g.num_kv_heads)
+        out = F.scaled_dot_product_attention(
+            _heads_first(q),
+            _heads_first(k),
+            _heads_first(v),
+            attn_mask=mask,
+            is_causal=plain_causal,
+            scale=g.scale,
+            enable_gqa=g.num_heads != g.num_kv_heads,
+        )
         return out[0].transpose(0, 1)
 
     def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata) -> torch.Tensor:

@@ -10,15 +10,40 @@ from tests.attention._harness import SPECS, assert_close, make_data, run_backend
 
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
 # is checked in test_flex_compiled.py.
-FLEX_SPECS = ("small_prefill", "mixed_prefill_decode", "gqa", "sliding_window", "chunked", "softcap", "fp8_kv",
-              "hnd", "block_64", "small_decode", "mqa", "bf16", "fp16", "head_80", "head_128", "head_256", "encoder", "runs_sliding_decode")
+FLEX_SPECS = (
+    "small_prefill",
+    "mixed_prefill_decode",
+    "gqa",
+    "sliding_window",
+    "chunked",
+    "softcap",
+    "fp8_kv",
+    "hnd",
+    "block_64",
+    "small_decode",
+    "mqa",
+    "bf16",
+    "fp16",
+    "head_80",
+    "head_128",
+    "head_256",
+    "encoder",
+    "runs_sliding_decode",
+)
 SWEEPS = {"SDPA": tuple(name for name in SPECS if name != "softcap"), "FLEX": FLEX_SPECS}
 
 
 def requirements_of(spec) -> AttentionRequirements:
-    return AttentionRequirements(head_size=spec.head_dim, dtype=spec.dtype, kv_cache_dtype=spec.kv_cache_dtype,
-                                 attn_type=spec.attn_type, logit_softcap=spec.logit_softcap is not None,
-                                 use_mla=spec.mla is not None, block_size=spec.block_size, kv_layout=spec.layout)
+    return AttentionRequirements(
+        head_size=spec.head_dim,
+        dtype=spec.dtype,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        attn_type=spec.attn_type,
+        logit_softcap=spec.logit_softcap is not None,
+        use_mla=spec.mla is not None,
+        block_size=spec.block_size,
+        kv_layout=spec.layout,
+    )
 
 
 def _cases():
@@ -27,8 +52,9 @@ def _cases():
         cls = resolve("attention_backend", backend)
         for name in names:
             if not cls.capability_failures(requirements_of(SPECS[name])):
-                yield pytest.param(backend, name, {"compile": False} if backend == "FLEX" else None,
-                                   id=f"{backend}-{name}")
+                yield pytest.param(
+                    backend, name, {"compile": False} if backend == "FLEX" else None, id=f"{backend}-{name}"
+                )
 
 
 @pytest.fixture(scope="module")

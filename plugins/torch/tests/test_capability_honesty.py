@@ -13,11 +13,26 @@ from tests.attention._harness import MLA_SPECS, SPECS
 from .test_backends_vs_vanilla import SWEEPS, requirements_of
 
 # feature -> the named spec that exercises it
-FEATURES = {"sliding_window": "sliding_window", "chunked_attention": "chunked", "logit_softcap": "softcap",
-            "fp8_kv": "fp8_kv", "bfloat16": "bf16", "float16": "fp16", "gqa": "gqa", "mqa": "mqa",
-            "head_80": "head_80", "head_128": "head_128", "head_256": "head_256", "hnd_layout": "hnd",
-            "block_64": "block_64", "encoder": "encoder", "decode": "small_decode", "prefill": "small_prefill",
-            "mixed": "mixed_prefill_decode", "mla": "mla"}
+FEATURES = {
+    "sliding_window": "sliding_window",
+    "chunked_attention": "chunked",
+    "logit_softcap": "softcap",
+    "fp8_kv": "fp8_kv",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "gqa": "gqa",
+    "mqa": "mqa",
+    "head_80": "head_80",
+    "head_128": "head_128",
+    "head_256": "head_256",
+    "hnd_layout": "hnd",
+    "block_64": "block_64",
+    "encoder": "encoder",
+    "decode": "small_decode",
+    "prefill": "small_prefill",
+    "mixed": "mixed_prefill_decode",
+    "mla": "mla",
+}
 ALL_SPECS = {**SPECS, **MLA_SPECS}
 # Which specs each backend really runs: VANILLA against the dense loop, the others against VANILLA.
 RUNS = {"VANILLA": tuple(ALL_SPECS), **SWEEPS}
@@ -51,7 +66,12 @@ def test_claimed_is_tested_and_refused_is_never_selected(backend, feature, spec_
 
 def test_refusals_are_the_documented_ones():
     """SDPA refuses soft-cap and MLA; FLEX refuses MLA; VANILLA refuses nothing in the table."""
-    refused = {b: sorted(f for f, s in FEATURES.items()
-                         if resolve("attention_backend", b).capability_failures(requirements_of(ALL_SPECS[s])))
-               for b in RUNS}
+    refused = {
+        b: sorted(
+            f
+            for f, s in FEATURES.items()
+            if resolve("attention_backend", b).capability_failures(requirements_of(ALL_SPECS[s]))
+        )
+        for b in RUNS
+    }
     assert refused == {"VANILLA": [], "SDPA": ["logit_softcap", "mla"], "FLEX": ["mla"]}

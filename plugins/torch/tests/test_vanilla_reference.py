@@ -37,7 +37,7 @@ def _request_kv(spec: BatchSpec, data, i: int):
     m = spec.mla
     kv = data.kv_b_proj(k).view(k.shape[0], spec.num_heads, m.qk_nope_head_dim + m.v_head_dim)
     pe = v.unsqueeze(1).expand(-1, spec.num_heads, -1)
-    return torch.cat([kv[..., : m.qk_nope_head_dim], pe], -1), kv[..., m.qk_nope_head_dim:]
+    return torch.cat([kv[..., : m.qk_nope_head_dim], pe], -1), kv[..., m.qk_nope_head_dim :]
 
 
 def dense_attention(spec: BatchSpec, data) -> torch.Tensor:
@@ -72,12 +72,18 @@ def batch_specs(draw) -> BatchSpec:
     requests = tuple(draw(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40)), min_size=1, max_size=4)))
     kind = draw(st.sampled_from(["full_attention", "sliding_attention", "chunked_attention"]))
     return BatchSpec(
-        "hypothesis", requests, num_heads=kv_heads * draw(st.sampled_from([1, 2, 3])), num_kv_heads=kv_heads,
-        head_dim=draw(st.sampled_from([8, 16, 24])), block_size=draw(st.sampled_from([1, 4, 16])),
-        layout=draw(st.sampled_from(["NHD", "HND"])), attn_type=kind,
+        "hypothesis",
+        requests,
+        num_heads=kv_heads * draw(st.sampled_from([1, 2, 3])),
+        num_kv_heads=kv_heads,
+        head_dim=draw(st.sampled_from([8, 16, 24])),
+        block_size=draw(st.sampled_from([1, 4, 16])),
+        layout=draw(st.sampled_from(["NHD", "HND"])),
+        attn_type=kind,
         sliding_window=draw(st.integers(1, 20)) if kind == "sliding_attention" else None,
         chunk_size=draw(st.integers(1, 20)) if kind == "chunked_attention" else None,
-        logit_softcap=draw(st.sampled_from([None, 3.0])))
+        logit_softcap=draw(st.sampled_from([None, 3.0])),
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

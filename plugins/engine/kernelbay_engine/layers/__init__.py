@@ -5,5 +5,14 @@ from kernelbay_engine.layers.linear import ExpertLinear, Linear, MergedLinear
 from kernelbay_engine.layers.norm import RMSNorm
 from kernelbay_engine.layers.rotary import RopeParams, RotaryEmbedding, yarn_mscale
 
-__all__ = ["ExpertLinear", "GatedMLP", "Linear", "MergedLinear", "RMSNorm", "RopeParams", "RotaryEmbedding",
-           "activation", "yarn_mscale"]
+__all__ = [
+    "ExpertLinear",
+    "GatedMLP",
+    "Linear",
+    "MergedLinear",
+    "RMSNorm",
+    "RopeParams",
+    "RotaryEmbedding",
+    "activation",
+    "yarn_mscale",
+]

@@ -8,7 +8,9 @@ from torch import nn
 from kernelbay_engine.layers.linear import Linear, MergedLinear
 
 _ACTIVATIONS = {
-    "silu": nn.SiLU, "swish": nn.SiLU, "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "swish": nn.SiLU,
+    "gelu": nn.GELU,
     "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
 }
 
@@ -27,8 +29,9 @@ class GatedMLP(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, act: str, *, bias: bool = False):
         super().__init__()
 
-        self.gate_up_proj = MergedLinear(hidden_size, {"gate_proj": intermediate_size, "up_proj": intermediate_size},
-                                         bias=bias)
+        self.gate_up_proj = MergedLinear(
+            hidden_size, {"gate_proj": intermediate_size, "up_proj": intermediate_size}, bias=bias
+        )
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(act)
 

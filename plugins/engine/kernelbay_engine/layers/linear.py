@@ -23,8 +23,15 @@ if TYPE_CHECKING:
 class Linear(nn.Module):
     """y = x W^T (+ b). W: [*batch_shape, out_features, in_features]; batch_shape is () or (num_experts,)."""
 
-    def __init__(self, in_features: int, out_features: int, *, bias: bool = False,
-                 batch_shape: tuple[int, ...] = (), quantizable: bool = True):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = False,
+        batch_shape: tuple[int, ...] = (),
+        quantizable: bool = True,
+    ):
         super().__init__()
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"Linear needs positive sizes, got in={in_features}, out={out_features}")
@@ -51,8 +58,10 @@ class Linear(nn.Module):
 
     def _require_method(self) -> LinearMethod:
         if self.method is None:
-            raise RuntimeError("Linear weights were never created: build models through "
-                               "kernelbay.models.AutoModelForCausalLM (it calls quant.create_weights)")
+            raise RuntimeError(
+                "Linear weights were never created: build models through "
+                "kernelbay.models.AutoModelForCausalLM (it calls quant.create_weights)"
+            )
         return self.method
 
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
@@ -71,8 +80,9 @@ class MergedLinear(Linear):
     either a fused `qkv_proj.weight` (Phi-3) or `q_proj/k_proj/v_proj.weight` into row slices (Llama).
     """
 
-    def __init__(self, in_features: int, parts: Mapping[str, int], *, bias: bool = False,
-                 batch_shape: tuple[int, ...] = ()):
+    def __init__(
+        self, in_features: int, parts: Mapping[str, int], *, bias: bool = False, batch_shape: tuple[int, ...] = ()
+    ):
         if not parts:
             raise ValueError("MergedLinear needs at least one part")
         super().__init__(in_features, sum(parts.values()), bias=bias, batch_shape=batch_shape)
@@ -117,8 +127,11 @@ class ExpertLinear(MergedLinear):
         experts = prefix.rpartition(".")[0]
         aliases = {}
         for e in range(self.batch_shape[0]):
-            aliases.update(self._part_aliases(lambda part, param, e=e: _join(experts, str(e), part, param),
-                                              lambda rows, e=e: (e, rows)))
+            aliases.update(
+                self._part_aliases(
+                    lambda part, param, e=e: _join(experts, str(e), part, param), lambda rows, e=e: (e, rows)
+                )
+            )
         return aliases
 
 

@@ -39,9 +39,15 @@ def _time(fn, *args) -> float:
 
 
 def _tunable(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return (x.dim() == 2 and w.dim() == 2 and x.device.type == "cpu" and x.shape[0] <= MAX_TUNED_ROWS
-            and w.numel() >= MIN_TUNED_NUMEL and not torch.is_grad_enabled()
-            and os.environ.get("KERNELBAY_MATMUL_AUTOTUNE", "1") != "0")
+    return (
+        x.dim() == 2
+        and w.dim() == 2
+        and x.device.type == "cpu"
+        and x.shape[0] <= MAX_TUNED_ROWS
+        and w.numel() >= MIN_TUNED_NUMEL
+        and not torch.is_grad_enabled()
+        and os.environ.get("KERNELBAY_MATMUL_AUTOTUNE", "1") != "0"
+    )
 
 
 def _weight_left_is_faster(x, w, bias) -> bool:

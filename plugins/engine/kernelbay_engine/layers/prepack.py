@@ -149,8 +149,9 @@ def _ineligible(layer: Linear, shared: set[int]) -> str | None:
     return None
 
 
-def _decide(layer: Linear, rows: Sequence[int], policy: str, report: PrepackReport,
-            flush: torch.Tensor | None) -> bool | str:
+def _decide(
+    layer: Linear, rows: Sequence[int], policy: str, report: PrepackReport, flush: torch.Tensor | None
+) -> bool | str:
     if policy == "always":
         return True
     if layer.weight.numel() < MIN_AUTO_NUMEL:

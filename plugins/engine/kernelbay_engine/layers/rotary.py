@@ -133,8 +133,12 @@ def _longrope(p: RopeParams, seq_len: int) -> tuple[torch.Tensor, float]:
 
 
 _INV_FREQ: dict[str, Callable[[RopeParams, int], tuple[torch.Tensor, float]]] = {
-    "default": _default, "linear": _linear, "dynamic": _dynamic,
-    "llama3": _llama3, "yarn": _yarn, "longrope": _longrope,
+    "default": _default,
+    "linear": _linear,
+    "dynamic": _dynamic,
+    "llama3": _llama3,
+    "yarn": _yarn,
+    "longrope": _longrope,
 }
 # Types whose frequencies depend on how far the step's positions reach.
 _LENGTH_DEPENDENT = {"dynamic": lambda p: p.max_position_embeddings, "longrope": lambda p: p.original_max}
@@ -187,8 +191,9 @@ class RotaryEmbedding(nn.Module):
             rotated = x_rot * cos + _rotate_half(x_rot) * sin
         return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
 
-    def apply(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
-              sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply(
+        self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q and k with tables from `cos_sin` (computed once per step, shared by all layers)."""
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 

@@ -37,16 +37,19 @@ class Checkpoint:
     @property
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries.values()) + sum(
-            t.numel() * t.element_size() for t in self.pickled.values())
+            t.numel() * t.element_size() for t in self.pickled.values()
+        )
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.entries[name].shape if name in self.entries else tuple(self.pickled[name].shape)
 
     def in_file_order(self, names) -> list[str]:
         """Names sorted by (file, offset): sequential reads, no seeking back and forth."""
+
         def key(n):
             e = self.entries.get(n)
             return (str(e.path), e.start) if e else ("", 0)
+
         return sorted(names, key=key)
 
     def reader(self) -> CheckpointReader:
@@ -110,13 +113,16 @@ def open_checkpoint(folder: str | Path, *, allow_pickle: bool = False) -> Checkp
         return Checkpoint(folder, entries)
     pickles = sorted(p for pattern in PICKLE_PATTERNS for p in folder.glob(pattern))
     if not pickles:
-        raise CheckpointError(f"{folder} has no weights: expected model.safetensors, sharded "
-                              f"model-*.safetensors with {SAFETENSORS_INDEX}, or (opt-in) pytorch_model.bin")
+        raise CheckpointError(
+            f"{folder} has no weights: expected model.safetensors, sharded "
+            f"model-*.safetensors with {SAFETENSORS_INDEX}, or (opt-in) pytorch_model.bin"
+        )
     if not allow_pickle:
         names = ", ".join(p.name for p in pickles)
         raise CheckpointError(
             f"{folder} only has pickle weights ({names}); loading pickle can run arbitrary code, so kernelbay "
-            f"refuses it. Convert the checkpoint to safetensors, or pass allow_pickle=True if you trust it.")
+            f"refuses it. Convert the checkpoint to safetensors, or pass allow_pickle=True if you trust it."
+        )
     return Checkpoint(folder, pickled=dict(_load_pickles(pickles)))
 
 

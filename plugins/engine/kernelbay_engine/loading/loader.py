@@ -55,8 +55,14 @@ def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
     reader.read_into(name, dest[target.index] if target.index else dest)
 
 
-def load_weights(model: nn.Module, checkpoint: Checkpoint, rules: NameRules = NameRules(), *,
-                 progress: bool | None = None, mmap: bool = False) -> LoadPlan:
+def load_weights(
+    model: nn.Module,
+    checkpoint: Checkpoint,
+    rules: NameRules = NameRules(),
+    *,
+    progress: bool | None = None,
+    mmap: bool = False,
+) -> LoadPlan:
     """Load every tensor the plan maps (the plan raises first if anything is missing or unexpected).
 
     `mmap=True`: tensors that map 1:1 onto a parameter in the same dtype become copy-on-write views of
@@ -68,13 +74,20 @@ def load_weights(model: nn.Module, checkpoint: Checkpoint, rules: NameRules = Na
     total = sum(_nbytes(checkpoint, n) for n in names)
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
-    with checkpoint.reader() as reader, tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights",
-                                             disable=not show) as bar:
+    with (
+        checkpoint.reader() as reader,
+        tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights", disable=not show) as bar,
+    ):
         for name in names:
             _load_one(model, reader, name, plan.assignments[name], mmap)
             bar.update(_nbytes(checkpoint, name))
-    logger.info("loaded %d tensors (%.1f MB) from %s in %.2fs", len(names), total / 1e6, checkpoint.folder,
-                time.perf_counter() - start)
+    logger.info(
+        "loaded %d tensors (%.1f MB) from %s in %.2fs",
+        len(names),
+        total / 1e6,
+        checkpoint.folder,
+        time.perf_counter() - start,
+    )
     return plan
 
 

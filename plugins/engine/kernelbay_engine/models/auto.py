@@ -89,10 +89,17 @@ def construct_model(config, *, dtype: torch.dtype, implementation: str = "auto",
             raise
         fallback = _default_implementation(kind, name, impl)
         if fallback is None:
-            raise NoTarget(f"{_describe(impl)} declined {name} ({declined.reason}) and no built-in "
-                           f"implementation of {name} is installed to fall back to") from declined
-        logger.warning("%s declined %s: %s; falling back to the default implementation %s",
-                       _describe(impl), name, declined.reason, _describe(fallback))
+            raise NoTarget(
+                f"{_describe(impl)} declined {name} ({declined.reason}) and no built-in "
+                f"implementation of {name} is installed to fall back to"
+            ) from declined
+        logger.warning(
+            "%s declined %s: %s; falling back to the default implementation %s",
+            _describe(impl),
+            name,
+            declined.reason,
+            _describe(fallback),
+        )
         return _build(fallback, config, dtype, meta)
 
 
@@ -107,19 +114,31 @@ class AutoModelForCausalLM:
     """Entry point: `AutoModelForCausalLM.from_pretrained(path)` -> an eval-mode `CausalLM`."""
 
     @classmethod
-    def from_config(cls, config, *, dtype: str | torch.dtype | None = None, implementation: str = "auto",
-                    meta: bool = True) -> nn.Module:
+    def from_config(
+        cls, config, *, dtype: str | torch.dtype | None = None, implementation: str = "auto", meta: bool = True
+    ) -> nn.Module:
         """The module tree with weights created but not loaded (on `meta` when `meta` and possible)."""
-        model = construct_model(config, dtype=torch_dtype(dtype or config.dtype), implementation=implementation,
-                                meta=meta)
+        model = construct_model(
+            config, dtype=torch_dtype(dtype or config.dtype), implementation=implementation, meta=meta
+        )
         _tie(model)
         return model
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: str | torch.dtype | None = None,
-                        attention_backend: str | None = None, trust_remote_code: bool = False,
-                        allow_pickle: bool = False, implementation: str = "auto", encoder_only: bool = False,
-                        mmap: bool = False, progress: bool | None = None, config=None) -> nn.Module:
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: str | torch.dtype | None = None,
+        attention_backend: str | None = None,
+        trust_remote_code: bool = False,
+        allow_pickle: bool = False,
+        implementation: str = "auto",
+        encoder_only: bool = False,
+        mmap: bool = False,
+        progress: bool | None = None,
+        config=None,
+    ) -> nn.Module:
         """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
         `attention_backend` is recorded for the runner's backend selection;
         `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kernelbay.config import ModelConfig
     from kernelbay_engine.attention import Attention
 
+
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'bfloat16' / torch.bfloat16 -> torch.bfloat16; anything else is an error naming the choices."""
     from kernelbay.dtypes import normalize_dtype
@@ -45,8 +46,9 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def rope_params(config: ModelConfig, *, rotary_dim: int | None = None, interleaved: bool = False,
-                theta: float | None = None) -> RopeParams:
+def rope_params(
+    config: ModelConfig, *, rotary_dim: int | None = None, interleaved: bool = False, theta: float | None = None
+) -> RopeParams:
     """The config's resolved RoPE as the rotary layer's parameters."""
     rope = config.rope
     scaling = dict(rope.scaling or {})
@@ -54,9 +56,14 @@ def rope_params(config: ModelConfig, *, rotary_dim: int | None = None, interleav
         scaling["factor"] = rope.factor
     if rope.original_max_position_embeddings is not None:
         scaling["original_max_position_embeddings"] = rope.original_max_position_embeddings
-    return RopeParams(theta=float(theta or rope.theta), rotary_dim=int(rotary_dim or rope.rotary_dim),
-                      rope_type=rope.rope_type, max_position_embeddings=config.max_position_embeddings,
-                      scaling=scaling, interleaved=interleaved)
+    return RopeParams(
+        theta=float(theta or rope.theta),
+        rotary_dim=int(rotary_dim or rope.rotary_dim),
+        rope_type=rope.rope_type,
+        max_position_embeddings=config.max_position_embeddings,
+        scaling=scaling,
+        interleaved=interleaved,
+    )
 
 
 class VocabEmbedding(nn.Module):
@@ -90,8 +97,7 @@ class CausalLM(nn.Module):
         self.requested_attention_backend: str | None = None
         self.attention_registry = None  # set by AutoModelForCausalLM: the layers built with this model
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                metadata: AttentionMetadata) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement forward(input_ids, positions, metadata)")
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

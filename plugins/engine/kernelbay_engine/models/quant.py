@@ -64,7 +64,7 @@ class WeightFormat:
 
 def _contains_run(parts: list[str], run: list[str]) -> bool:
     n = len(run)
-    return any(parts[i:i + n] == run for i in range(len(parts) - n + 1))
+    return any(parts[i : i + n] == run for i in range(len(parts) - n + 1))
 
 
 class LinearMethod:
@@ -127,8 +127,10 @@ class Fp8BlockLinearMethod(LinearMethod):
             return slice(start, start + size)
         bn = self.block_size[0]
         if start % bn:
-            raise ConfigError(f"cannot fuse {part!r} into one FP8 layer: it starts at row {start}, "
-                              f"not a multiple of the scale block height {bn}")
+            raise ConfigError(
+                f"cannot fuse {part!r} into one FP8 layer: it starts at row {start}, "
+                f"not a multiple of the scale block height {bn}"
+            )
         return slice(start // bn, math.ceil((start + size) / bn))
 
     def weight(self, layer: Linear, index=None) -> torch.Tensor:

@@ -20,8 +20,9 @@ from tests.cli.conftest import run_cli
 def bad_folders(tiny_llama, tmp_path_factory) -> dict[str, Path]:
     """name -> a folder with exactly one thing wrong."""
     root = tmp_path_factory.mktemp("bad")
-    folders = {name: root / name for name in ("no_config", "malformed", "unknown_arch", "no_weights",
-                                              "partial_weights")}
+    folders = {
+        name: root / name for name in ("no_config", "malformed", "unknown_arch", "no_weights", "partial_weights")
+    }
     folders["no_config"].mkdir()
     (folders["no_config"] / "README.md").write_text("not a checkpoint")
     folders["malformed"].mkdir()
@@ -79,4 +80,4 @@ def cli_runs(run_cases) -> dict[str, subprocess.CompletedProcess]:
     """Every case run once as its own `kernelbay` process, one per core (start-up dominates)."""
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = pool.map(lambda args: run_cli(*args), run_cases.values())
-        return dict(zip(run_cases, results))
+        return dict(zip(run_cases, results, strict=True))

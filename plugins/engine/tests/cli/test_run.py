@@ -6,7 +6,6 @@ import pytest
 
 from kernelbay.errors import EXIT_CODES
 
-
 ERROR_PREFIX = "kernelbay run: error: "
 
 
@@ -30,8 +29,9 @@ def test_run_streams_the_completion(cli_runs, tiny_llama):
 
     result = cli_runs["good"]
     assert result.returncode == 0, result.stderr
-    expected = LLM(tiny_llama, progress=False).generate("the quick brown", SamplingParams(max_tokens=8,
-                                                                                         temperature=0))[0]
+    expected = LLM(tiny_llama, progress=False).generate("the quick brown", SamplingParams(max_tokens=8, temperature=0))[
+        0
+    ]
     assert result.stdout == expected.text + "\n"
 
 
@@ -40,21 +40,24 @@ def test_run_defaults_to_the_embedded_demo(cli_runs):
     assert cli_runs["demo"].returncode == 0, cli_runs["demo"].stderr
 
 
-@pytest.mark.parametrize("case, exit_code, fragments", [
-    ("missing_folder", 3, ["does not exist"]),
-    ("no_config", 4, ["has no config.json"]),
-    ("malformed", 5, ["not valid JSON", "line 3, column 21"]),
-    ("unknown_arch", 6, ["Unknown architecture: 'NopeForCausalLM'", "LlamaForCausalLM"]),
-    ("unknown_backend", 7, ["Unknown attention backend: 'SDPAA'", "Did you mean: SDPA"]),
-    ("incapable_backend", 8, ["requested attention backend SDPA cannot run", "logit_softcap"]),
-    ("no_weights", 9, ["no weights"]),
-    ("partial_weights", 9, ["model.layers.1.mlp.down_proj.weight"]),
-    ("prompt_too_long", 10, ["model's context is 128 tokens"]),
-    ("max_tokens_zero", 11, ["max_tokens must be a positive integer"]),
-    ("max_tokens_negative", 11, ["max_tokens must be a positive integer"]),
-    ("unknown_backend_option", 1, ["problem(s) in the attention options", "SDPA.nope is not an option"]),
-    ("malformed_backend_option", 1, ["--backend-option 'SDPA' is not of the form NAME.KEY=VALUE"]),
-])
+@pytest.mark.parametrize(
+    "case, exit_code, fragments",
+    [
+        ("missing_folder", 3, ["does not exist"]),
+        ("no_config", 4, ["has no config.json"]),
+        ("malformed", 5, ["not valid JSON", "line 3, column 21"]),
+        ("unknown_arch", 6, ["Unknown architecture: 'NopeForCausalLM'", "LlamaForCausalLM"]),
+        ("unknown_backend", 7, ["Unknown attention backend: 'SDPAA'", "Did you mean: SDPA"]),
+        ("incapable_backend", 8, ["requested attention backend SDPA cannot run", "logit_softcap"]),
+        ("no_weights", 9, ["no weights"]),
+        ("partial_weights", 9, ["model.layers.1.mlp.down_proj.weight"]),
+        ("prompt_too_long", 10, ["model's context is 128 tokens"]),
+        ("max_tokens_zero", 11, ["max_tokens must be a positive integer"]),
+        ("max_tokens_negative", 11, ["max_tokens must be a positive integer"]),
+        ("unknown_backend_option", 1, ["problem(s) in the attention options", "SDPA.nope is not an option"]),
+        ("malformed_backend_option", 1, ["--backend-option 'SDPA' is not of the form NAME.KEY=VALUE"]),
+    ],
+)
 def test_bad_input_is_a_clear_error(cli_runs, case, exit_code, fragments):
     """Each bad input: one `error:` message naming the problem and its own exit code, no traceback.
 

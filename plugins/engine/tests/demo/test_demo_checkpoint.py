@@ -15,8 +15,15 @@ import kernelbay_engine
 
 DEMO_DIR = Path(kernelbay_engine.__file__).parent / "demo"
 CORPUS_WORDS = Path(__file__).with_name("corpus_words.txt")
-REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                  "generation_config.json", "README.md", "LICENSE.fortunes")
+REQUIRED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "README.md",
+    "LICENSE.fortunes",
+)
 MAX_FOLDER_BYTES = 8 * 1024 * 1024
 ROUND_TRIP_TEXTS = (
     "A day for firm decisions!!!!!  Or is it?",
@@ -104,8 +111,14 @@ def test_greedy_generation_prints_corpus_words(model, tokenizer, corpus_words):
 def test_readme_names_corpus_licence_and_rebuild_command():
     """README.md says what the model is, where its text comes from, its licence and how to rebuild it."""
     readme = (DEMO_DIR / "README.md").read_text(encoding="utf-8")
-    for needle in ("LlamaForCausalLM", "fortunes", "BSD", "LICENSE.fortunes",
-                   "python examples/make_demo_checkpoint.py --out plugins/engine/kernelbay_engine/demo", "held-out loss"):
+    for needle in (
+        "LlamaForCausalLM",
+        "fortunes",
+        "BSD",
+        "LICENSE.fortunes",
+        "python examples/make_demo_checkpoint.py --out plugins/engine/kernelbay_engine/demo",
+        "held-out loss",
+    ):
         assert needle in readme, f"README.md no longer mentions {needle!r}"
     assert "Regents of the University of California" in (DEMO_DIR / "LICENSE.fortunes").read_text()
 

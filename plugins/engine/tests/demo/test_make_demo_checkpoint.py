@@ -72,14 +72,15 @@ def test_tokenizer_round_trips_and_prepends_bos(maker):
     """The trained byte-level BPE reproduces text exactly, even bytes it never saw in training."""
     texts = tuple(f"The cat sat on mat number {i}, happily." for i in range(200))
     tokenizer = maker.train_tokenizer(texts, vocab_size=300)
-    maker.check_round_trip(tokenizer, texts[:5] + ("Ünïcödé ✓ and\ttabs\n",))
+    maker.check_round_trip(tokenizer, (*texts[:5], "Ünïcödé ✓ and\ttabs\n"))
     stream = maker.encode_stream(tokenizer, texts[:3])
     assert stream[0].item() == tokenizer.bos_token_id and stream[-1].item() == tokenizer.eos_token_id
     assert (stream == tokenizer.bos_token_id).sum().item() == 3
 
 
-@pytest.mark.parametrize("field, value", [("steps", 0), ("batch_size", 0), ("minutes", 0.0),
-                                          ("warmup", 5000), ("lr", 2.0)])
+@pytest.mark.parametrize(
+    "field, value", [("steps", 0), ("batch_size", 0), ("minutes", 0.0), ("warmup", 5000), ("lr", 2.0)]
+)
 def test_train_settings_reject_bad_values_naming_the_flag(maker, field, value):
     """Each bad training setting is refused with the command-line flag to change."""
     with pytest.raises(ValueError, match=f"--{field.replace('_', '-')}"):

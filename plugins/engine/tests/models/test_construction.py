@@ -12,7 +12,6 @@ from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError, NoTarget, UnknownNameError
 from kernelbay_engine import AutoModelForCausalLM
 from kernelbay_engine.models.meta import MetaInitMode, MetaInitUnsupported, build_module
-
 from tests._paths import REAL_CONFIGS
 
 from ._files import copy_config
@@ -157,20 +156,27 @@ def test_attention_layers_registered_by_index(tiny_checkpoints):
 def test_lazy_architecture_access_through_the_registry():
     """`from kernelbay.models import Qwen3ForCausalLM` resolves the registered class; unknown names fail."""
     from kernelbay import models, resolve
-
     from kernelbay.models import Qwen3ForCausalLM
 
     assert Qwen3ForCausalLM is resolve("model", "Qwen3ForCausalLM")
     with pytest.raises(AttributeError, match="Did you mean: Qwen3ForCausalLM"):
-        models.Qwen3ForCausalLm
+        models.Qwen3ForCausalLm  # noqa: B018 - the attribute access is the test
 
 
 def _shared_configs_of_supported_architectures() -> list[str]:
     import json
     from pathlib import Path
 
-    supported = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM",
-                 "Gemma2ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
+    supported = {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Phi3ForCausalLM",
+        "Gemma2ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+    }
     found = []
     for path in sorted(Path(SHARED).glob("*/config.json")):
         archs = json.loads(path.read_text()).get("architectures") or []

@@ -36,8 +36,13 @@ def _fp8_checkpoint(src, dst_fp8, dst_ref, block, not_converted=()):
         q, scale = quantize_fp8_blocks(tensor, block)
         fp8[name], fp8[name.removesuffix("weight") + "weight_scale_inv"] = q, scale
         ref[name] = dequantize_fp8_blocks(q, scale, block)
-    quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block),
-             "modules_to_not_convert": list(not_converted)}
+    quant = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": list(block),
+        "modules_to_not_convert": list(not_converted),
+    }
     return write_variant(src, dst_fp8, fp8, quantization_config=quant), write_variant(src, dst_ref, ref)
 
 
@@ -58,8 +63,9 @@ def test_fp8_forward_matches_the_dequantised_model(tiny_checkpoints, tmp_path, n
     reference = transformers.AutoModelForCausalLM.from_pretrained(ref, attn_implementation="eager").eval()
     from kernelbay_engine.runner import ModelRunner
 
-    compare_generation(reference, ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA"),
-                       f"{name} fp8", steps=3)
+    compare_generation(
+        reference, ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA"), f"{name} fp8", steps=3
+    )
     layer0, layer1 = model.model.layers[0], model.model.layers[1]
     assert isinstance(layer0.mlp.down_proj.method, UnquantizedLinearMethod)  # excluded by modules_to_not_convert
     assert isinstance(layer1.self_attn.o_proj.method, Fp8BlockLinearMethod)

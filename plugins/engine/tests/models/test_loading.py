@@ -33,7 +33,7 @@ def test_index_naming_an_absent_shard_is_an_error(llama, tmp_path):
     """A shard listed in the index but not on disk is named."""
     folder = write_sharded(llama, tmp_path / "sharded")
     (folder / "model-00002-of-00003.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="model-00002-of-00003.safetensors"):
+    with pytest.raises(CheckpointError, match=r"model-00002-of-00003.safetensors"):
         AutoModelForCausalLM.from_pretrained(folder, progress=False)
 
 
@@ -42,10 +42,10 @@ def test_loaded_values_are_the_checkpoint_values(llama):
     model = AutoModelForCausalLM.from_pretrained(llama, progress=False)
     state = tensors(llama)
     attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
-    q, k, v = attn.qkv_proj.split(attn.qkv_proj.weight.T)
+    _q, k, v = attn.qkv_proj.split(attn.qkv_proj.weight.T)
     assert torch.equal(k.T, state["model.layers.1.self_attn.k_proj.weight"])
     assert torch.equal(v.T, state["model.layers.1.self_attn.v_proj.weight"])
-    gate, up = mlp.gate_up_proj.split(mlp.gate_up_proj.weight.T)
+    _gate, up = mlp.gate_up_proj.split(mlp.gate_up_proj.weight.T)
     assert torch.equal(up.T, state["model.layers.1.mlp.up_proj.weight"])
     assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
 
@@ -111,7 +111,7 @@ def test_shape_mismatch_names_the_tensor(llama, tmp_path):
 def test_pickle_weights_refused_unless_opted_in(llama, tmp_path):
     """pytorch_model.bin is refused (pickle runs code); allow_pickle=True loads the same values."""
     folder = write_pickle(llama, tmp_path / "pickle")
-    with pytest.raises(CheckpointError, match="refuses it.*allow_pickle=True"):
+    with pytest.raises(CheckpointError, match=r"refuses it.*allow_pickle=True"):
         AutoModelForCausalLM.from_pretrained(folder, progress=False)
     model = AutoModelForCausalLM.from_pretrained(folder, allow_pickle=True, progress=False)
     assert torch.equal(model.model.norm.weight, tensors(llama)["model.norm.weight"])
@@ -121,7 +121,7 @@ def test_folder_without_weights(llama, tmp_path):
     """A folder with only config.json says which weight files it expected."""
     from ._files import copy_config
 
-    with pytest.raises(CheckpointError, match="has no weights: expected model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"has no weights: expected model.safetensors"):
         AutoModelForCausalLM.from_pretrained(copy_config(llama, tmp_path / "empty"), progress=False)
 
 
@@ -137,8 +137,9 @@ def test_family_name_rules_skip_tensors_with_no_place(llama, tiny_checkpoints, t
     AutoModelForCausalLM.from_pretrained(folder, progress=False)
     state["model.layers.4.eh_proj.weight"] = torch.zeros(1)
     with pytest.raises(CheckpointError, match=r"unexpected tensors \(1\): model\.layers\.4\.eh_proj\.weight"):
-        AutoModelForCausalLM.from_pretrained(write_variant(v3, tmp_path / "mtp2", state, num_nextn_predict_layers=1),
-                                             progress=False)
+        AutoModelForCausalLM.from_pretrained(
+            write_variant(v3, tmp_path / "mtp2", state, num_nextn_predict_layers=1), progress=False
+        )
 
 
 def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
@@ -147,17 +148,23 @@ def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
     state, experts = tensors(folder), 8
     for layer in (1, 2):
         prefix = f"model.layers.{layer}.mlp.experts"
-        per = {p: [state.pop(f"{prefix}.{e}.{p}.weight") for e in range(experts)]
-               for p in ("gate_proj", "up_proj", "down_proj")}
-        state[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat([g, u]) for g, u in zip(per["gate_proj"],
-                                                                                         per["up_proj"])])
+        per = {
+            p: [state.pop(f"{prefix}.{e}.{p}.weight") for e in range(experts)]
+            for p in ("gate_proj", "up_proj", "down_proj")
+        }
+        state[f"{prefix}.gate_up_proj"] = torch.stack(
+            [torch.cat([g, u]) for g, u in zip(per["gate_proj"], per["up_proj"], strict=True)]
+        )
         state[f"{prefix}.down_proj"] = torch.stack(per["down_proj"])
     stacked = AutoModelForCausalLM.from_pretrained(write_variant(folder, tmp_path / "stacked", state), progress=False)
     reference = AutoModelForCausalLM.from_pretrained(folder, progress=False)
-    assert torch.equal(stacked.model.layers[2].mlp.experts.gate_up_proj.weight,
-                       reference.model.layers[2].mlp.experts.gate_up_proj.weight)
-    assert torch.equal(stacked.model.layers[1].mlp.experts.down_proj.weight,
-                       reference.model.layers[1].mlp.experts.down_proj.weight)
+    assert torch.equal(
+        stacked.model.layers[2].mlp.experts.gate_up_proj.weight,
+        reference.model.layers[2].mlp.experts.gate_up_proj.weight,
+    )
+    assert torch.equal(
+        stacked.model.layers[1].mlp.experts.down_proj.weight, reference.model.layers[1].mlp.experts.down_proj.weight
+    )
 
 
 def test_loading_into_a_model_built_without_meta(llama):
@@ -169,7 +176,9 @@ def test_loading_into_a_model_built_without_meta(llama):
     assert not model.built_on_meta and not any(p.is_meta for p in model.parameters())
     load_weights(model, open_checkpoint(llama), model.checkpoint_rules(), progress=False)
     reference = AutoModelForCausalLM.from_pretrained(llama, progress=False)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values(), strict=True)
+    )
 
 
 def _backing_file(address: int) -> str:
@@ -189,7 +198,9 @@ def test_mmap_mode_maps_whole_tensors_and_reads_fused_ones(llama, tiny_checkpoin
 
     copied = AutoModelForCausalLM.from_pretrained(llama, progress=False)
     mapped = AutoModelForCausalLM.from_pretrained(llama, progress=False, mmap=True)
-    assert all(torch.equal(a, b) for a, b in zip(copied.state_dict().values(), mapped.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(copied.state_dict().values(), mapped.state_dict().values(), strict=True)
+    )
     embed, qkv = mapped.model.embed_tokens.weight, mapped.model.layers[0].self_attn.qkv_proj.weight
     assert _backing_file(embed.data_ptr()).endswith("llama3/model.safetensors")
     assert not _backing_file(qkv.data_ptr()).endswith(".safetensors")  # fused: read into anonymous memory

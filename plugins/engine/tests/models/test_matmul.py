@@ -9,7 +9,7 @@ from kernelbay_engine.layers import matmul
 
 
 def test_both_forms_match_f_linear_and_the_choice_is_cached(monkeypatch):
-    """For a tunable shape the result equals F.linear (float32 rounding, 1e-4) and the form is chosen once per row bucket."""
+    """For a tunable shape the result equals F.linear (float32 rounding, 1e-4); one form is chosen per row bucket."""
     monkeypatch.setattr(matmul, "_choice", {})
     w, b = torch.randn(4096, 256), torch.randn(4096)
     with torch.inference_mode():

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from kernelbay.attention import BackendNotCapable
+from kernelbay_engine import AutoModelForCausalLM
 from kernelbay_engine.kv_cache import KVCacheExhausted
 from kernelbay_engine.runner import ModelRunner, StepRequest
-from kernelbay_engine import AutoModelForCausalLM
 
 PROMPT_A = [3, 14, 15, 92, 65, 35, 89, 79, 32]
 PROMPT_B = [27, 18, 28, 18, 28]
@@ -52,7 +52,7 @@ def test_free_returns_the_blocks(model):
     runner.step([StepRequest("a", PROMPT_A, 0)])  # 9 tokens: all 3 blocks
     runner.free("a")
     assert runner.num_cached_tokens("a") == 0
-    runner.step([StepRequest("b", PROMPT_A + [1, 2, 3], 0)])
+    runner.step([StepRequest("b", [*PROMPT_A, 1, 2, 3], 0)])
     assert runner.num_cached_tokens("b") == 12
 
 
@@ -67,8 +67,12 @@ def test_steps_with_block_tables_use_them(model):
     blocks, runner = KVCacheManager(32, 4), _runner(model)
     blocks.allocate("x", 5)  # tables elsewhere in the cache than the runner's own allocator would pick
     runner.step([StepRequest("a", PROMPT_A, 0, blocks.grow_to("a", len(PROMPT_A)))])
-    got = runner.step([StepRequest("a", [7], len(PROMPT_A), blocks.grow_to("a", len(PROMPT_A) + 1)),
-                       StepRequest("b", PROMPT_B, 0, blocks.grow_to("b", len(PROMPT_B)))])
+    got = runner.step(
+        [
+            StepRequest("a", [7], len(PROMPT_A), blocks.grow_to("a", len(PROMPT_A) + 1)),
+            StepRequest("b", PROMPT_B, 0, blocks.grow_to("b", len(PROMPT_B))),
+        ]
+    )
     assert torch.allclose(got, want, atol=1e-5)
     assert runner.num_cached_tokens("a") == 0, "the runner kept no accounting of its own"
     with pytest.raises(ValueError, match="handed out by the caller's allocator"):
@@ -98,7 +102,7 @@ def test_start_pos_must_continue_the_cache(model):
     runner.step([StepRequest("a", PROMPT_A, 0)])
     with pytest.raises(ValueError, match="start_pos 3 but 9 tokens are cached"):
         runner.step([StepRequest("a", [1], 3)])
-    with pytest.raises(ValueError, match="is new .* start_pos is 5"):
+    with pytest.raises(ValueError, match=r"is new .* start_pos is 5"):
         runner.step([StepRequest("b", [1], 5)])
 
 

@@ -1,4 +1,3 @@
-
 import os
 
 from kernelbay import register_model

@@ -1,2 +1,1 @@
-
 raise AssertionError("a refused plugin must never be imported")

@@ -1,4 +1,3 @@
-
 from kernelbay import register_model
 
 

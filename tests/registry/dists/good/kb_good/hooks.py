@@ -1,4 +1,3 @@
-
 from kernelbay.hooks import hookimpl
 
 

@@ -1,5 +1,5 @@
-
 import builtins
+
 builtins.__dict__.setdefault("_kb_fixture_imports", []).append(__name__)
 
 import time
