@@ -23,12 +23,19 @@ from kernelbay.registry._discovery import discover
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("plugins/torch", "plugins/llama", "plugins/deepseek", "plugins/flashinfer")
-CONTRIB = ("contrib/acme",)
-ACME_PACKAGES = ("kernelbay_acme",)
+CONTRIB = ("contrib/acme", "contrib/acme-llama")
+ACME_PACKAGES = ("kernelbay_acme", "kernelbay_acme_llama")
 # Providers that register through decorators (plugins and the example custom dirs): a fresh registry only
 # sees their registrations if their modules run again, so each registry re-imports them and the test's
 # originals are put back afterwards.
-DECORATOR_PROVIDERS = ("kernelbay_acme", "kernelbay_llama", "kernelbay_deepseek", "olmo", "llama_override")
+DECORATOR_PROVIDERS = (
+    "kernelbay_acme",
+    "kernelbay_acme_llama",
+    "kernelbay_llama",
+    "kernelbay_deepseek",
+    "olmo",
+    "llama_override",
+)
 
 
 @dataclass(frozen=True)

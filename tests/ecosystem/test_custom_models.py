@@ -101,8 +101,8 @@ def test_override_and_acme_conflict_until_preferred(make_registry):
     to choose; KERNELBAY_PREFER picks one."""
     make_registry()
     load_custom_module_dirs([OVERRIDE_DIR])
-    with pytest.raises(RegistrationConflict, match=r"kernelbay_acme\.models.*llama_override.*KERNELBAY_PREFER"):
+    with pytest.raises(RegistrationConflict, match=r"kernelbay_acme_llama\.modeling.*llama_override.*KERNELBAY_PREFER"):
         resolve("model", "LlamaForCausalLM")
-    make_registry(KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-acme")
+    make_registry(KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-acme-llama")
     load_custom_module_dirs([OVERRIDE_DIR])
-    assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_acme.models"
+    assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_acme_llama.modeling"

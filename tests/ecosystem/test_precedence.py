@@ -14,7 +14,12 @@ from kernelbay.registry import names, rebuild, slot_info, unregister_provider
 
 from .conftest import REPO, run_kernelbay
 
-ACME_SLOTS = {("model", "LlamaForCausalLM"), ("platform", "acme"), ("attention_backend", "ACME_INT8")}
+# slot -> the acme distribution holding it: the kernel vendor's package needs only the contract, its model the runtime
+ACME_SLOTS = {
+    ("model", "LlamaForCausalLM"): "kernelbay-acme-llama",
+    ("platform", "acme"): "kernelbay-acme",
+    ("attention_backend", "ACME_INT8"): "kernelbay-acme",
+}
 BUILTIN_DISTS = {"kernelbay-torch", "kernelbay-llama", "kernelbay-deepseek", "kernelbay-flashinfer"}
 
 
@@ -22,13 +27,10 @@ def test_every_plugin_is_discovered_with_its_origin(make_registry):
     """The installed sites' distributions are found from metadata: first-party built-in, acme external."""
     found = make_registry().discovery().plugins
     assert {d: found[d].origin for d in BUILTIN_DISTS} == dict.fromkeys(BUILTIN_DISTS, "built-in")
-    acme = found["kernelbay-acme"]
-    assert acme.origin == "external" and acme.refused is None
-    assert acme.groups == {
-        "kernelbay.platforms": ["acme"],
-        "kernelbay.models": ["LlamaForCausalLM"],
-        "kernelbay.attention_backends": ["ACME_INT8"],
-    }
+    acme, acme_llama = found["kernelbay-acme"], found["kernelbay-acme-llama"]
+    assert acme.origin == acme_llama.origin == "external" and acme.refused is acme_llama.refused is None
+    assert acme.groups == {"kernelbay.platforms": ["acme"], "kernelbay.attention_backends": ["ACME_INT8"]}
+    assert acme_llama.groups == {"kernelbay.models": ["LlamaForCausalLM"]}
 
 
 def test_acme_takes_the_llama_slot_from_the_builtin(make_registry, caplog):
@@ -36,33 +38,37 @@ def test_acme_takes_the_llama_slot_from_the_builtin(make_registry, caplog):
     make_registry()
     with caplog.at_level(logging.WARNING, logger="kernelbay"):
         cls = resolve("model", "LlamaForCausalLM")
-    assert f"{cls.__module__}:{cls.__qualname__}" == "kernelbay_acme.models:AcmeLlamaForCausalLM"
+    assert f"{cls.__module__}:{cls.__qualname__}" == "kernelbay_acme_llama.modeling:AcmeLlamaForCausalLM"
     slot = slot_info("model", "LlamaForCausalLM")
     assert (slot["winner"]["provider"]["distribution"], slot["winner"]["provider"]["origin"]) == (
-        "kernelbay-acme",
+        "kernelbay-acme-llama",
         "external",
     )
     assert [(d["provider"]["distribution"], d["provider"]["origin"]) for d in slot["displaced"]] == [
         ("kernelbay-llama", "built-in")
     ]
     warnings = [r.getMessage() for r in caplog.records if "takes the slot" in r.getMessage()]
-    assert len(warnings) == 1 and "kernelbay_acme.models" in warnings[0] and "kernelbay_llama.modeling" in warnings[0]
+    assert (
+        len(warnings) == 1
+        and "kernelbay_acme_llama.modeling" in warnings[0]
+        and "kernelbay_llama.modeling" in warnings[0]
+    )
     assert resolve("model", "MistralForCausalLM").__module__ == "kernelbay_llama.modeling"  # acme did not claim it
 
 
 def test_acme_holds_every_slot_it_claims(make_registry):
-    """Platform acme and backend ACME_INT8 come from kernelbay-acme too."""
+    """Platform acme and backend ACME_INT8 come from kernelbay-acme, Acme's Llama from kernelbay-acme-llama."""
     make_registry()
-    for kind, name in ACME_SLOTS:
+    for (kind, name), distribution in ACME_SLOTS.items():
         resolve(kind, name)
-        assert slot_info(kind, name)["winner"]["provider"]["distribution"] == "kernelbay-acme", (kind, name)
+        assert slot_info(kind, name)["winner"]["provider"]["distribution"] == distribution, (kind, name)
 
 
 def test_unregistering_acme_gives_the_slots_back(make_registry):
     """After acme's providers are unregistered and the registry rebuilt, the built-ins hold the slots again."""
     make_registry()
     resolve("model", "LlamaForCausalLM")
-    for module in ("kernelbay_acme.models", "kernelbay_acme.platform", "kernelbay_acme.backend"):
+    for module in ("kernelbay_acme_llama.modeling", "kernelbay_acme.platform", "kernelbay_acme.backend"):
         unregister_provider(module)
     rebuild()
     assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_llama.modeling"
@@ -85,7 +91,7 @@ def test_plugins_command_shows_the_displacement(sites):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.split()[:2] == ["model", "LlamaForCausalLM"])
-    assert "kernelbay_acme.models [kernelbay-acme 0.1.0, external]" in lines[at]
+    assert "kernelbay_acme_llama.modeling [kernelbay-acme-llama 0.1.0, external]" in lines[at]
     assert "displaced kernelbay_llama.modeling [kernelbay-llama 0.1.0, built-in]" in lines[at + 1]
     assert "kernelbay-acme 0.1.0 (external, requires kernelbay<0.2,>=0.1)" in done.stdout
 
@@ -155,7 +161,7 @@ def test_explain_shows_acme_chosen_and_why_not_the_others(sites):
     )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-acme", "external")
+    assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-acme-llama", "external")
     assert [d["distribution"] for d in doc["provider"]["displaced"]] == ["kernelbay-llama"]
     attention = doc["attention"]
     assert attention["platform"] == "acme" and [g["backend"] for g in attention["layer_groups"]] == ["ACME_INT8"]

@@ -9,9 +9,8 @@ from __future__ import annotations
 import torch
 
 from kernelbay import NoTarget, register_model
+from kernelbay_acme.platform import VISIBLE_DEVICES_ENV, visible_devices
 from kernelbay_llama.modeling import LlamaForCausalLM
-
-from .platform import VISIBLE_DEVICES_ENV, visible_devices
 
 LOGITS_TILE = 512
 """Weight rows Acme's matrix unit holds at once: the LM head is computed this many vocab entries at a time."""
