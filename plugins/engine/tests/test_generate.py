@@ -10,6 +10,7 @@ import torch
 
 from kernelbay.errors import IncapableBackend, PromptTooLong, RequestTooLarge
 from kernelbay.registry import names
+from kernelbay_engine import LLM
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler
 from kernelbay_engine.tokenizer import TokenizerError
@@ -201,3 +202,19 @@ def test_chunked_prefill_gives_the_same_tokens(make_llm, prompt_ids, reference):
     assert [o.token_ids for o in chunked.generate(prompt_ids, params)] == [
         o.token_ids for o in whole.generate(prompt_ids, params)
     ]
+
+
+def test_llm_reads_the_config_once_and_selects_once(tiny_llama, monkeypatch):
+    """One config parse and one selector evaluation per LLM: the runner's selection is the cached one."""
+    from kernelbay.attention import _selector, clear_selection_cache
+    from kernelbay.config import ModelConfig
+
+    reads = []
+    real = ModelConfig.from_pretrained.__func__
+    monkeypatch.setattr(
+        ModelConfig, "from_pretrained", classmethod(lambda cls, *a, **k: reads.append(a) or real(cls, *a, **k))
+    )
+    clear_selection_cache()
+    LLM(tiny_llama, max_num_seqs=2, kv_cache_memory="1MiB", prepack_weights="never")
+    info = _selector._select_groups.cache_info()
+    assert len(reads) == 1 and (info.misses, info.hits) == (1, 1)
