@@ -263,3 +263,28 @@ def test_a_layers_geometry_record_is_built_once_and_shared_with_its_backend():
     backend = layer.bind("VANILLA", KVCacheSpec(num_kv_heads=2, head_dim=64, dtype="float32").allocate(4))
     assert backend.geometry is layer.geometry
     assert create_attention(0, 4, 64, 2, backend="VANILLA").geometry.scale == 64**-0.5
+
+
+def test_an_overridden_capability_check_is_asked_everywhere(fresh_registry):
+    """A backend refusing more than its declarations (a library version, say) is refused by construction,
+    option validation and the selector alike, through its one capability_failures."""
+    from kernelbay import register_attention_backend
+    from kernelbay.attention import AttentionOptions, BackendNotCapable, select_attention_backend, validate_options
+
+    vanilla = resolve("attention_backend", "VANILLA")
+
+    class OldLibrary(vanilla):
+        name = "OLDLIB"
+
+        @classmethod
+        def capability_failures(cls, req, fields=None):
+            extra = ["head_size: this library build has no 80-wide kernel"] if req.head_size == 80 else []
+            return super().capability_failures(req, fields) + extra
+
+    register_attention_backend("OLDLIB", target=OldLibrary)
+    with pytest.raises(ValueError, match="no 80-wide kernel"):
+        create_attention(0, 4, 80, 2, backend=OldLibrary)
+    with pytest.raises(ConfigError, match="OLDLIB: head_size: this library build has no 80-wide kernel"):
+        validate_options(AttentionOptions(backend="OLDLIB", head_size=80, dtype="float32"))
+    with pytest.raises(BackendNotCapable, match="no 80-wide kernel"):
+        select_attention_backend(AttentionRequirements(head_size=80, dtype="float32"), requested="OLDLIB")

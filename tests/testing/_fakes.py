@@ -60,8 +60,8 @@ class TwoFaced(VanillaBackend):
     logit_softcap = False
 
     @classmethod
-    def capability_failures(cls, req):
-        return [] if req.platform is not None else super().capability_failures(req)
+    def capability_failures(cls, req, fields=None):
+        return [] if req.platform is not None else super().capability_failures(req, fields)
 
 
 class Unavailable(VanillaBackend):

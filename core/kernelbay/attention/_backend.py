@@ -80,11 +80,14 @@ class AttentionBackend(Generic[TMetadata]):
         return True, "available"
 
     @classmethod
-    def capability_failures(cls, req: AttentionRequirements) -> list[str]:
-        """Every capability `req` needs that this backend does not declare, one line each (empty: capable)."""
+    def capability_failures(cls, req: AttentionRequirements, fields: Collection[str] | None = None) -> list[str]:
+        """Every capability `req` needs that this backend does not declare, one line each (empty: capable).
+
+        `fields` limits the question to those requirement fields (construction asks the geometry only,
+        option validation everything but availability); an override must accept and pass it on."""
         from ._capabilities import capability_failures
 
-        return capability_failures(cls, req)
+        return capability_failures(cls, req, fields)
 
     # -- per-step and per-layer hooks --------------------------------------------------------------
     @classmethod
@@ -171,9 +174,9 @@ class AttentionBackend(Generic[TMetadata]):
 
     def _refuse_unsupported_geometry(self) -> None:
         req = AttentionRequirements.from_geometry(self.geometry, dtype="float32")
-        from ._capabilities import GEOMETRY, capability_failures
+        from ._capabilities import GEOMETRY
 
-        failures = capability_failures(type(self), req, fields=GEOMETRY)
+        failures = type(self).capability_failures(req, fields=GEOMETRY)
         if failures:
             raise ValueError(
                 f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "

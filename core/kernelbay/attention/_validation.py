@@ -110,7 +110,6 @@ def _load_backend(name: str):
 
 def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     """The backend's one capability check, asked with the options as a requirements record."""
-    from ._capabilities import capability_failures
     from ._requirements import AttentionRequirements
 
     try:
@@ -132,7 +131,7 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
         return []  # a bad name, size or MLA geometry is reported by the other rules
     # availability is the selector's business (options may be checked on another machine than they run on)
     fields = _ALL_FIELDS if o.head_size is not None or mla is not None else _ALL_FIELDS - {"head_size"}
-    return [f"attention backend {cls.name}: {line}" for line in capability_failures(cls, req, fields=fields)]
+    return [f"attention backend {cls.name}: {line}" for line in cls.capability_failures(req, fields=fields)]
 
 
 _ALL_FIELDS = frozenset(

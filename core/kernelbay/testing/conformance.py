@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
-from ..attention._capabilities import GEOMETRY, _Any, capability_failures
+from ..attention._capabilities import GEOMETRY, _Any
 from ..attention._factory import backend_class
 from ..platforms import Platform
 from .runner import build_layer, make_data, reference_output, run_step
@@ -160,7 +160,7 @@ class BackendUnderTest:
 
     def _builds_anyway(self, spec: BatchSpec) -> str | None:
         """A refused geometry must be a ValueError at construction, never a layer that attends differently."""
-        if not capability_failures(self.cls, spec.requirements(), fields=GEOMETRY):
+        if not self.cls.capability_failures(spec.requirements(), fields=GEOMETRY):
             return None
         try:
             build_layer(self.cls, spec, make_data(spec), self.options)
