@@ -45,6 +45,18 @@ GOOD = {
 }
 
 
+PROBE = """
+import json, sys
+from kernelbay.cli import main
+try:
+    code = main(ARGS)
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("kb_commands"))))
+sys.exit(code)
+"""
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     source, target = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("site")
@@ -63,11 +75,7 @@ def _python(site: Path, code: str) -> subprocess.CompletedProcess:
 
 def _main(site: Path, *args: str) -> subprocess.CompletedProcess:
     """`kernelbay ARGS`, then the plugin modules that were imported (a JSON list on the last line)."""
-    code = (
-        "import json, sys\nfrom kernelbay.cli import main\ntry:\n    code = main(%r)\nexcept SystemExit as e:\n"
-        "    code = e.code\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('kb_commands'))))\n"
-        "sys.exit(code)" % (list(args),)
-    )
+    code = PROBE.replace("ARGS", repr(list(args)))
     return _python(site, code)
 
 
