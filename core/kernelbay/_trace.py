@@ -32,10 +32,33 @@ def enable_trace() -> None:
     _configured = True
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+_warned_values: set[str] = set()
+
+
+def env_flag(name: str, value: str | None) -> bool:
+    """An on/off environment variable: 1/true/yes/on or 0/false/no/off/empty (any case).
+
+    Anything else counts as off and is reported once on stderr, naming the variable: a typo must not
+    silently turn a feature on (nor crash every command, since this runs before any command starts)."""
+    word = (value or "").strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word not in FALSE_WORDS and word not in _warned_values:
+        _warned_values.add(word)
+        print(
+            f"kernelbay: warning: {name}={value!r} is not a boolean; use one of {'/'.join(TRUE_WORDS)} (on) "
+            f"or {'/'.join(w for w in FALSE_WORDS if w)} or empty (off); treated as off",
+            file=sys.stderr,
+        )
+    return False
+
+
 def _tracing() -> bool:
     if _configured:
         return True
-    if os.environ.get("KERNELBAY_TRACE", "") not in ("", "0"):
+    if env_flag("KERNELBAY_TRACE", os.environ.get("KERNELBAY_TRACE")):
         enable_trace()
         return True
     # a host application may have turned kernelbay's debug log on itself

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelbay.errors import UnknownNameError, UnsupportedArchitecture
+from kernelbay.errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
 from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay.memory import parse_memory, tokens_that_fit
 
@@ -52,7 +52,7 @@ def explain_model(
         "resolution": {"kind": kind, "name": name},
         "provider": _provider_section(kind, name),
         "attention": _attention_section(config, backend, kv_cache_dtype),
-        "kv_cache": _kv_section(config, kv_cache_dtype, memory),
+        "kv_cache": _kv_section(config, backend, kv_cache_dtype, memory),
     }
 
 
@@ -169,18 +169,67 @@ def _every_candidate(req) -> list[dict]:
 
 
 # -- KV cache --------------------------------------------------------------------------------------
-def _kv_section(config, kv_cache_dtype: str, memory) -> dict:
+ENGINE_BLOCK_SIZE = 16
+"""The engine's default block_size: it holds whole blocks, so `tokens_that_fit` counts whole blocks."""
+
+
+def _kv_section(config, backend: str | None, kv_cache_dtype: str, memory) -> dict:
     per_token = config.kv_bytes_per_token(kv_cache_dtype)
     dtype = config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
     budget = parse_memory(memory) if memory is not None else None
+    fit = None
+    if budget is not None:
+        block = _bytes_per_block(config, backend, kv_cache_dtype, ENGINE_BLOCK_SIZE)
+        fit = tokens_that_fit(budget, per_token, block_size=ENGINE_BLOCK_SIZE, bytes_per_block=block)
     return {
         "dtype": dtype,
         "bytes_per_token": per_token,
         "context_tokens": config.max_position_embeddings,
         "context_bytes": per_token * config.max_position_embeddings,
         "memory_bytes": budget,
-        "tokens_that_fit": tokens_that_fit(budget, per_token) if budget is not None else None,
+        "tokens_that_fit": fit,
     }
+
+
+def _bytes_per_block(config, backend: str | None, kv_cache_dtype: str, block_size: int) -> int:
+    """One block across every layer, priced as the engine prices it: by the chosen backends' own cache specs
+    (`page_size_bytes`, scales and all); by the config's bytes per token where no backend is selected."""
+    from kernelbay.attention import select_for_model
+
+    per_layer = config.layer_kv_bytes_per_token(kv_cache_dtype)
+    try:
+        selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
+    except KernelbayError:  # no backend can run it: the attention section says why
+        return sum(per_layer) * block_size
+    return sum(
+        _layer_page(config, i, selection, kv_cache_dtype, block_size, per_layer[i]) for i in range(len(per_layer))
+    )
+
+
+def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: int, config_bytes: int) -> int:
+    from kernelbay.attention import AttentionGeometry
+
+    kind = config.layer_types[index]
+    if config_bytes == 0:  # a layer without a cache
+        return 0
+    try:
+        geometry = AttentionGeometry(
+            index,
+            config.num_attention_heads,
+            config.head_dim,
+            config.layer_num_kv_heads[index],
+            1.0,  # the scale does not change the cache
+            kind,
+            config.sliding_window if kind == "sliding_attention" else None,
+            config.attention_chunk_size if kind == "chunked_attention" else None,
+            config.attn_logit_softcapping,
+            config.mla,
+        )
+        backend = selection.backend_for(kind).backend_cls
+        spec = backend.get_kv_cache_spec(geometry, config.dtype, kv_cache_dtype, block_size)
+        return int(spec.page_size_bytes)
+    except ValueError:  # a geometry the config cannot describe exactly: price it as the config does
+        return config_bytes * block_size
 
 
 # -- text ------------------------------------------------------------------------------------------

@@ -13,10 +13,12 @@ from tests._paths import REPO
 __all__ = ["CONFIGS", "REPO", "run_cli"]
 
 
-def run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller)."""
+def run_cli(*args: str, timeout: int = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`kernelbay ARGS` in a fresh interpreter (one torch thread, no KERNELBAY_* from the caller but `env`'s)."""
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
     env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "kernelbay.cli", *args],
         capture_output=True,

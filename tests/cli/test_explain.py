@@ -34,7 +34,8 @@ def test_every_shared_config_gives_a_document_or_a_clear_error():
         if code == 0:
             doc = json.loads(out)
             assert validate(doc) == [], (folder.name, validate(doc))
-            assert doc["kv_cache"]["tokens_that_fit"] == 2 * 2**30 // doc["kv_cache"]["bytes_per_token"]
+            fit, per_token = doc["kv_cache"]["tokens_that_fit"], doc["kv_cache"]["bytes_per_token"]
+            assert fit % 16 == 0 and fit <= 2 * 2**30 // per_token, (folder.name, fit)  # whole blocks of 16
             documents += 1
         else:
             assert err.startswith("kernelbay explain: error: ") and len(err.splitlines()) >= 1, (folder.name, err)
@@ -139,3 +140,11 @@ def test_custom_dir_provider_is_shown(tmp_path):
     assert result.returncode == 0, result.stderr
     provider = json.loads(result.stdout)["provider"]
     assert provider["origin"] == "custom-dir" and provider["module"].endswith("my_llama")
+
+
+def test_tokens_that_fit_counts_whole_blocks():
+    """--memory holds whole 16-token blocks, as the engine holds them, not a fraction of the last one."""
+    code, out, _ = explain_in_process(str(CONFIGS / "gemma-2-2b"), "--json", "--memory", "1")
+    kv = json.loads(out)["kv_cache"]
+    assert code == 0 and 2**30 // kv["bytes_per_token"] == 10082  # partial blocks would promise 10082
+    assert kv["tokens_that_fit"] == 2**30 // (16 * kv["bytes_per_token"]) * 16 == 10080

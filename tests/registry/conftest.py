@@ -26,6 +26,8 @@ FIXTURE_PACKAGES = (
     "kb_liar",
     "kb_conflict_a",
     "kb_conflict_b",
+    "kb_oldapi",
+    "kb_vendor",
 )
 
 

@@ -169,3 +169,27 @@ def test_unreadable_core_requirement_refuses_the_plugin():
     for text in ("kernelbay>=0.1 foo", "kernelbay (>=0.1", "kernelbay>=0.1; python_version >>> '3'"):
         required, refusal = _refusal(text)
         assert required and "declares a requirement on kernelbay that packaging cannot read" in refusal, text
+
+
+def test_allow_list_of_only_separators_is_treated_as_unset_with_a_finding(fixture_site):
+    """KERNELBAY_PLUGINS=",,," names nothing: no filter (it used to disable every plugin) and a finding says so."""
+    found = _discover(fixture_site, KERNELBAY_PLUGINS=",,,", KERNELBAY_DISABLE_PLUGINS=" , ")
+    assert "kb-fixture-good" in {e.distribution for e in found.entries}
+    findings = found.findings()
+    assert any("KERNELBAY_PLUGINS=',,,' names no distribution; treated as unset" in f for f in findings)
+    assert any("KERNELBAY_DISABLE_PLUGINS=' , ' names no distribution" in f for f in findings)
+
+
+def test_malformed_prefer_entry_is_a_finding_and_strict_parsing_raises(fixture_site):
+    """A malformed KERNELBAY_PREFER entry is a finding and skipped; parse(strict=True) raises InputError."""
+    import pytest
+
+    from kernelbay.errors import InputError
+    from kernelbay.registry._records import Preferences
+
+    found = _discover(fixture_site, KERNELBAY_PREFER="garbage,LlamaForCausalLM=kernelbay-llama")
+    assert any("KERNELBAY_PREFER entry 'garbage' is not of the form Name=distribution" in f for f in found.findings())
+    prefs = Preferences.parse("garbage,LlamaForCausalLM=kernelbay-llama")
+    assert prefs.by_name == {"LlamaForCausalLM": "kernelbay-llama"} and len(prefs.problems) == 1
+    with pytest.raises(InputError, match="KERNELBAY_PREFER entry 'garbage'"):
+        Preferences.parse("garbage", strict=True)

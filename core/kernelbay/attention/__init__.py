@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ._backend import AttentionBackend
+from ._backend import AttentionBackend, AttentionContractError
 from ._capabilities import ANY
 from ._factory import build_backend, create_attention
 from ._forward_args import AttentionForwardArgs
@@ -41,6 +41,7 @@ __all__ = [
     "ANY",
     "BACKEND_ENV",
     "AttentionBackend",
+    "AttentionContractError",
     "AttentionForwardArgs",
     "AttentionGeometry",
     "AttentionMetadata",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
 import torch
 
 from ..dtypes import normalize_kv_cache_dtype, storage_dtype
+from ..errors import KernelbayError
 from . import _cache_ops as ops
 from ._forward_args import AttentionForwardArgs, resolve_forward_args
 from ._geometry import AttentionGeometry
@@ -33,6 +34,10 @@ _GEOMETRY_KEYS = (
     "kv_cache_dtype",
     "options",
 )
+
+
+class AttentionContractError(KernelbayError, RuntimeError):
+    """A backend answered outside the AttentionBackend contract (e.g. `_attend` returned the wrong shape)."""
 
 
 class AttentionBackend(Generic[TMetadata]):
@@ -219,9 +224,24 @@ class AttentionBackend(Generic[TMetadata]):
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
+        self._check_output(q, out)
         if args.output is not None:
             return args.output.copy_(out)
         return out
+
+    def _check_output(self, q: torch.Tensor, out) -> None:
+        """The contract at the boundary: a wrong answer from `_attend` is this backend's error, not a traceback deep
+        in the model nor (with a broadcasting `output=` copy or a reshape) silently wrong attention."""
+        g = self.geometry
+        want = (q.shape[0], g.num_heads, g.v_head_dim)
+        if isinstance(out, torch.Tensor) and tuple(out.shape) == want and out.dtype == q.dtype:
+            return
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else f"{type(out).__name__}"
+        raise AttentionContractError(
+            f"attention backend {self.name} ({type(self).__module__}) broke the forward contract on layer "
+            f"{g.layer_idx}: _attend must return a {q.dtype} tensor [T, num_heads, v_head_dim] = {list(want)}, "
+            f"got {got}; fix the backend or pick another with attention_backend=..."
+        )
 
     def _attached_cache(self) -> torch.Tensor:
         if self.kv_cache is None:

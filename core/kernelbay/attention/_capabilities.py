@@ -64,10 +64,21 @@ def capability_failures(cls, req: AttentionRequirements, fields=None) -> list[st
     ]
     failures = [line for line in checked if line]
     if fields is None:
-        available, reason = cls.is_available()
-        if not available:
-            failures.append(f"available: {reason}")
+        unavailable = _unavailable(cls, cls.is_available())
+        if unavailable:
+            failures.append(unavailable)
     return failures
+
+
+def _unavailable(cls, answer) -> str | None:
+    """The failure line for is_available()'s answer; an answer that breaks the contract is never "available"."""
+    if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], bool)):
+        return (
+            f"available: {cls.__name__}.is_available() must return (bool, str), got {answer!r}; "
+            f"fix the backend ({cls.__module__})"
+        )
+    available, reason = answer
+    return None if available else f"available: {reason}"
 
 
 def _failure(cls, field: str, declared: str, what: str | None, wanted) -> str | None:

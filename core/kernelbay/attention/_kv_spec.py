@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype
@@ -101,15 +102,35 @@ class KVCacheSpec:
         return _replace(self, stride_order=tuple(stride_order))
 
     def allocate(self, num_blocks: int, device="cpu"):
-        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`."""
-        import torch
+        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`.
 
+        On the CPU its pages stay unresident until written (see `zeroed`): a large cache costs memory as it fills."""
         from ..dtypes import torch_dtype
 
         shape = self.cache_shape(num_blocks)
-        physical = torch.zeros([shape[d] for d in self.stride_order], dtype=torch_dtype(self.dtype), device=device)
+        physical = zeroed([shape[d] for d in self.stride_order], torch_dtype(self.dtype), device)
         inverse = sorted(range(5), key=self.stride_order.__getitem__)
         return physical.permute(*inverse)
+
+
+_LAZY_MIN_BYTES = 2**20  # below this a plain torch.zeros costs nothing worth saving
+
+
+def zeroed(shape: list[int], dtype, device="cpu"):
+    """torch.zeros(shape), but on the CPU over a private anonymous mmap for large tensors: the kernel hands out
+    zero-filled pages on first touch, so every slot reads 0 (as backends padding over unused slots expect)
+    while untouched pages are not resident (torch.zeros writes, hence commits, every page)."""
+    import mmap
+
+    import torch
+
+    device = torch.device(device)
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if device.type != "cpu" or nbytes < _LAZY_MIN_BYTES or not hasattr(mmap, "MAP_PRIVATE"):
+        return torch.zeros(shape, dtype=dtype, device=device)
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)  # the tensor keeps `pages` alive
 
 
 def _replace(spec: KVCacheSpec, **changes) -> KVCacheSpec:

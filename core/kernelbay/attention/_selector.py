@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._trace import trace
+from .._trace import trace, warn
 from ..errors import ConfigError, UnknownNameError, unknown_name_message
 from ._requirements import AttentionRequirements
 
@@ -110,9 +110,13 @@ def _ask(name: str, installed: set[str], req: AttentionRequirements) -> tuple[ty
     except Exception as exc:  # noqa: BLE001 - a broken backend must not break selection of the others
         return None, [f"failed to import: {type(exc).__name__}: {exc}"]
     try:
-        return cls, cls.capability_failures(req)
+        failures = cls.capability_failures(req)
     except Exception as exc:  # noqa: BLE001
-        return cls, [f"capability check raised {type(exc).__name__}: {exc}"]
+        return cls, [f"capability check of {name} raised {type(exc).__name__}: {exc}"]
+    if not isinstance(failures, (list, tuple)) or not all(isinstance(f, str) for f in failures):
+        # a junk answer (None, a bare string) must neither crash selection nor pass as "capable"
+        return cls, [f"{name}.capability_failures() must return a list of failure strings, got {failures!r}"]
+    return cls, list(failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +212,8 @@ def _select_groups(items, requested, platform_name, priority, installed) -> Laye
     shared = requested or _first_capable_everywhere(verdicts)
     results = tuple((name, _group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items)
     for name, result in results:
+        _trace_candidates(name, result)
+        _warn_broken_priority(result)
         trace(
             "select attention backend %s for %s (%s) on %s",
             result.backend_name,
@@ -216,6 +222,36 @@ def _select_groups(items, requested, platform_name, priority, installed) -> Laye
             platform_name,
         )
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
+
+
+def _trace_candidates(group: str, result: SelectionResult) -> None:
+    for c in result.candidates:
+        trace("  candidate %s for %s (%s): %s%s", c.name, group, c.source, c.reason, _failures(c.failures))
+
+
+def _failures(failures: tuple[str, ...]) -> str:
+    return (": " + "; ".join(failures)) if failures else ""
+
+
+_WARNED_BROKEN: set[tuple[str, str]] = set()
+
+
+def _warn_broken_priority(result: SelectionResult) -> None:
+    """A backend the platform lists first that fails to import is a degraded choice: warn once, naming the cause."""
+    for c in result.candidates:
+        if c.source != "platform priority" or not c.failures or not c.failures[0].startswith("failed to import"):
+            continue
+        mark = (result.platform, c.name)
+        if mark in _WARNED_BROKEN:
+            continue
+        _WARNED_BROKEN.add(mark)
+        warn(
+            "attention backend %s, in platform %s's priority list, is broken; using %s instead. %s",
+            c.name,
+            result.platform,
+            result.backend_name,
+            c.failures[0],
+        )
 
 
 def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req: AttentionRequirements) -> None:

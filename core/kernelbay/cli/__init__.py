@@ -87,7 +87,36 @@ def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
     return add_command(parser)
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head -1` reports for `yes`
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The host: Ctrl-C anywhere (imports, loading, allocation) exits 130 and a closed pipe exits quietly."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not in the interpreter's exit flush
+        return code
+    except KeyboardInterrupt:
+        print("kernelbay: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """The Python docs' SIGPIPE recipe: point stdout at devnull so the exit flush cannot raise again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout file descriptor (embedded, replaced stream)
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     plugins = plugin_commands()
     top, rest = _parser(plugins).parse_known_args(argv)

@@ -87,7 +87,12 @@ def findings() -> list[str]:
         for s in reg.slots()
         if s.conflict
     ]
-    return out
+    return out + _check_preferences(reg)
+
+
+def _check_preferences(reg) -> list[str]:
+    """A KERNELBAY_PREFER entry naming no provider of its slot has no effect: say so."""
+    return [problem for s in reg.slots() if (problem := reg.preference_problem(s))]
 
 
 def run(args) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 
@@ -27,13 +28,25 @@ def add_arguments(parser) -> None:
 
 
 def memory_argument(value: str | None) -> str | None:
-    """A bare number means GiB."""
+    """A bare number means GiB ("nan" and "inf" are left as written, for parse_memory to refuse)."""
     if value is None:
         return None
     try:
-        return f"{float(value)}GiB"
+        number = float(value)
     except ValueError:
         return value
+    return f"{number}GiB" if math.isfinite(number) else value
+
+
+def kv_dtype_argument(value: str) -> str:
+    """The canonical KV-cache dtype, or an InputError listing the choices (before any config is read)."""
+    from kernelbay.dtypes import normalize_kv_cache_dtype
+    from kernelbay.errors import InputError
+
+    try:
+        return normalize_kv_cache_dtype(value)
+    except ValueError as err:
+        raise InputError(f"--kv-dtype: {err}") from None
 
 
 def run(args) -> int:
@@ -41,6 +54,7 @@ def run(args) -> int:
     from kernelbay.explain import explain_model, render_text
     from kernelbay.memory import parse_memory
 
+    kv_dtype = kv_dtype_argument(args.kv_dtype)
     load_custom_dirs(args)
     raw_memory = memory_argument(args.memory)
     try:
@@ -50,7 +64,7 @@ def run(args) -> int:
     doc = explain_model(
         args.model,
         backend=args.backend,
-        kv_cache_dtype=args.kv_dtype,
+        kv_cache_dtype=kv_dtype,
         memory=memory,
         trust_remote_code=args.trust_remote_code,
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, overload
 
 from ..errors import ConfigError
 from ._checkpoint import Checkpoint
+from ._limits import check_finite
 
 
 class Fields:
@@ -71,7 +73,9 @@ class Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{self.source}: {names[0]} must be a number, got {value!r}.")
-        return float(value)
+        if isinstance(value, int) and abs(value) >= 2**63:
+            raise ConfigError(f"{self.source}: {names[0]}={value} is too large for a float field.")
+        return check_finite(self.source, names[0], float(value))
 
     def get_bool(self, *names: str, default: bool = False) -> bool:
         value = self.get(*names)
@@ -82,6 +86,10 @@ class Fields:
         return ConfigError(f"{self.source}: required field {spellings} is missing (or null); add it to config.json.")
 
     def as_int(self, name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        """An integer (an integral float such as 4096.0 too) within 64 bits, else a ConfigError naming `name`."""
+        integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+        if isinstance(value, bool) or not integral:
             raise ConfigError(f"{self.source}: {name} must be an integer, got {value!r}.")
+        if abs(value) >= 2**63:
+            raise ConfigError(f"{self.source}: {name}={value!r} does not fit in 64 bits.")
         return int(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ._fields import Fields
+from ._limits import MAX_LAYERS, check_finite, check_size
 from ._records import MLAGeometry
 
 HIDDEN = ("hidden_size", "n_embd", "d_model")
@@ -22,7 +23,16 @@ def core_sizes(f: Fields) -> tuple[int, int, int, int]:
     if missing:
         raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
     hidden, layers, heads, vocab = (f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
-    return hidden, layers, heads, vocab
+    check_sizes(f, hidden, layers, heads)
+    return hidden, layers, heads, check_size(f.source, VOCAB[0], vocab)
+
+
+def check_sizes(f: Fields, hidden: int, layers: int, heads: int) -> tuple[int, int, int]:
+    """The three sizes everything is derived from, bounded before anything is built per layer."""
+    check_size(f.source, HIDDEN[0], hidden)
+    check_size(f.source, LAYERS[0], layers, limit=MAX_LAYERS)
+    check_size(f.source, HEADS[0], heads)
+    return hidden, layers, heads
 
 
 def _has(f: Fields, names: tuple[str, ...]) -> bool:
@@ -128,6 +138,8 @@ def resolve_norm_eps(f: Fields) -> float:
     if eps is None:
         f.notes.append(f"no norm epsilon in config.json: using torch.nn.LayerNorm's default {DEFAULT_LAYER_NORM_EPS}")
         return DEFAULT_LAYER_NORM_EPS
+    if not 0 < eps < 1:  # it is added to a variance: <= 0 can divide by zero, >= 1 swamps the signal
+        raise ConfigError(f"{f.source}: rms_norm_eps (norm epsilon) must be in (0, 1), got {eps!r}.")
     return eps
 
 
@@ -135,8 +147,8 @@ def resolve_attention_scale(f: Fields, head_dim: int) -> float:
     """The softmax scale q·k is multiplied by: 1/sqrt(head_dim) unless a generic field says otherwise."""
     scalar = f.get_float("query_pre_attn_scalar")
     if scalar is not None:  # Gemma 2/3
-        return scalar**-0.5
+        return check_finite(f.source, "query_pre_attn_scalar", scalar, positive=True) ** -0.5
     multiplier = f.get_float("attention_multiplier")
     if multiplier is not None:  # Granite gives the scale itself
-        return multiplier
+        return check_finite(f.source, "attention_multiplier", multiplier, positive=True)
     return head_dim**-0.5

@@ -67,9 +67,26 @@ def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     listed = f.get("layer_types")  # as written, else as the config class computed them
     if listed is not None:
         return _listed_plan(f, listed)
-    if f.get_int("attention_chunk_size"):
+    if _chunk_size(f, config_class):
         return LayerPlan((CHUNKED,) * n_layers)
     return _sliding_plan(f, n_layers, config_class)
+
+
+def _chunk_size(f: Fields, config_class: type | None) -> int | None:
+    """`attention_chunk_size` when this config class chunks attention; ignored (with a note) when it does not,
+    as the model built from that class would (LlamaConfig has no chunked attention, Llama4TextConfig does)."""
+    chunk = f.get_int("attention_chunk_size")
+    if chunk is not None and chunk < 0:
+        raise ConfigError(
+            f"{f.source}: attention_chunk_size must be a positive integer (or null for none), got {chunk}."
+        )
+    if chunk and not _class_takes(config_class, "attention_chunk_size"):
+        f.notes.append(
+            f"attention_chunk_size={chunk} ignored: {getattr(config_class, '__name__', 'this config')} "
+            "has no chunked attention"
+        )
+        return None
+    return chunk or None
 
 
 def _listed_plan(f: Fields, listed) -> LayerPlan:
@@ -97,7 +114,7 @@ def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     pattern = f.get_int("sliding_window_pattern")
     if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
         kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers))
-    elif _class_uses_sliding_window(config_class):  # Mistral, Phi-3, ...: every layer slides
+    elif _class_takes(config_class, "sliding_window"):  # Mistral, Phi-3, ...: every layer slides
         kinds = (SLIDING,) * n_layers
     else:
         f.notes.append(
@@ -108,13 +125,13 @@ def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     return LayerPlan(kinds, window if SLIDING in kinds else None)
 
 
-def _class_uses_sliding_window(config_class: type | None) -> bool:
-    """A transformers config class applies `sliding_window` only if it takes it as a parameter
-    (MistralConfig does, LlamaConfig does not); a plugin's or the folder's class is taken at its word."""
+def _class_takes(config_class: type | None, parameter: str) -> bool:
+    """A transformers config class applies `sliding_window` / `attention_chunk_size` only if it takes it as a
+    parameter (MistralConfig does, LlamaConfig does not); a plugin's or the folder's class is taken at its word."""
     if config_class is None or not config_class.__module__.startswith("transformers."):
         return True
     try:
-        return "sliding_window" in inspect.signature(config_class).parameters
+        return parameter in inspect.signature(config_class).parameters
     except (TypeError, ValueError):
         return True
 
@@ -133,7 +150,11 @@ def _sliding_window(f: Fields) -> int | None:
             f"sliding_window not in config.json: the config class default {f.parsed['sliding_window']} applies"
         )
     window = f.get_int("sliding_window")
-    return window if window and window > 0 else None  # Qwen2-MoE parses "off" as 0
+    if window is not None and window < 0:
+        raise ConfigError(
+            f"{f.source}: sliding_window must be a positive integer (0 or null: no window), got {window}."
+        )
+    return window or None  # Qwen2-MoE parses "off" as 0
 
 
 def _check_plan(f: Fields, plan: LayerPlan, n_layers: int) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MalformedConfig, MissingConfigFile, ModelFolderNotFound, UnknownNameError
+from ._limits import check_written_layer_count, parse_config_text
 
 CONFIG_FILE = "config.json"
 
@@ -33,7 +34,7 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
 def _parse_json(file: Path) -> dict[str, Any]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = parse_config_text(file.read_text(encoding="utf-8"), file)
     except UnicodeDecodeError as exc:
         raise MalformedConfig(f"{file} is not UTF-8 text (byte {exc.start}); is it really a config.json?") from None
     except json.JSONDecodeError as exc:
@@ -53,6 +54,7 @@ def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
             f"{folder / CONFIG_FILE} has no 'model_type'; add the Hugging Face model type "
             '(e.g. "llama") so the right config class can parse it.'
         )
+    check_written_layer_count(raw, str(folder / CONFIG_FILE))
     remote = _remote_config_class(raw)
     if trust_remote_code and remote:
         return _auto_config(folder, trust_remote_code=True)

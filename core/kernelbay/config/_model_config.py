@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from ..dtypes import MODEL_DTYPES
 from ..errors import ConfigError
 from ._dtypes import kv_element_bytes
 from ._layers import CACHELESS_KINDS, CHUNKED, LAYER_KINDS, SLIDING
+from ._limits import MAX_DIMENSION, MAX_LAYERS
 from ._records import BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
 
 MODEL_KINDS = ("model", "draft_model", "vision_encoder")
@@ -170,16 +172,31 @@ def _sizes_problems(c: ModelConfig) -> list[str]:
         for name, value in sizes.items()
         if not (isinstance(value, int) and value > 0)
     ]
+    problems += [f"{name}={value!r} exceeds {MAX_DIMENSION}" for name, value in sizes.items() if value > MAX_DIMENSION]
+    if c.num_hidden_layers > MAX_LAYERS:
+        problems.append(f"num_hidden_layers={c.num_hidden_layers} exceeds {MAX_LAYERS}")
     if c.vocab_size <= 0 and c.model_kind != "vision_encoder":
         problems.append(f"vocab_size={c.vocab_size} must be positive for a language model")
+    if c.vocab_size > MAX_DIMENSION:
+        problems.append(f"vocab_size={c.vocab_size} exceeds {MAX_DIMENSION}")
     if c.num_key_value_heads <= 0 or c.num_attention_heads % c.num_key_value_heads:
         problems.append(
             f"num_key_value_heads={c.num_key_value_heads} must divide num_attention_heads={c.num_attention_heads}"
         )
     if c.dtype not in MODEL_DTYPES:
         problems.append(f"dtype={c.dtype!r} must be one of {', '.join(MODEL_DTYPES)}")
-    if not c.attention_scale > 0:
-        problems.append(f"attention_scale={c.attention_scale} must be positive")
+    if not (c.attention_scale > 0 and math.isfinite(c.attention_scale)):
+        problems.append(f"attention_scale={c.attention_scale} must be a positive finite number")
+    return problems + _float_problems(c)
+
+
+def _float_problems(c: ModelConfig) -> list[str]:
+    """Epsilon and soft-caps: finite and positive (a cap of 0 divides by zero, NaN poisons every logit)."""
+    problems = [] if 0 < c.rms_norm_eps < 1 else [f"rms_norm_eps={c.rms_norm_eps!r} must be in (0, 1)"]
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = getattr(c, name)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            problems.append(f"{name}={value!r} must be a positive finite number or null (no cap)")
     return problems
 
 
@@ -193,6 +210,10 @@ def _layer_problems(c: ModelConfig) -> list[str]:
     unknown = sorted(set(c.layer_types) - set(LAYER_KINDS))
     if unknown:
         problems.append(f"unknown layer kinds {unknown}; known: {', '.join(LAYER_KINDS)}")
+    for name in ("sliding_window", "attention_chunk_size"):
+        value = getattr(c, name)
+        if value is not None and not 0 < value <= MAX_DIMENSION:
+            problems.append(f"{name}={value!r} must be an integer from 1 to {MAX_DIMENSION}")
     if (SLIDING in c.layer_types) != (c.sliding_window is not None):
         problems.append(f"sliding_window={c.sliding_window} must be set exactly when a layer is sliding_attention")
     if (CHUNKED in c.layer_types) != (c.attention_chunk_size is not None):

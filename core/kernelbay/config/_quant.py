@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ._fields import Fields
+from ._limits import parse_config_text
 from ._records import QuantConfig, frozen_json
 
 MODELOPT_FILE = "hf_quant_config.json"
@@ -49,9 +50,11 @@ def _quantization_dict(f: Fields, folder: Path | None) -> dict[str, Any] | None:
 
 def _modelopt_file(file: Path) -> dict[str, Any]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = parse_config_text(file.read_text(encoding="utf-8"), file)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file} is not UTF-8 text.") from None
     body = data.get("quantization") if isinstance(data, dict) else None
     if not isinstance(body, dict):
         raise ConfigError(f"{file} has no 'quantization' object.")
@@ -82,13 +85,23 @@ def _first_group(raw: dict) -> dict:
     return {}
 
 
+def _group_part(raw: dict, name: str) -> dict:
+    """`weights` / `input_activations` of the first config group: an object, or {} when absent."""
+    value = _first_group(raw).get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"quantization_config.config_groups.*.{name} must be an object, got {value!r}.")
+    return value
+
+
 def _weight_format(raw: dict, method: str) -> str | None:
     if raw.get("fmt"):
         return str(raw["fmt"])
     algo = str(raw.get("quant_algo") or "").upper()
     if algo in FP8_FORMATS:
         return FP8_FORMATS[algo]
-    weights = _first_group(raw).get("weights") or {}
+    weights = _group_part(raw, "weights")
     if weights.get("type") == "float" and weights.get("num_bits") == 8:
         return "e4m3"
     if method == "fp8":
@@ -99,7 +112,7 @@ def _weight_format(raw: dict, method: str) -> str | None:
 
 
 def _block_size(f: Fields, raw: dict) -> tuple[int, int] | None:
-    value = raw.get("weight_block_size") or (_first_group(raw).get("weights") or {}).get("block_structure")
+    value = raw.get("weight_block_size") or _group_part(raw, "weights").get("block_structure")
     if value is None:
         return None
     if isinstance(value, str):  # compressed-tensors writes "128x128"
@@ -114,7 +127,7 @@ def _block_size(f: Fields, raw: dict) -> tuple[int, int] | None:
 def _granularity(raw: dict, method: str) -> str | None:
     if raw.get("weight_block_size"):
         return "block"
-    strategy = (_first_group(raw).get("weights") or {}).get("strategy")
+    strategy = _group_part(raw, "weights").get("strategy")
     if strategy:
         return str(strategy)
     if raw.get("group_size") or method == "mxfp4":
@@ -127,8 +140,8 @@ def _granularity(raw: dict, method: str) -> str | None:
 def _activation_scheme(raw: dict) -> str | None:
     if raw.get("activation_scheme"):
         return str(raw["activation_scheme"])
-    inputs = _first_group(raw).get("input_activations")
-    if isinstance(inputs, dict) and "dynamic" in inputs:
+    inputs = _group_part(raw, "input_activations")
+    if "dynamic" in inputs:
         return "dynamic" if inputs["dynamic"] else "static"
     return None
 
@@ -136,8 +149,12 @@ def _activation_scheme(raw: dict) -> str | None:
 def _excluded(raw: dict) -> tuple[str, ...]:
     for key in EXCLUDE_KEYS:
         value = raw.get(key)
-        if value:
+        if isinstance(value, str) and value:
+            return (value,)
+        if isinstance(value, (list, tuple)) and value:
             return tuple(str(v) for v in value)
+        if value:
+            raise ConfigError(f"quantization_config.{key} must be a list of module names, got {value!r}.")
     return ()
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from ..errors import ConfigError
 from ._fields import Fields
 from ._layers import FULL, SLIDING
-from ._records import MLAGeometry, RopeConfig, frozen_json
+from ._limits import check_size
+from ._records import ROPE_TYPES, MLAGeometry, RopeConfig, frozen_json
 
 THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
 PARTIAL = ("partial_rotary_factor", "rotary_pct")
@@ -42,7 +43,7 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
     params = rope_parameters(f)
     main, local = _split_per_layer_kind(params)
     rope_type = _rope_type(main)
-    original = main.get("original_max_position_embeddings") or f.get_int("original_max_position_embeddings")
+    original = _original_positions(f, main)
     return RopeConfig(
         theta=_theta(f, main),
         rope_type=rope_type,
@@ -50,8 +51,22 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
         rotary_dim=_rotary_dim(f, main, head_dim, mla),
         scaling=frozen_json(_scaling(main, rope_type, original)),
         original_max_position_embeddings=original if rope_type != "default" else None,
-        local_theta=f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta"),
+        local_theta=_local_theta(f, local),
     )
+
+
+def _original_positions(f: Fields, params: dict) -> int | None:
+    written = params.get("original_max_position_embeddings")
+    if written is None:
+        return f.get_int("original_max_position_embeddings")
+    return check_size(
+        f.source, "original_max_position_embeddings", f.as_int("original_max_position_embeddings", written)
+    )
+
+
+def _local_theta(f: Fields, local: dict | None) -> float | None:
+    value = f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta")
+    return None if value is None else _positive_number(f, "rope_local_base_freq", value)
 
 
 def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
@@ -73,6 +88,8 @@ def _split_per_layer_kind(params: dict) -> tuple[dict, dict | None]:
 
 def _rope_type(params: dict) -> str:
     rope_type = params.get("rope_type") or params.get("type") or "default"
+    if not isinstance(rope_type, str):
+        raise ConfigError(f"rope_type must be a string (one of {', '.join(ROPE_TYPES)}), got {rope_type!r}.")
     return ROPE_TYPE_ALIASES.get(rope_type, rope_type)
 
 
@@ -84,9 +101,14 @@ def _theta(f: Fields, params: dict) -> float:
     if theta is None:
         f.notes.append(f"rope_theta not in config.json: using the RoPE default {DEFAULT_THETA}")
         return DEFAULT_THETA
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
-        raise ConfigError(f"{f.source}: rope_theta must be a number, got {theta!r}.")
-    return float(theta)
+    return _positive_number(f, "rope_theta", theta)
+
+
+def _positive_number(f: Fields, name: str, value: Any) -> float:
+    """A RoPE parameter that must be a positive finite number, else a ConfigError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ConfigError(f"{f.source}: {name} must be a positive finite number, got {value!r}.")
+    return float(value)
 
 
 def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, original: int | None) -> float | None:
@@ -95,7 +117,12 @@ def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, origina
         # LongRoPE derives its factor from the context extension, as transformers does.
         f.notes.append(f"longrope factor = max_position_embeddings / original = {max_positions}/{original}")
         return max_positions / original
-    return float(factor) if factor is not None else None
+    if factor is None:
+        return None
+    factor = _positive_number(f, "rope_scaling.factor", factor)
+    if factor < 1:  # transformers' own rule: a factor stretches the trained context, never shrinks it
+        raise ConfigError(f"{f.source}: rope_scaling.factor must be >= 1 (it stretches the context), got {factor}.")
+    return factor
 
 
 def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLAGeometry | None) -> int:
@@ -107,7 +134,7 @@ def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLAGeometry | None)
         return explicit
     fraction = f.get_float(*PARTIAL)
     if fraction is None:
-        fraction = float(params.get("partial_rotary_factor") or 1.0)
+        fraction = _positive_number(f, "partial_rotary_factor", params.get("partial_rotary_factor") or 1.0)
     if not 0 < fraction <= 1:
         raise ConfigError(f"{f.source}: partial_rotary_factor/rotary_pct must be in (0, 1], got {fraction}.")
     return int(head_dim * fraction)

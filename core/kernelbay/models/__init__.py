@@ -1,8 +1,9 @@
 """The architectures plugins provide, by name.
 
 `from kernelbay.models import LlamaForCausalLM` resolves that architecture through the registry on
-first access (PEP 562) and caches it here. Building a model from a checkpoint is the engine's job
-(`from kernelbay_engine import AutoModelForCausalLM`).
+every access (PEP 562); nothing is cached here, so the attribute and `resolve()` always agree (the
+registry caches, and forgets on a later registration or unregister_provider). Building a model from
+a checkpoint is the engine's job (`from kernelbay_engine import AutoModelForCausalLM`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'kernelbay.models' has no attribute {name!r}")
     from kernelbay import resolve
     from kernelbay.errors import UnknownNameError
+    from kernelbay.registry._imports import NotProvided
 
     try:
-        value = resolve("model", name)
-    except UnknownNameError as err:
+        return resolve("model", name)
+    except (UnknownNameError, NotProvided) as err:  # a stale entry point provides nothing: hasattr() is False
         raise AttributeError(str(err)) from err
-    globals()[name] = value
-    return value
 
 
 def __dir__() -> list[str]:

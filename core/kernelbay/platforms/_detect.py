@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .._trace import trace
 from ..errors import KernelbayError, UnknownNameError, unknown_name_message
 from ._base import Platform
 
@@ -32,6 +33,7 @@ def detect_platforms() -> list[tuple[str, bool, str]]:
             current, reason = get_platform(name).is_current()
         except Exception as exc:  # noqa: BLE001 - a broken platform plugin must not break detection
             current, reason = False, f"failed to load: {type(exc).__name__}: {exc}"
+        trace("detect platform %s: %s (%s)", name, "current" if current else "not current", reason)
         found.append((name, current, reason))
     return found
 
@@ -47,8 +49,15 @@ def current_platform() -> Platform:
         current, reason = platform.is_current()
         if not current:
             raise KernelbayError(f"{_ENV}={forced} but that platform is not usable here: {reason}")
+        trace("detect platform %s: chosen by %s (%s)", forced, _ENV, reason)
         return platform
     accelerators = [name for name, current, _ in detect_platforms() if current and name != _FALLBACK]
     if len(accelerators) > 1:
         raise KernelbayError(f"several platforms are current ({', '.join(accelerators)}); set {_ENV} to one of them")
-    return get_platform(accelerators[0] if accelerators else _FALLBACK)
+    chosen = accelerators[0] if accelerators else _FALLBACK
+    trace(
+        "detect platform %s: chosen (%s)",
+        chosen,
+        "the one current accelerator" if accelerators else "no accelerator is current",
+    )
+    return get_platform(chosen)

@@ -58,6 +58,8 @@ def _exec(spec, name: str, path: Path) -> None:
     except BaseException as exc:
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[loaded]
+        if not isinstance(exc, Exception):
+            raise  # Ctrl-C or SystemExit: not the module's fault, and the CLI turns it into exit 130
         raise CustomModuleDirError(
             f"custom module {str(path)!r} failed at {_where(exc)}: {type(exc).__name__}: {exc}"
         ) from exc

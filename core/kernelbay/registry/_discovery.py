@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .._trace import trace
 from .._version import __version__
-from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, normalize_dist, origin_of
+from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, normalize_dist, origin_of, preference_problems
 
 
 class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribution version origin")):
@@ -40,6 +40,7 @@ class PluginInfo:
         self.location = location
         self.groups: dict[str, list[str]] = {}
         self.refused: str | None = None  # why the plugin is not used (version mismatch, filtered out)
+        self.modules: set[str] = set()  # modules its entry points name: a refused one's imports are refused too
 
     def to_dict(self) -> dict:
         return {
@@ -60,6 +61,7 @@ class Discovery:
         self.plugins: dict[str, PluginInfo] = {}
         self.entries: list[EntryPointRecord] = []
         self.unknown_filter_names: list[str] = []
+        self.env_problems: list[str] = []  # malformed KERNELBAY_* values, in words
         self._by_group: dict[str, list[EntryPointRecord]] | None = None
 
     def in_group(self, group: str) -> list[EntryPointRecord]:
@@ -70,7 +72,8 @@ class Discovery:
         return self._by_group.get(group, [])
 
     def findings(self) -> list[str]:
-        out = [
+        out = list(self.env_problems)
+        out += [
             f"{n!r} in KERNELBAY_PLUGINS/KERNELBAY_DISABLE_PLUGINS is not an installed plugin distribution"
             for n in self.unknown_filter_names
         ]
@@ -82,10 +85,20 @@ class Discovery:
         return out
 
 
-def _split_names(text: str | None) -> set[str] | None:
+def _split_names(variable: str, text: str | None, problems: list[str]) -> set[str] | None:
+    """The distributions a comma-separated allow/deny list names; None (no filter) when unset or empty.
+
+    A value made only of separators (",,,") names nothing: it is treated as unset, like the empty string,
+    and said so in `problems` (a finding) and on stderr, rather than silently disabling every plugin."""
     if text is None or not text.strip():
         return None
-    return {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
+    names = {normalize_dist(n.strip()) for n in text.split(",") if n.strip()}
+    if not names:
+        problem = f"{variable}={text!r} names no distribution; treated as unset (list names like 'kernelbay-llama')"
+        problems.append(problem)
+        print(f"kernelbay: warning: {problem}", file=sys.stderr)
+        return None
+    return names
 
 
 def _kernelbay_distributions(path: list[str] | None):
@@ -210,6 +223,7 @@ def _plugin_info(dist, name: str, version: str) -> tuple[PluginInfo, list[EntryP
     for ep in dist.entry_points:
         if ep.group in GROUPS:
             info.groups.setdefault(ep.group, []).append(ep.name)
+            info.modules.add(ep.value.partition(":")[0].strip())
             records.append(EntryPointRecord(ep.group, ep.name, ep.value, name, version, origin))
     return info, records
 
@@ -227,9 +241,10 @@ def _filter_refusal(name: str, allow: set[str] | None, deny: set[str] | None) ->
 def discover(environ: Mapping[str, str] | None = None, path: list[str] | None = None) -> Discovery:
     """Scan installed distributions once; filter by allow/deny lists and core-API range."""
     env = os.environ if environ is None else environ
-    allow = _split_names(env.get("KERNELBAY_PLUGINS"))
-    deny = _split_names(env.get("KERNELBAY_DISABLE_PLUGINS"))
     found = Discovery()
+    allow = _split_names("KERNELBAY_PLUGINS", env.get("KERNELBAY_PLUGINS"), found.env_problems)
+    deny = _split_names("KERNELBAY_DISABLE_PLUGINS", env.get("KERNELBAY_DISABLE_PLUGINS"), found.env_problems)
+    found.env_problems += preference_problems(env.get("KERNELBAY_PREFER", ""))
     for dist in _kernelbay_distributions(path):
         meta = _read_metadata(dist)
         if meta is None or meta[0] in found.plugins:  # the first copy on the path wins, as for imports

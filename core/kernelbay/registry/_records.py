@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 from collections.abc import Iterable, Mapping
+
+from ..errors import InputError
 
 # Slot kinds and the entry-point group whose index names their providers. Vision encoders and
 # draft models are model modules, so they share the `kernelbay.models` index.
@@ -106,23 +109,53 @@ class Slot(namedtuple("Slot", "kind name winner displaced conflict", defaults=((
         }
 
 
+class PreferenceError(InputError, ValueError):
+    """A KERNELBAY_PREFER entry that is not Name=distribution (ValueError too, as it always was)."""
+
+
+def _malformed_preference(item: str) -> str:
+    return (
+        f"KERNELBAY_PREFER entry {item!r} is not of the form Name=distribution; write e.g. "
+        'KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-llama,FLASH=my-dist" (comma-separated)'
+    )
+
+
+def _split_preferences(text: str) -> tuple[dict[str, str], list[str]]:
+    pairs, problems = {}, []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, who = item.partition("=")
+        if not sep or not name.strip() or not who.strip():
+            problems.append(_malformed_preference(item))
+            continue
+        pairs[name.strip()] = who.strip()
+    return pairs, problems
+
+
+def preference_problems(text: str) -> list[str]:
+    """What is malformed in a KERNELBAY_PREFER value, in words (for `kernelbay plugins` / `doctor` findings)."""
+    return _split_preferences(text)[1]
+
+
 class Preferences:
     """`KERNELBAY_PREFER="Arch=dist,..."`: which provider wins a slot claimed twice."""
 
-    __slots__ = ("by_name",)
+    __slots__ = ("by_name", "problems")
 
-    def __init__(self, by_name: Mapping[str, str] | None = None):
+    def __init__(self, by_name: Mapping[str, str] | None = None, problems: Iterable[str] = ()):
         self.by_name = dict(by_name or {})
+        self.problems = list(problems)  # malformed entries, in words (kernelbay plugins/doctor list them)
 
     @classmethod
-    def parse(cls, text: str) -> Preferences:
-        pairs = {}
-        for item in filter(None, (p.strip() for p in text.split(","))):
-            name, sep, who = item.partition("=")
-            if not sep or not name.strip() or not who.strip():
-                raise ValueError(f"KERNELBAY_PREFER entry {item!r} is not of the form Name=distribution")
-            pairs[name.strip()] = who.strip()
-        return cls(pairs)
+    def parse(cls, text: str, *, strict: bool = False) -> Preferences:
+        """The Name=distribution pairs of `text`. A malformed entry is a PreferenceError when `strict`; else it
+        is skipped, kept in `problems` and reported once on stderr: the variable is read while the registry is
+        built, before any command can report an error, and a typo there must not break every command."""
+        pairs, problems = _split_preferences(text)
+        if problems and strict:
+            raise PreferenceError(problems[0])
+        for problem in problems:
+            print(f"kernelbay: warning: {problem}; the entry is ignored", file=sys.stderr)
+        return cls(pairs, problems)
 
     def pick(self, name: str, candidates: Iterable[Registration]) -> Registration | None:
         who = self.by_name.get(name)
@@ -150,6 +183,10 @@ def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preference
         return Slot(kind, name, None)
     if len(claims) == 1:
         return Slot(kind, name, claims[0])
+    # an explicit preference wins over the built-in/external rule: "Arch=<built-in dist>" is honoured
+    preferred = prefs.pick(name, claims)
+    if preferred is not None:
+        return Slot(kind, name, preferred, tuple(r for r in claims if r is not preferred))
     external = [r for r in claims if not r.provider.is_builtin]
     contenders = external or claims
     if len(contenders) == 1:

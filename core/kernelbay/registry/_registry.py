@@ -11,7 +11,18 @@ from .._trace import trace, warn
 from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
 from ._discovery import Discovery, EntryPointRecord, discover
 from ._imports import BrokenProvider, import_module, load_attribute
-from ._records import INDEX_GROUP, KINDS, Origin, Preferences, Provider, Registration, Slot, decide, origin_of
+from ._records import (
+    INDEX_GROUP,
+    KINDS,
+    Origin,
+    Preferences,
+    Provider,
+    Registration,
+    Slot,
+    decide,
+    normalize_dist,
+    origin_of,
+)
 
 TYPE_CHECKING = False  # typing's constant without importing typing (registering a plugin must stay cheap)
 if TYPE_CHECKING:
@@ -115,7 +126,8 @@ class Registry:
         found = self.discovery()
         # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
         shared = kind in ("vision_encoder", "draft_model")
-        indexed = set() if shared else {e.name for e in found.in_group(INDEX_GROUP[kind])}
+        live = [e for e in found.in_group(INDEX_GROUP[kind]) if e.module not in self._unloaded]
+        indexed = set() if shared else {e.name for e in live}
         return sorted(indexed | {n for (k, n) in self._all_slots() if k == kind})
 
     # ---- recording ----------------------------------------------------------------------
@@ -125,14 +137,42 @@ class Registry:
         return self._local.frames
 
     def provider_for_module(self, module: str) -> Provider:
-        """Where a module comes from: the entry-point index first, then installed metadata."""
-        for entry in self.discovery().entries:
+        """Where a module comes from: the entry-point index first, then refused plugins, then installed metadata."""
+        found = self.discovery()
+        for entry in found.entries:
             if _top(entry.module) == _top(module):
                 return Provider(module, entry.distribution, entry.version, entry.origin)
+        for info in found.plugins.values():
+            if info.refused and _top(module) in _top_modules(info):
+                return Provider(module, info.distribution, info.version, info.origin)
         dist = _distribution_of(module)
         if dist is None:
             return Provider(module)
         return Provider(module, dist[0], dist[1], origin_of(dist[0]))
+
+    def refusal(self, provider: Provider) -> str | None:
+        """Why discovery refused the provider's distribution (disabled, not allowed, core range), else None."""
+        if not provider.distribution:
+            return None
+        info = self.discovery().plugins.get(normalize_dist(provider.distribution))
+        return info.refused if info is not None else None
+
+    def _refuse(self, provider: Provider, regs: list[Registration], why: str) -> None:
+        """Blocked stays blocked (as in pluggy): a refused distribution's module imported by hand takes no slot."""
+        trace("refuse %d registration(s) by %s: %s", len(regs), provider.describe(), why)
+        mark = ("refused", provider.module, "")
+        if mark in self._warned:
+            return
+        self._warned.add(mark)
+        what = ", ".join(f"{KIND_LABEL[r.kind]} {r.name!r}" for r in regs)
+        warn(
+            "refused %s registered by %s: its distribution %s %s is refused (%s); it takes no slot",
+            what,
+            provider.module,
+            provider.distribution,
+            provider.version,
+            why,
+        )
 
     def add(self, kind: str, names: Iterable[str], target: object, caller: str | None = None) -> None:
         """Register `target` (a class, or "module:Class" imported lazily) under each name.
@@ -158,6 +198,10 @@ class Registry:
                 return
             objects = {} if isinstance(target, str) else {key_target: target}
             _remember_import_time(regs, objects)
+            refused = self.refusal(provider)
+            if refused:
+                self._refuse(provider, regs, refused)
+                return
             self._objects.update(objects)
             self._commit(provider, regs)
 
@@ -279,7 +323,52 @@ class Registry:
             obj = self._load_winner(winner)
             self._resolved[(kind, name)] = obj
             trace("resolve %s %r -> %s from %s", kind, name, winner.target, winner.provider.describe())
+            self._warn_refused_alternatives(kind, name, winner)
+            self._warn_unmatched_preference(slot)
             return obj
+
+    def _warn_refused_alternatives(self, kind: str, name: str, winner: Registration) -> None:
+        """A plugin refused for its core range that provides this name is replaced visibly, once."""
+        for info in self.discovery().plugins.values():
+            if not info.refused or info.refused.startswith("disabled"):
+                continue  # a plugin the user switched off is not a surprise
+            if name not in info.groups.get(INDEX_GROUP[kind], []):
+                continue
+            mark = (kind, name, "refused:" + info.distribution)
+            if mark not in self._warned:
+                self._warned.add(mark)
+                warn(
+                    "%s %r: using %s; %s %s also provides it but is refused: %s",
+                    KIND_LABEL[kind],
+                    name,
+                    winner.provider.describe(),
+                    info.distribution,
+                    info.version,
+                    info.refused,
+                )
+
+    def preference_problem(self, slot: Slot | None) -> str | None:
+        """Why a KERNELBAY_PREFER entry for this slot has no effect (it names no provider claiming it)."""
+        if slot is None or slot.name not in self._prefs.by_name:
+            return None
+        claims = ([slot.winner] if slot.winner else []) + list(slot.displaced) + list(slot.conflict)
+        if self._prefs.pick(slot.name, claims) is not None:
+            return None
+        who = self._prefs.by_name[slot.name]
+        providers = ", ".join(sorted({r.provider.distribution or r.provider.module for r in claims}))
+        return (
+            f"KERNELBAY_PREFER names {who!r} for {KIND_LABEL[slot.kind]} {slot.name!r}, but it does not claim "
+            f"that slot (claimed by: {providers}); name one of those"
+        )
+
+    def _warn_unmatched_preference(self, slot: Slot | None) -> None:
+        problem = self.preference_problem(slot)
+        if problem is None or slot is None:
+            return
+        mark = ("prefer", slot.kind, slot.name)
+        if mark not in self._warned:
+            self._warned.add(mark)
+            warn("%s", problem)
 
     def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""
@@ -296,7 +385,11 @@ class Registry:
 
     def _unknown_message(self, kind: str, name: str) -> str:
         msg = unknown_name_message(KIND_LABEL[kind], name, self.names(kind))
-        advertised = self.index_entries(kind, name)
+        entries = self.index_entries(kind, name)
+        advertised = [e for e in entries if e.module not in self._unloaded]
+        unloaded = [e.module for e in entries if e.module in self._unloaded]
+        if unloaded and not advertised:
+            return f"{msg} Its provider {', '.join(unloaded)} was removed with unregister_provider()."
         if advertised:
             who = ", ".join(f"{e.distribution} ({e.module})" for e in advertised)
             return (
@@ -316,7 +409,8 @@ class Registry:
         if obj is not None:
             return obj
         module = reg.target.partition(":")[0]
-        if reg.provider.origin is Origin.CUSTOM_DIR and reg.provider.path:
+        # `==`, not `is`: an origin that came through JSON/pickle from the parent is an equal, new string
+        if reg.provider.origin == Origin.CUSTOM_DIR and reg.provider.path:
             from ._custom_dirs import load_custom_module_dirs
 
             load_custom_module_dirs([reg.provider.path], registry=self)
@@ -368,10 +462,19 @@ class Registry:
         with self._lock:
             removed = self._log.pop(module, [])
             self._unloaded.add(module)
+            self._forget_custom_dir(module)
             for key in {r.key for r in removed}:
                 self._changed(key)
             trace("unregistered %s (%d registrations)", module, len(removed))
             return removed
+
+    def _forget_custom_dir(self, module: str) -> None:
+        """An unregistered custom dir can be loaded again: forget its path and its imported modules."""
+        paths = [p for p, m in self.custom_paths.items() if m == module]
+        for path in paths:
+            del self.custom_paths[path]
+            for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+                del sys.modules[loaded]
 
     def prefer(self, name: str, provider: str) -> None:
         """API twin of KERNELBAY_PREFER: `provider` (distribution or module) wins slot `name`."""
@@ -387,12 +490,20 @@ class Registry:
                 continue
             item = providers.setdefault(reg.provider.module, {"provider": reg.provider.to_dict(), "registrations": []})
             item["registrations"].append([reg.kind, reg.name, reg.target])
-        return {"version": 1, "prefer": dict(self._prefs.by_name), "providers": list(providers.values())}
+        return {
+            "version": 1,
+            "prefer": dict(self._prefs.by_name),
+            "providers": list(providers.values()),
+            "unregistered": sorted(self._unloaded),  # removals too: a worker must not re-import them
+        }
 
     def import_providers(self, state: dict) -> None:
         """Replay an export in this process: same registry, still lazy (nothing imported now)."""
         with self._lock:
+            self.discovery()  # index first: its metadata slots must not come back over the removals below
             self._prefs = Preferences({**self._prefs.by_name, **state.get("prefer", {})})
+            for module in state.get("unregistered", []):
+                self.unregister_provider(module)
             for item in state["providers"]:
                 p = item["provider"]
                 provider = Provider(p["module"], p["distribution"], p["version"], _check_origin(p["origin"]), p["path"])
@@ -470,6 +581,11 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
     if not names:
         return None
     return names[0], metadata.version(names[0])
+
+
+def _top_modules(info) -> set[str]:
+    """Top-level packages a plugin's entry points name (refused plugins too: their records are not indexed)."""
+    return {_top(m) for m in info.modules}
 
 
 def _conflict_message(slot: Slot) -> str:

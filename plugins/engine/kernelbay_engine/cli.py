@@ -4,9 +4,13 @@ Contributed to the `kernelbay` CLI host through the `kernelbay.commands` entry p
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import sys
+from collections.abc import Iterator
 
 from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
+from kernelbay.errors import InputError
 
 
 def add_run_command(parser):
@@ -80,8 +84,6 @@ def build_llm(args, folder):
 
 def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
     """`["FLEX.compile=false"]` -> `{"FLEX": {"compile": "false"}}`; each backend types its own values."""
-    from kernelbay.errors import InputError
-
     options: dict[str, dict[str, str]] = {}
     for item in items:
         name_key, sep, value = item.partition("=")
@@ -90,6 +92,40 @@ def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
             raise InputError(f"--backend-option {item!r} is not of the form NAME.KEY=VALUE (e.g. FLEX.compile=false)")
         options.setdefault(backend, {})[key] = value
     return options
+
+
+def kv_cache_memory_argument(value: str | None) -> int | None:
+    """--kv-cache-memory in bytes, or an InputError saying how to write it (checked before anything loads)."""
+    from kernelbay.memory import parse_memory
+
+    if value is None:
+        return None
+    try:
+        return parse_memory(value)
+    except ValueError as err:
+        raise InputError(f"--kv-cache-memory: {err}") from None
+
+
+@contextlib.contextmanager
+def cache_allocation_errors(kv_cache_memory: int | None) -> Iterator[None]:
+    """A --kv-cache-memory the device cannot hold is an InputError naming the option, not a traceback."""
+    try:
+        yield
+    except (MemoryError, RuntimeError, OSError) as err:
+        if kv_cache_memory is None or isinstance(err, InputError) or not _out_of_memory(err):
+            raise
+        raise InputError(
+            f"--kv-cache-memory {kv_cache_memory} bytes cannot be allocated on this device ({str(err)[:120]}); "
+            "give a smaller size"
+        ) from err
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """torch's CPU allocator (RuntimeError), CUDA's OutOfMemoryError, an anonymous mmap (ENOMEM), MemoryError."""
+    if isinstance(err, OSError):
+        return err.errno == errno.ENOMEM
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or "can't allocate" in text or "out of memory" in text
 
 
 def prompt_ids(llm, args) -> list[int]:
@@ -104,9 +140,11 @@ def run(args) -> int:
     from kernelbay_engine.inputs import demo_model_folder
 
     params = sampling_params(args)  # bad flags and folders fail before torch is even imported
+    args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)
     folder = check_model_folder(args.model if args.model else demo_model_folder())
     load_custom_dirs(args)
-    llm = build_llm(args, folder)
+    with cache_allocation_errors(args.kv_cache_memory):
+        llm = build_llm(args, folder)
     ids = prompt_ids(llm, args)
     try:
         for delta in llm.stream([ids], params):

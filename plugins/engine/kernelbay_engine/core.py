@@ -54,11 +54,19 @@ class EngineCore:
         request.finish(reason)
         self.scheduler.finish(request)
 
-    def abort_all(self) -> None:
-        """Drop every request (a generate() call interrupted); cached blocks are freed."""
-        for request in list(self.scheduler.running):
+    def stop(self, request: Request) -> None:
+        """A stop string completed: the request ends with "stop", also when that token reached max_tokens."""
+        if request.is_finished:
+            request.finish_reason = FinishReason.STOP
+        else:
             self.finish(request, FinishReason.STOP)
-        self.scheduler.waiting.clear()
+
+    def abort(self, request: Request) -> None:
+        """Drop one unfinished request (its call ended); its blocks are freed, no other request is touched."""
+        if request.is_finished:
+            return
+        self.scheduler.abort(request)
+        request.finish(FinishReason.ABORT)
 
     def _run(self, plan: StepPlan) -> list[int]:
         """Run the step; sample one token for each chunk that completes its request's tokens."""

@@ -9,8 +9,11 @@ for delta in llm.stream(["A fortune:"]):      # tokens as soon as they are sampl
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelbay.errors import InputError, PromptTooLong
@@ -20,7 +23,7 @@ from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.inputs import demo_model_folder, model_errors
 from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
-from kernelbay_engine.request import FinishReason, Request
+from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler, SchedulerConfig
 from kernelbay_engine.tokenizer import Tokenizer, TokenizerError, has_tokenizer
@@ -28,10 +31,31 @@ from kernelbay_engine.tokenizer import Tokenizer, TokenizerError, has_tokenizer
 Prompt = str | Sequence[int]
 
 
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One generate() or stream() call: its requests and the events the engine delivered for it.
+
+    `events` and `unfinished` change only under the engine's lock; the caller drains its own events."""
+
+    stream: bool
+    requests: list[Request] = field(default_factory=list)
+    events: list = field(default_factory=list)
+    """StreamDelta (stream) or RequestOutput (generate) in delivery order, or a _Failure."""
+    unfinished: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """An error met while handling one of the call's requests; the call raises it."""
+
+    error: BaseException
+
+
 @dataclass(slots=True)
 class _Tracked:
-    """Engine-side bookkeeping of one request: where its output goes and its text so far."""
+    """Engine-side bookkeeping of one request: which call it belongs to and its text so far."""
 
+    call: _Call
     index: int
     prompt: str | None
     request: Request
@@ -50,6 +74,10 @@ class LLM:
     prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
     that is measured faster (see kernelbay_engine.layers.prepack), "always" packs every eligible
     one, "never" none.
+
+    Safe to call from many threads, and streams may be interleaved with other calls: whichever call
+    finds no step running advances the whole batch and hands every call its own tokens (see
+    docs/engine.md, "Concurrency").
     """
 
     def __init__(
@@ -99,6 +127,12 @@ class LLM:
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
+        # The scheduler is touched only by the thread holding the step flag, or under the lock while it is
+        # clear. RLock: a stream collected by the GC inside a locked section may abort re-entrantly.
+        self._lock = threading.Condition(threading.RLock())
+        self._stepping = False
+        self._pending_aborts: deque[_Call] = deque()
+        """Calls ended while a step ran; the stepper drops their requests when the step is done."""
 
     # -- public API ------------------------------------------------------------------------------
     def generate(
@@ -107,9 +141,11 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Complete every prompt (text or token ids); outputs in prompt order."""
-        outputs: dict[int, RequestOutput] = {}
-        for _ in self._run(prompts, sampling_params, outputs, stream=False):
-            pass
+        call = self._submit(prompts, sampling_params, stream=False)
+        try:
+            outputs = {out.index: out for out in self._events(call)}
+        finally:
+            self._abort(call)
         return [outputs[i] for i in sorted(outputs)]
 
     def stream(
@@ -117,8 +153,14 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> Iterator[StreamDelta]:
-        """Like generate(), but yields each token (with its text) as soon as it is sampled."""
-        yield from self._run(prompts, sampling_params, {}, stream=True)
+        """Like generate(), but yields each token (with its text) as soon as it is sampled.
+
+        While suspended, its requests keep running with other calls; closing it drops only its own."""
+        call = self._submit(prompts, sampling_params, stream=True)
+        try:
+            yield from self._events(call)
+        finally:
+            self._abort(call)
 
     def chat(
         self, messages: Sequence[Mapping[str, str]], sampling_params: SamplingParams | None = None
@@ -131,51 +173,110 @@ class LLM:
         if isinstance(prompt, str):
             ids = self._require_tokenizer().encode(prompt)
         else:
-            ids = [int(t) for t in prompt]
+            ids = _token_ids(prompt)
         self._check_prompt(ids)
         return ids
 
     # -- requests ----------------------------------------------------------------------------------
-    def _run(self, prompts, sampling_params, outputs: dict[int, RequestOutput], *, stream: bool):
-        """Queue every prompt, then step until all finish; whatever happens, nothing stays queued."""
-        try:
-            self._add_all(prompts, sampling_params, stream=stream)
-            while self._core.has_unfinished:
-                for request in self._core.step():
-                    delta = self._on_token(request, outputs, stream=stream)
-                    if stream:
-                        yield delta
-        finally:
-            self._abort_unfinished()
-
-    def _add_all(self, prompts, sampling_params, *, stream: bool) -> None:
+    def _submit(self, prompts, sampling_params, *, stream: bool) -> _Call:
+        """Check every prompt, then queue them all as one call (none queued if any is refused)."""
         prompts = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompts))
-        ids = [self.encode(p) for p in prompts]  # every prompt checked before any is queued
-        for index, (prompt, token_ids, p) in enumerate(zip(prompts, ids, params, strict=True)):
-            self._add(index, prompt if isinstance(prompt, str) else None, token_ids, p, stream)
+        ids = [self.encode(p) for p in prompts]
+        if stream or any(p.stop for p in params):
+            self._require_tokenizer()
+        call = _Call(stream)
+        with self._step_flag():
+            try:
+                for index, (prompt, token_ids, p) in enumerate(zip(prompts, ids, params, strict=True)):
+                    self._add(call, index, prompt if isinstance(prompt, str) else None, token_ids, p)
+            except BaseException:
+                self._drop(call)
+                raise
+        return call
 
-    def _add(self, index: int, prompt: str | None, token_ids: list[int], params: SamplingParams, stream: bool):
+    def _add(self, call: _Call, index: int, prompt: str | None, token_ids: list[int], params: SamplingParams):
         request = Request(self._next_id, token_ids, params, self.max_model_len)
         self._next_id += 1
-        needs_text = bool(stream or params.stop)
-        if needs_text:
-            self._require_tokenizer()
-        text = TextTracker(self.tokenizer.decode, params.stop) if needs_text else None
+        text = TextTracker(self.tokenizer.decode, params.stop) if call.stream or params.stop else None
+        call.requests.append(request)  # before queueing: whatever interrupts the add, _drop finds it
+        call.unfinished += 1
+        self._tracked[request.request_id] = _Tracked(call, index, prompt, request, text)
         self._core.add(request)
-        self._tracked[request.request_id] = _Tracked(index, prompt, request, text)
 
-    def _on_token(self, request: Request, outputs: dict[int, RequestOutput], *, stream: bool):
-        tracked = self._tracked[request.request_id]
+    def _events(self, call: _Call) -> Iterator:
+        """The call's outputs as they are delivered, until its last request finishes."""
+        while batch := self._next_events(call):
+            for event in batch:
+                if isinstance(event, _Failure):
+                    raise event.error
+                yield event
+
+    def _next_events(self, call: _Call) -> list:
+        """Wait for the call's next events; when no step is running, run one (no busy wait)."""
+        while True:
+            with self._lock:
+                while not call.events and call.unfinished and self._stepping:
+                    self._lock.wait()
+                if call.events or not call.unfinished:
+                    events, call.events = call.events, []
+                    return events
+                self._stepping = True
+            deliveries: list = []
+            try:
+                deliveries = self._step()
+            finally:
+                self._end_step(deliveries)
+
+    @contextmanager
+    def _step_flag(self):
+        """Hold the right to touch the scheduler (waits while another thread steps)."""
+        with self._lock:
+            while self._stepping:
+                self._lock.wait()
+            self._stepping = True
+        try:
+            yield
+        finally:
+            self._end_step([])
+
+    def _end_step(self, deliveries: list) -> None:
+        """Hand each call its events, drop the requests of calls ended meanwhile, wake the waiters."""
+        with self._lock:
+            for call, event, done in deliveries:
+                if event is not None:
+                    call.events.append(event)
+                call.unfinished -= done
+            self._stepping = False
+            while self._pending_aborts:
+                self._drop(self._pending_aborts.popleft())
+            self._lock.notify_all()
+
+    def _step(self) -> list[tuple[_Call, object, bool]]:
+        """One engine step for every call; returns (call, event or None, request finished) per new token."""
+        deliveries = []
+        for request in self._core.step():
+            tracked = self._tracked[request.request_id]
+            try:
+                event = self._on_token(tracked)
+            except Exception as err:  # noqa: BLE001 - e.g. a decode failure fails its own call only
+                self._core.abort(request)
+                event = _Failure(err)
+            if request.is_finished:
+                del self._tracked[request.request_id]
+            deliveries.append((tracked.call, event, request.is_finished))
+        return deliveries
+
+    def _on_token(self, tracked: _Tracked):
+        """The event a new token gives its call: a delta when streaming, the output when it finished."""
+        request = tracked.request
         if tracked.text is not None and tracked.text.update(request.output_token_ids):
-            self._core.finish(request, FinishReason.STOP)
-        if request.is_finished:
-            outputs[tracked.index] = self._output(self._tracked.pop(request.request_id))
-        if stream:
+            self._core.stop(request)
+        if tracked.call.stream:
             delta = tracked.text.delta(final=request.is_finished)
             reason = request.finish_reason.value if request.finish_reason else None
             return StreamDelta(tracked.index, request.output_token_ids[-1], delta, reason)
-        return None
+        return self._output(tracked) if request.is_finished else None
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
         request = tracked.request
@@ -192,9 +293,25 @@ class LLM:
             request.finish_reason.value,
         )
 
-    def _abort_unfinished(self) -> None:
-        self._core.abort_all()
-        self._tracked.clear()
+    def _abort(self, call: _Call) -> None:
+        """Drop the call's unfinished requests: now, or when the step in flight ends (never waits for it).
+
+        Runs in the call's `finally`, so also when a stream is closed or garbage-collected in any thread."""
+        with self._lock:
+            if not call.unfinished:
+                return
+            self._pending_aborts.append(call)
+            if not self._stepping:
+                while self._pending_aborts:
+                    self._drop(self._pending_aborts.popleft())
+
+    def _drop(self, call: _Call) -> None:
+        """Abort every unfinished request of `call` (the caller holds the scheduler)."""
+        for request in call.requests:
+            self._core.abort(request)
+            self._tracked.pop(request.request_id, None)
+        call.unfinished = 0
+        call.events = []
 
     # -- checks --------------------------------------------------------------------------------------
     def _check_prompt(self, ids: list[int]) -> None:
@@ -297,21 +414,64 @@ def _max_model_len(config, requested: int | None) -> int:
     return requested
 
 
+_PROMPT_FORMS = "a string, a list of int token ids (or a 1-D integer numpy/torch array), or a list of those"
+
+
+def _is_array(value) -> bool:
+    """A numpy array or torch tensor (duck-typed, so neither is imported here)."""
+    return hasattr(value, "tolist") and hasattr(value, "ndim")
+
+
+def _is_token_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _as_prompt_list(prompts) -> list[Prompt]:
-    if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+    """One prompt or a batch of them, as a list; anything else is an InputError naming the argument."""
+    if isinstance(prompts, (bytes, bytearray, Mapping)) or not hasattr(prompts, "__iter__"):
+        raise InputError(f"prompts must be {_PROMPT_FORMS}; got {type(prompts).__name__}")
+    if isinstance(prompts, str) or (_is_array(prompts) and prompts.ndim == 1):
+        return [prompts]
+    if isinstance(prompts, Sequence) and prompts and _is_token_id(prompts[0]):
         return [prompts]
     prompts = list(prompts)
     if not prompts:
-        raise InputError("no prompts given; pass a string, a list of token ids, or a list of either")
+        raise InputError(f"no prompts given; pass {_PROMPT_FORMS}")
     return prompts
 
 
+def _token_ids(prompt) -> list[int]:
+    """A prompt given as token ids, as a list of ints: float, bool or non-numeric ids are refused, not rounded."""
+    if _is_array(prompt):
+        if prompt.ndim != 1:
+            raise InputError(f"a token-id array prompt must be 1-D, got {prompt.ndim}-D; pass one row per prompt")
+        prompt = prompt.tolist()
+    if isinstance(prompt, (str, bytes, bytearray, Mapping)) or not hasattr(prompt, "__iter__"):
+        raise InputError(f"each prompt must be {_PROMPT_FORMS}; got {type(prompt).__name__}")
+    ids = list(prompt)
+    bad = next(((i, t) for i, t in enumerate(ids) if not _is_token_id(t)), None)
+    if bad is not None:
+        raise InputError(
+            f"token id {bad[0]} of the prompt is {bad[1]!r} ({type(bad[1]).__name__}); token ids must be ints"
+        )
+    return ids
+
+
 def _as_params_list(params, count: int) -> list[SamplingParams]:
+    """One SamplingParams for every prompt, or one per prompt; anything else is an InputError."""
     if params is None:
         return [SamplingParams()] * count
     if isinstance(params, SamplingParams):
         return [params] * count
+    if isinstance(params, (str, bytes, Mapping)) or not hasattr(params, "__iter__"):
+        raise InputError(
+            f"sampling_params must be a SamplingParams, a list of them (one per prompt) or None; "
+            f"got {type(params).__name__} (build one with SamplingParams(**options))"
+        )
     params = list(params)
+    wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
+    if wrong is not None:
+        raise InputError(f"sampling_params holds a {type(wrong).__name__}, not a SamplingParams: {wrong!r}"[:300])
     if len(params) != count:
         raise InputError(f"got {len(params)} SamplingParams for {count} prompts; pass one, or one per prompt")
     return params

@@ -19,7 +19,8 @@ class RequestOutput:
     token_ids: list[int]
     """Every generated token id, including an end-of-sequence token that ended it."""
     finish_reason: str
-    """"length" (max_tokens or the model's context) or "stop" (end-of-sequence token or stop string)."""
+    """"stop" (end-of-sequence token or stop string, also one completed by the last allowed token) or
+    "length" (max_tokens or the model's context reached without a stop)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ class FinishReason(str, enum.Enum):
     """max_tokens reached, or the model's context is full."""
     STOP = "stop"
     """end-of-sequence token or a stop string."""
+    ABORT = "abort"
+    """its call ended first (a stream closed early, an error in the call); no output is delivered."""
 
 
 class Request:

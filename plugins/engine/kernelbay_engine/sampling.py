@@ -17,8 +17,28 @@ if TYPE_CHECKING:
     import torch
 
 
+MIN_TEMPERATURE = 1e-4
+"""Below this (but above 0) logits / temperature overflows float32 and sampling would fail: use 0 (greedy)."""
+SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes a 64-bit seed
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _stop_strings(stop) -> tuple | None:
+    """`stop` as a tuple: one string, an iterable of them, or None (no stop strings); None if it is none of those."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+        return None
+    return tuple(stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +61,12 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        object.__setattr__(self, "stop", tuple(self.stop))
+        stop = _stop_strings(self.stop)
+        if stop is None:
+            raise SamplingParamsError(
+                f"invalid SamplingParams: stop must be a string, a list of strings or None, got {self.stop!r}"
+            )
+        object.__setattr__(self, "stop", stop)
         problems = [p for p in self._problems() if p]
         if problems:
             raise SamplingParamsError("invalid SamplingParams: " + "; ".join(problems))
@@ -54,15 +77,19 @@ class SamplingParams:
             if _is_int(self.max_tokens) and self.max_tokens >= 1
             else f"max_tokens must be a positive integer (the number of tokens to generate), got {self.max_tokens!r}",
             None
-            if isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
-            else f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature!r}",
+            if _is_number(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE)
+            else f"temperature must be a finite number >= 0: 0 (greedy) or at least {MIN_TEMPERATURE}, "
+            f"got {self.temperature!r}",
             None
-            if isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1
+            if _is_number(self.top_p) and 0 < self.top_p <= 1
             else f"top_p must be in (0, 1] (1 disables nucleus sampling), got {self.top_p!r}",
             None
             if _is_int(self.top_k) and self.top_k >= 0
             else f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}",
-            None if self.seed is None or _is_int(self.seed) else f"seed must be an integer or None, got {self.seed!r}",
+            None
+            if self.seed is None or (_is_int(self.seed) and 0 <= self.seed < SEED_LIMIT)
+            else f"seed must be an integer from 0 to 2**64 - 1, or None, got {self.seed!r}",
+            None if isinstance(self.ignore_eos, bool) else f"ignore_eos must be True or False, got {self.ignore_eos!r}",
             None
             if all(isinstance(s, str) and s for s in self.stop)
             else f"stop must be non-empty strings, got {self.stop!r}",

@@ -115,6 +115,14 @@ class Scheduler:
         self.running.remove(request)
         self._release(request)
 
+    def abort(self, request: Request) -> None:
+        """Drop one request, waiting or running (its call is gone); the others are untouched."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self._release(request)
+
     # -- internals -------------------------------------------------------------------------------
     def _schedule_running(self, plan: StepPlan) -> int:
         """Decodes (one token each) and the next chunk of running prefills; returns the budget left."""

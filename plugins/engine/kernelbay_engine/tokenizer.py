@@ -5,13 +5,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kernelbay.errors import KernelbayError
+from kernelbay.errors import InputError, KernelbayError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
 class TokenizerError(KernelbayError, ValueError):
     """No tokenizer in the model folder, or it cannot do what was asked (e.g. no chat template)."""
+
+
+def check_prompt_text(text, what: str = "the prompt") -> str:
+    """`text` if it is a str that UTF-8 can encode; lone surrogates (what undecodable bytes become) are refused."""
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InputError(
+            f"{what} is not valid Unicode text: {text[err.start]!r} at character {err.start} is a lone surrogate "
+            "(often invalid UTF-8 bytes decoded with surrogateescape); pass valid UTF-8 text"
+        ) from None
+    return text
 
 
 def has_tokenizer(folder: str | Path) -> bool:
@@ -30,7 +44,13 @@ class Tokenizer:
         from transformers import AutoTokenizer
 
         self.folder = Path(folder)
-        self.hf = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+        try:
+            self.hf = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+        except Exception as err:  # transformers/tokenizers raise anything (KeyError, bare Exception) on bad files
+            raise TokenizerError(
+                f"the tokenizer in {str(folder)!r} cannot be loaded ({type(err).__name__}: {err}); "
+                f"repair or re-download {', '.join(n for n in TOKENIZER_FILES if (self.folder / n).exists())}"
+            ) from err
 
     @property
     def has_chat_template(self) -> bool:
@@ -43,7 +63,7 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, with the special tokens the tokenizer adds (BOS for Llama)."""
-        return list(self.hf(text)["input_ids"])
+        return list(self.hf(check_prompt_text(text))["input_ids"])
 
     def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """Token ids of `messages` ([{"role": ..., "content": ...}]) rendered by the chat template."""
@@ -52,7 +72,16 @@ class Tokenizer:
                 f"the tokenizer in {str(self.folder)!r} has no chat template; "
                 f"pass a plain prompt instead of chat messages"
             )
-        text = self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        for message in messages:
+            if isinstance(message, Mapping) and isinstance(message.get("content"), str):
+                check_prompt_text(message["content"], what="a chat message's content")
+        try:
+            text = self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        except Exception as err:  # the template is the folder's own Jinja code: it can raise anything
+            raise TokenizerError(
+                f"the chat template in {str(self.folder)!r} failed ({type(err).__name__}: {err}); "
+                f"fix chat_template in tokenizer_config.json, or pass --raw / a plain prompt"
+            ) from err
         return list(self.hf(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, token_ids: Sequence[int]) -> str:

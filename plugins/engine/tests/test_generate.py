@@ -139,6 +139,29 @@ def test_stop_string_cuts_the_text(make_llm):
     assert streamed == out.text
 
 
+def _stop_completed_by_last_token(llm, token_ids):
+    """(max_tokens, stop string) where the stop string first appears with the max_tokens-th token."""
+    decode = llm.tokenizer.decode
+    for n in range(2, len(token_ids) + 1):
+        before, text = decode(token_ids[: n - 1]), decode(token_ids[:n])
+        piece = text[len(before) :] if text.startswith(before) else ""
+        if piece.strip() and "\ufffd" not in piece and piece not in before:
+            return n, piece
+    pytest.skip("no generated token adds new clean text")
+
+
+def test_stop_string_on_the_last_allowed_token_is_stop(make_llm):
+    """A stop string completed by the max_tokens-th token ends with "stop", not "length", streamed or not."""
+    llm = make_llm()
+    full = llm.generate(PROMPTS[1], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))[0]
+    n, stop = _stop_completed_by_last_token(llm, full.token_ids)
+    params = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True, stop=stop)
+    out = llm.generate(PROMPTS[1], params)[0]
+    assert (out.finish_reason, out.token_ids) == ("stop", full.token_ids[:n])
+    assert out.text == llm.tokenizer.decode(full.token_ids[: n - 1])
+    assert list(llm.stream(PROMPTS[1], params))[-1].finish_reason == "stop"
+
+
 def test_prompt_longer_than_context_is_an_error(make_llm):
     """A prompt with no room left in max_position_embeddings is refused before anything runs."""
     llm = make_llm()

@@ -91,3 +91,17 @@ def test_the_scheduler_is_the_only_block_ledger(make_llm):
     blocks = llm._core.scheduler.blocks
     assert blocks.num_free_blocks == blocks.num_blocks and not blocks.request_ids()
     assert llm.runner.num_cached_tokens(0) == 0 and llm.runner._own_blocks is None
+
+
+@pytest.mark.parametrize("budget", [100_000, 777_777, BUDGET])
+def test_explain_promises_what_the_engine_holds(tiny_llama, make_llm, scaled_backend, budget):
+    """explain's tokens_that_fit for a budget is exactly the engine's blocks x block_size for that budget, also
+    for a backend whose spec prices a block above the config's bytes per token (scales, as acme's int8 cache)."""
+    from kernelbay.explain import explain_model
+    from kernelbay_engine import LLM
+
+    for backend in ("VANILLA", scaled_backend):
+        llm = LLM(tiny_llama, progress=False, attention_backend=backend, kv_cache_memory=budget)
+        doc = explain_model(tiny_llama, backend=backend, memory=budget)
+        held = llm._core.scheduler.config.num_blocks * llm._core.scheduler.config.block_size
+        assert doc["kv_cache"]["tokens_that_fit"] == held, (backend, budget)

@@ -71,3 +71,35 @@ def test_seeded_draws_are_reproducible_and_independent_of_batch():
     batched = [Sampler()(logits[[0, 1]], [p, p], [g1, g2])[0] for _ in range(10)]
     assert alone == batched
     assert len(set(alone)) > 1, "temperature 1 over 40 tokens should vary across draws"
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(temperature=1e-40), r"temperature must be a finite number >= 0: 0 \(greedy\) or at least 0.0001"),
+        (dict(temperature=True), "temperature"),
+        (dict(top_p=True), "top_p"),
+        (dict(seed=2**64), r"seed must be an integer from 0 to 2\*\*64 - 1"),
+        (dict(seed=-1), r"seed must be an integer from 0 to 2\*\*64 - 1"),
+        (dict(stop=5), "stop must be a string, a list of strings or None, got 5"),
+        (dict(stop=b"x"), "stop must be a string"),
+        (dict(ignore_eos="no"), "ignore_eos must be True or False"),
+    ],
+)
+def test_values_that_used_to_crash_sampling_or_be_coerced_are_rejected(bad, match):
+    """Tiny temperatures, out-of-range seeds, bad stop/ignore_eos types are a SamplingParamsError naming them."""
+    with pytest.raises(SamplingParamsError, match=match):
+        SamplingParams(**bad)
+
+
+def test_stop_none_means_no_stop_strings():
+    """stop=None is accepted explicitly and means the default: no stop strings."""
+    assert SamplingParams(stop=None).stop == ()
+
+
+@pytest.mark.parametrize("seed", [0, 2**63, 2**64 - 1])
+def test_seeds_across_the_whole_64_bit_range_sample(seed):
+    """Every accepted seed makes a generator (2**64 - 1 included) and the smallest temperature samples finitely."""
+    params = SamplingParams(temperature=1e-4, seed=seed)
+    logits = torch.tensor([30.0, 29.0, -5.0])
+    assert sample_row(logits, params, make_generator(params)) == 0

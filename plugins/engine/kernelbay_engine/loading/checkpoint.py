@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
+import pickle
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -11,15 +13,11 @@ from pathlib import Path
 
 import torch
 
-from kernelbay.errors import KernelbayError
-from kernelbay_engine.loading.safetensors_file import TensorEntry, read_index, read_into
+from kernelbay_engine.loading.errors import CheckpointError
+from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, TensorEntry, read_index, read_into, shape_mismatch
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_PATTERNS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt")
-
-
-class CheckpointError(KernelbayError, ValueError):
-    """The checkpoint folder's weights are absent, inconsistent or in a refused format."""
 
 
 @dataclass
@@ -93,7 +91,7 @@ class CheckpointReader:
         if entry is None:
             src = self.checkpoint.pickled[name]
             if tuple(src.shape) != tuple(dest.shape):
-                raise ValueError(f"{name}: checkpoint shape {list(src.shape)} != model shape {list(dest.shape)}")
+                raise CheckpointError(f"{shape_mismatch(name, src.shape, dest.shape)} {SHAPE_HINT}")
             dest.copy_(src)
             return
         f = self._files.get(entry.path)
@@ -105,11 +103,8 @@ class CheckpointReader:
 def open_checkpoint(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Index the weights of `folder`; refuses pickle files unless `allow_pickle`."""
     folder = Path(folder)
-    files = _safetensors_files(folder)
-    if files:
-        entries = {}
-        for path in files:
-            entries.update(read_index(path))
+    entries = _safetensors_entries(folder)
+    if entries is not None:
         return Checkpoint(folder, entries)
     pickles = sorted(p for pattern in PICKLE_PATTERNS for p in folder.glob(pattern))
     if not pickles:
@@ -126,21 +121,105 @@ def open_checkpoint(folder: str | Path, *, allow_pickle: bool = False) -> Checkp
     return Checkpoint(folder, pickled=dict(_load_pickles(pickles)))
 
 
-def _safetensors_files(folder: Path) -> list[Path]:
+def _safetensors_entries(folder: Path) -> dict[str, TensorEntry] | None:
+    """Every tensor of the folder's safetensors files (None if it has none), each from exactly one file."""
     index = folder / SAFETENSORS_INDEX
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise CheckpointError(f"{index} has no 'weight_map' naming the shard of each tensor")
-        files = sorted({folder / f for f in weight_map.values()})
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise CheckpointError(f"{index} names shard(s) that are not in the folder: {', '.join(missing)}")
-        return files
-    return sorted(folder.glob("*.safetensors"))
+    if index.exists() or index.is_symlink():
+        return _indexed_entries(folder, index)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    entries: dict[str, TensorEntry] = {}
+    for path in files:
+        _require_file(path)
+        for name, entry in read_index(path).items():
+            if name in entries:
+                raise CheckpointError(
+                    f"tensor {name!r} is in both {entries[name].path.name} and {path.name} in {folder}; "
+                    f"remove the stale file, or add {SAFETENSORS_INDEX} saying which file holds each tensor"
+                )
+            entries[name] = entry
+    return entries
+
+
+def _indexed_entries(folder: Path, index: Path) -> dict[str, TensorEntry]:
+    """The index decides: each tensor comes from the file it names, and each file holds exactly those."""
+    weight_map = _read_weight_map(index)
+    files = sorted(set(weight_map.values()))
+    missing = [f for f in files if not (folder / f).exists()]
+    if missing:
+        raise CheckpointError(f"{index} names shard(s) that are not in the folder: {', '.join(missing)}")
+    entries: dict[str, TensorEntry] = {}
+    for file in files:
+        path = folder / file
+        _require_file(path)
+        found = read_index(path)
+        _check_shard(index, file, found, weight_map)
+        entries.update(found)
+    return entries
+
+
+def _check_shard(index: Path, file: str, found: dict[str, TensorEntry], weight_map: dict[str, str]) -> None:
+    """`file` holds exactly the tensors the index maps to it."""
+    expected = {name for name, f in weight_map.items() if f == file}
+    absent = sorted(expected - found.keys())
+    if absent:
+        raise CheckpointError(f"{index} maps {_few(absent)} to {file}, which does not hold them; {_INDEX_FIX}")
+    for name in sorted(found.keys() - expected):
+        where = f"maps it to {weight_map[name]}" if name in weight_map else "does not list it"
+        raise CheckpointError(f"tensor {name!r} is in {file} but {index.name} {where}; {_INDEX_FIX}")
+
+
+_INDEX_FIX = "the index and the shards are out of step: re-download them together"
+
+
+def _few(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return f"{len(names)} tensor(s) ({shown}{', ...' if len(names) > limit else ''})"
+
+
+def _read_weight_map(index: Path) -> dict[str, str]:
+    """The index's weight_map (tensor -> shard file name), refused unless it is exactly that."""
+    _require_file(index)
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{index} is not valid JSON ({err}); re-download it") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} has no 'weight_map' naming the shard of each tensor")
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not _plain_file_name(file):
+            raise CheckpointError(
+                f"{index}: weight_map[{name!r}] is {file!r}; it must be the file name of a shard in the folder"
+            )
+    return weight_map
+
+
+def _plain_file_name(file: str) -> bool:
+    """A relative path inside the folder (no absolute path, no '..')."""
+    path = Path(file)
+    return bool(file) and not path.is_absolute() and ".." not in path.parts
+
+
+def _require_file(path: Path) -> None:
+    """`path` is a readable regular file (a symlink to one is fine), or an error saying what it is instead."""
+    if path.is_file():
+        return
+    if path.is_symlink():
+        what = f"a symbolic link to {os.readlink(path)!r} that does not resolve (dangling or looping)"
+    elif path.is_dir():
+        what = "a directory, not a file"
+    else:
+        what = "not a regular file"
+    raise CheckpointError(f"{path} is {what}; put the real weight file there")
 
 
 def _load_pickles(paths: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
     for path in paths:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        _require_file(path)
+        try:
+            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
+            raise CheckpointError(f"{path} is not a readable torch checkpoint ({err}); re-download it") from None
         yield from state.items()

@@ -15,7 +15,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from kernelbay_engine.loading.checkpoint import Checkpoint
+from kernelbay_engine.loading.errors import CheckpointError
 from kernelbay_engine.loading.plan import LoadPlan, NameRules, make_plan
+from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
 
 logger = logging.getLogger("kernelbay.models")
 
@@ -50,9 +52,48 @@ def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
 
 def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
     if mmap and _map_whole(model, reader, name, target):
-        return
-    dest = _materialize(model, target.param)
-    reader.read_into(name, dest[target.index] if target.index else dest)
+        loaded = _slot_tensor(model, target.param)
+    else:
+        dest = _materialize(model, target.param)
+        loaded = dest[target.index] if target.index else dest
+        reader.read_into(name, loaded)
+    if not _all_finite(loaded):
+        raise CheckpointError(
+            f"{name} in {reader.checkpoint.folder} holds NaN or infinite values (as {loaded.dtype}); "
+            f"the checkpoint is corrupt, or its values overflow the requested dtype"
+        )
+
+
+def _slot_tensor(model: nn.Module, param_path: str) -> torch.Tensor:
+    module, name = _slot(model, param_path)
+    return module._parameters[name].data
+
+
+_FINITE_CHUNK = 1 << 22  # elements per isfinite() call: bounds the temporary bool mask
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN/inf in a float tensor (one pass, in chunks); integer tensors are always finite."""
+    if not t.is_floating_point():
+        return True
+    for chunk in t.reshape(-1).split(_FINITE_CHUNK):
+        if chunk.element_size() == 1:  # isfinite has no float8 kernel; float16 keeps NaN and every fp8 value
+            chunk = chunk.to(torch.float16)
+        if not bool(torch.isfinite(chunk).all()):
+            return False
+    return True
+
+
+def _check_shapes(model: nn.Module, checkpoint: Checkpoint, plan: LoadPlan) -> None:
+    """Whole-parameter tensors of the wrong shape, all named before any byte is read."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    wrong = [
+        shape_mismatch(name, checkpoint.shape(name), params[t.param].shape)
+        for name, t in plan.assignments.items()
+        if not t.index and t.param in params and tuple(checkpoint.shape(name)) != tuple(params[t.param].shape)
+    ]
+    if wrong:
+        raise CheckpointError("\n".join([*wrong, SHAPE_HINT]))
 
 
 def load_weights(
@@ -68,8 +109,10 @@ def load_weights(
     `mmap=True`: tensors that map 1:1 onto a parameter in the same dtype become copy-on-write views of
     the file (paged in on first use, shared with the page cache); fused, sliced or cast ones are read.
     Only for checkpoints nobody rewrites while the model lives: untouched pages follow the file.
+    Every float tensor is checked for NaN/inf once as it loads (in mmap mode too: that pages the file in once).
     """
     plan = make_plan(model, checkpoint.names, rules)
+    _check_shapes(model, checkpoint, plan)
     names = checkpoint.in_file_order(plan.assignments)
     total = sum(_nbytes(checkpoint, n) for n in names)
     show = sys.stderr.isatty() if progress is None else progress

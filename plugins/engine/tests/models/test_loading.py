@@ -100,11 +100,11 @@ def test_unexpected_tensors_are_named(llama, tmp_path):
 
 
 def test_shape_mismatch_names_the_tensor(llama, tmp_path):
-    """A tensor of the wrong shape is an error naming it and both shapes."""
+    """A tensor of the wrong shape is a CheckpointError (exit 9) naming it and both shapes."""
     state = tensors(llama)
     state["model.norm.weight"] = torch.ones(3)
     folder = write_variant(llama, tmp_path / "shape", state)
-    with pytest.raises(ValueError, match=r"model\.norm\.weight: checkpoint shape \[3\] != model shape \[64\]"):
+    with pytest.raises(CheckpointError, match=r"model\.norm\.weight: checkpoint shape \[3\] != model shape \[64\]"):
         AutoModelForCausalLM.from_pretrained(folder, progress=False)
 
 
