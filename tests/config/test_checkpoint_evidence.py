@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from kernelbay.config import ModelConfig
+from kernelbay.config._checkpoint import Checkpoint
 from kernelbay.errors import ConfigError
 
 
@@ -85,3 +86,11 @@ def test_corrupt_safetensors_header(shared_copy):
     (folder / "model.safetensors").write_bytes(b"\xff" * 16)
     with pytest.raises(ConfigError, match=r"model.safetensors: .*corrupt|not a readable safetensors file"):
         ModelConfig.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("weight_map", [["model.safetensors"], {"a.weight": 3}, "model.safetensors"])
+def test_malformed_index_weight_map_is_a_clear_error(tmp_path, weight_map):
+    """An index whose weight_map is not an object of file names is a ConfigError naming the file, not a crash."""
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError, match="weight_map must be a JSON object mapping tensor names to shard files"):
+        Checkpoint(tmp_path).files  # noqa: B018 - reading the property is the test

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbay.attention import KVCacheSpec, KVLayout
+from kernelbay.attention import KVCacheSpec, KVLayout, zeroed
 
 QMAX = 127.0
 
@@ -44,7 +44,7 @@ class Int8KVCacheSpec(KVCacheSpec):
 
     def allocate(self, num_blocks: int, device="cpu") -> torch.Tensor:
         """The int8 payload, shaped `cache_shape(num_blocks)`; the backend allocates the scales beside it."""
-        return torch.zeros(self.cache_shape(num_blocks), dtype=torch.int8, device=device)
+        return zeroed(self.cache_shape(num_blocks), torch.int8, device)  # untouched pages stay non-resident
 
 
 class Int8PagedKV:

@@ -18,7 +18,7 @@ from ._capabilities import ANY
 from ._factory import build_backend, create_attention
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
-from ._kv_spec import KVCacheSpec
+from ._kv_spec import KVCacheSpec, zeroed
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
 from ._requirements import AttentionRequirements
@@ -66,4 +66,5 @@ __all__ = [
     "select_for_layer_groups",
     "select_for_model",
     "validate_options",
+    "zeroed",
 ]

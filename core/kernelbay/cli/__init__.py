@@ -118,7 +118,13 @@ def _silence_stdout() -> None:
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    plugins = plugin_commands()
+    from kernelbay.errors import KernelbayError
+
+    try:
+        plugins = plugin_commands()  # discovery: an error in the environment is one line, like any other
+    except KernelbayError as err:
+        print(f"kernelbay: error: {err}", file=sys.stderr)
+        return getattr(err, "exit_code", 1)
     top, rest = _parser(plugins).parse_known_args(argv)
     if top.trace:
         from kernelbay._trace import enable_trace
@@ -130,8 +136,6 @@ def _main(argv: list[str] | None) -> int:
     description = COMMANDS[top.command][1] if top.command in COMMANDS else None
     parser = argparse.ArgumentParser(prog=f"kernelbay {top.command}", description=description)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
-    from kernelbay.errors import KernelbayError
-
     try:
         handler = _command(top.command, plugins, parser)
         args = parser.parse_args(rest)

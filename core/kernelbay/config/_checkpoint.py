@@ -29,6 +29,8 @@ class Checkpoint:
         index = self.folder / INDEX_FILE
         if index.is_file():
             weight_map = _read_json(index).get("weight_map") or {}
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise ConfigError(f"{index}: weight_map must be a JSON object mapping tensor names to shard files.")
             return [self.folder / name for name in sorted(set(weight_map.values()))]
         return sorted(self.folder.glob("*.safetensors"))
 
