@@ -238,6 +238,7 @@ def render_text(doc: dict) -> str:
     lines = [
         f"model        {doc['model_path']}",
         _config_line(doc["config"]),
+        *(f"  note       {note}" for note in doc["config"]["notes"]),  # how a default or quirk was resolved
         f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
         _provider_line(doc["provider"]),
         *_attention_lines(doc["attention"]),

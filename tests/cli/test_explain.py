@@ -148,3 +148,10 @@ def test_tokens_that_fit_counts_whole_blocks():
     kv = json.loads(out)["kv_cache"]
     assert code == 0 and 2**30 // kv["bytes_per_token"] == 10082  # partial blocks would promise 10082
     assert kv["tokens_that_fit"] == 2**30 // (16 * kv["bytes_per_token"]) * 16 == 10080
+
+
+def test_text_output_shows_how_defaults_and_quirks_were_resolved():
+    """The notes (defaults taken, fields ignored, family rules applied) are printed in text mode, not only --json."""
+    done = run_cli("explain", str(CONFIGS / "gemma-2-9b"))
+    assert done.returncode == 0, done.stderr
+    assert "  note       layers: the 'gemma2' rule of kernelbay_llama" in done.stdout
