@@ -22,12 +22,24 @@ def _env() -> dict:
 STAGES = ["discovered kernelbay ", "import kernelbay_torch.sdpa", "resolve model 'LlamaForCausalLM'", "loaded "]
 
 
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, as in a terminal. A suite started in the background (CI, `&`,
+    nohup) inherits SIGINT ignored, and Python installs its KeyboardInterrupt handler only over the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_sigint_during_run_exits_130_without_traceback(stage):
     """Ctrl-C at each startup stage of `kernelbay run` exits 130 with one line, never a traceback."""
     cmd = [sys.executable, "-m", "kernelbay.cli", "run", "--prompt", "hi", "--max-tokens", "400"]
     with subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=REPO,
+        preexec_fn=_interruptible,
     ) as proc:
         seen = []
         for line in proc.stderr:
