@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._install import install_into
+
 GOOD = {
     "pyproject.toml": """
         [build-system]
@@ -63,9 +65,7 @@ def site(tmp_path_factory) -> Path:
     for name, text in GOOD.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(textwrap.dedent(text).lstrip())
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
-    subprocess.run([*cmd, "--target", str(target), str(source)], check=True, capture_output=True, text=True)
-    return target
+    return install_into(target, source)
 
 
 def _python(site: Path, code: str) -> subprocess.CompletedProcess:

@@ -20,6 +20,7 @@ from kernelbay.attention import clear_selection_cache
 from kernelbay.hooks import reset_hooks
 from kernelbay.registry import Registry, default_registry, reset_registry
 from kernelbay.registry._discovery import discover
+from tests._install import install_into
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("plugins/torch", "plugins/llama", "plugins/deepseek", "plugins/flashinfer")
@@ -48,21 +49,7 @@ class Sites:
 
 
 def pip_install(target: Path, *package_dirs: str) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "--target",
-        str(target),
-        *(str(REPO / d) for d in package_dirs),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, f"pip install failed:\n{done.stdout}\n{done.stderr}"
+    install_into(target, *(REPO / d for d in package_dirs))
 
 
 def _move_out(src: Path, dst: Path, packages: tuple[str, ...]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from kernelbay.hooks import reset_hooks
 from kernelbay.registry import Registry, default_registry, reset_registry
 from kernelbay.registry._discovery import discover
+from tests._install import install_into
 
 DISTS = Path(__file__).parent / "dists"
 FIXTURE_PACKAGES = (
@@ -32,21 +32,7 @@ FIXTURE_PACKAGES = (
 
 
 def install_fixture_dists(target: Path) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "--target",
-        str(target),
-        *sorted(str(d) for d in DISTS.iterdir() if d.is_dir()),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return target
+    return install_into(target, *sorted(d for d in DISTS.iterdir() if d.is_dir()))
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from kernelbay.attention import AttentionRequirements, KVCacheSpec, create_attention
+from kernelbay.attention import KVCacheSpec, create_attention
 from tests.attention._harness import MLA_SPECS, SPECS, make_data, run_backend
 
 # Specs ACME_INT8 must claim (the harness may add more; whatever it claims must then pass too).
@@ -42,17 +42,7 @@ def acme(sites):
 
 
 def requirements(spec, platform="acme"):
-    return AttentionRequirements(
-        head_size=spec.head_dim,
-        dtype=spec.dtype,
-        kv_cache_dtype=spec.kv_cache_dtype,
-        attn_type=spec.attn_type,
-        logit_softcap=spec.logit_softcap is not None,
-        use_mla=spec.mla is not None,
-        block_size=spec.block_size,
-        kv_layout=spec.layout,
-        platform=platform,
-    )
+    return spec.requirements().with_platform(platform)
 
 
 def _claimed(cls) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kernelbay import resolve
-from kernelbay.attention import AttentionRequirements
 from tests.attention._harness import SPECS, assert_close, make_data, run_backend
 
 # FLEX in eager mode costs ~1 s a spec on this CPU, so it runs a subset here; its compiled kernel
@@ -33,25 +32,12 @@ FLEX_SPECS = (
 SWEEPS = {"SDPA": tuple(name for name in SPECS if name != "softcap"), "FLEX": FLEX_SPECS}
 
 
-def requirements_of(spec) -> AttentionRequirements:
-    return AttentionRequirements(
-        head_size=spec.head_dim,
-        dtype=spec.dtype,
-        kv_cache_dtype=spec.kv_cache_dtype,
-        attn_type=spec.attn_type,
-        logit_softcap=spec.logit_softcap is not None,
-        use_mla=spec.mla is not None,
-        block_size=spec.block_size,
-        kv_layout=spec.layout,
-    )
-
-
 def _cases():
     """Every (backend, spec) the backend claims; refused ones belong to test_capability_honesty."""
     for backend, names in SWEEPS.items():
         cls = resolve("attention_backend", backend)
         for name in names:
-            if not cls.capability_failures(requirements_of(SPECS[name])):
+            if not cls.capability_failures(SPECS[name].requirements()):
                 yield pytest.param(
                     backend, name, {"compile": False} if backend == "FLEX" else None, id=f"{backend}-{name}"
                 )
@@ -73,7 +59,7 @@ def test_backend_matches_vanilla(backend, spec_name, options, reference_outputs)
 def test_sdpa_covers_every_spec_but_softcap():
     """SDPA claims every spec here except logit soft-capping, so the sweep above really exercises it."""
     cls = resolve("attention_backend", "SDPA")
-    refused = [n for n, s in SPECS.items() if cls.capability_failures(requirements_of(s))]
+    refused = [n for n, s in SPECS.items() if cls.capability_failures(s.requirements())]
     assert refused == ["softcap"]
 
 

@@ -10,7 +10,7 @@ from kernelbay.registry import names
 from tests.attention._fakes import FakePlatform
 from tests.attention._harness import MLA_SPECS, SPECS
 
-from .test_backends_vs_vanilla import SWEEPS, requirements_of
+from .test_backends_vs_vanilla import SWEEPS
 
 # feature -> the named spec that exercises it
 FEATURES = {
@@ -53,7 +53,7 @@ def test_every_installed_first_party_backend_is_covered():
 def test_claimed_is_tested_and_refused_is_never_selected(backend, feature, spec_name, fresh_registry):
     """Claimed: the feature's spec is in the backend's correctness sweep. Refused: neither automatic selection
     (even with the backend first in priority) nor an explicit request picks it."""
-    req = requirements_of(ALL_SPECS[spec_name])
+    req = ALL_SPECS[spec_name].requirements()
     cls = resolve("attention_backend", backend)
     if not cls.capability_failures(req):
         assert spec_name in RUNS[backend], f"[{backend}] claims {feature} but no test runs {spec_name} on it"
@@ -70,7 +70,7 @@ def test_refusals_are_the_documented_ones():
         b: sorted(
             f
             for f, s in FEATURES.items()
-            if resolve("attention_backend", b).capability_failures(requirements_of(ALL_SPECS[s]))
+            if resolve("attention_backend", b).capability_failures(ALL_SPECS[s].requirements())
         )
         for b in RUNS
     }
