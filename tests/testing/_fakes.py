@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from kernelbay.attention import AttentionGeometry
 from kernelbay_torch.vanilla import VanillaBackend
 
 
@@ -28,8 +29,7 @@ class WindowOffByOne(VanillaBackend):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.geometry.sliding_window is not None:
-            fields = {f: getattr(self.geometry, f) for f in AttentionGeometry.__dataclass_fields__}
-            self.geometry = AttentionGeometry(**{**fields, "sliding_window": self.geometry.sliding_window + 1})
+            self.geometry = dataclasses.replace(self.geometry, sliding_window=self.geometry.sliding_window + 1)
 
 
 class CrashesOnDecode(VanillaBackend):

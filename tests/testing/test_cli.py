@@ -8,29 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests._paths import REPO
+
 KERNELBAY = str(Path(sys.executable).with_name("kernelbay"))
+# A custom module dir registering the planted off-by-one backend of _fakes (the one class, imported by path).
 BAD_BACKEND_DIR = """
 from kernelbay import register_attention_backend
-from kernelbay.attention import AttentionGeometry
-from kernelbay_torch.vanilla import VanillaBackend
-
-
-class WindowOffByOne(VanillaBackend):
-    name = "FAKE_WINDOW_OFF_BY_ONE"
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.geometry.sliding_window is not None:
-            fields = {f: getattr(self.geometry, f) for f in AttentionGeometry.__dataclass_fields__}
-            self.geometry = AttentionGeometry(**{**fields, "sliding_window": self.geometry.sliding_window + 1})
-
+from tests.testing._fakes import WindowOffByOne
 
 register_attention_backend("FAKE_WINDOW_OFF_BY_ONE", target=WindowOffByOne)
 """
 
 
 def check_backend(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")} | {"PYTHONPATH": str(REPO)}
     return subprocess.run([KERNELBAY, "check-backend", *args], capture_output=True, text=True, env=env, timeout=300)
 
 

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from tests._paths import REPO
+
 from .test_cli import BAD_BACKEND_DIR
 
 # the repo's own strictness, so a warning from the plugin would fail these runs
@@ -17,7 +19,7 @@ STRICT_INI = (
 
 def pytest_in(path, *args: str) -> subprocess.CompletedProcess:
     (path / "pytest.ini").write_text(STRICT_INI)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")} | {"PYTHONPATH": str(REPO)}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", *args],
         capture_output=True,
