@@ -11,7 +11,7 @@ import transformers
 
 from kernelbay_engine import AutoModelForCausalLM
 
-from ._tiny import TINY
+from ._tiny import TINY, Tiny
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -32,24 +32,25 @@ def perturb_(model: torch.nn.Module, seed: int = 0) -> None:
                 tensor.add_(torch.randn(tensor.shape, generator=gen, dtype=tensor.dtype) * 0.05)
 
 
-def build_reference(name: str, seed: int = 0) -> transformers.PreTrainedModel:
+def build_reference(name: str, seed: int = 0, tiny: Tiny | None = None) -> transformers.PreTrainedModel:
+    """`tiny`: a plugin's own tiny config (plugins keep theirs beside their tests); default: `TINY[name]`."""
     torch.manual_seed(seed)
-    config = TINY[name].build()
+    config = (tiny or TINY[name]).build()
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
     perturb_(model, seed)
     return model.eval()
 
 
 class TinyCheckpoints:
-    """`get(name)` -> (folder, transformers model); built on first request, kept for the session."""
+    """`get(name[, tiny])` -> (folder, transformers model); built on first request, kept for the session."""
 
     def __init__(self, root):
         self.root = root
         self._cache: dict[str, tuple] = {}
 
-    def get(self, name: str):
+    def get(self, name: str, tiny: Tiny | None = None):
         if name not in self._cache:
-            model = build_reference(name)
+            model = build_reference(name, tiny=tiny)
             folder = self.root / name
             model.save_pretrained(folder)
             self._cache[name] = (folder, model)
@@ -66,9 +67,9 @@ def loaded(tiny_checkpoints):
     """name -> (transformers model, kernelbay model), each kernelbay model loaded once per module."""
     cache = {}
 
-    def get(name):
+    def get(name, tiny: Tiny | None = None):
         if name not in cache:
-            folder, hf_model = tiny_checkpoints.get(name)
+            folder, hf_model = tiny_checkpoints.get(name, tiny)
             cache[name] = (hf_model, AutoModelForCausalLM.from_pretrained(folder, progress=False))
         return cache[name]
 
