@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
+
 from ._tiny import TINY
+
+# The shared tiny configs and those plugins keep beside their own tests.
+ALL_TINY = {**TINY, **TINY_GEMMA3}
 
 
 def test_every_registered_family_architecture_has_a_parity_case(loaded):
     """The parity matrix covers each architecture the llama and deepseek plugins register."""
     from kernelbay.registry import names
 
-    covered = {type(loaded(name)[1]).__name__ for name in TINY}
+    covered = {type(loaded(name, tiny)[1]).__name__ for name, tiny in ALL_TINY.items()}
     family = {
         "LlamaForCausalLM",
         "Qwen2ForCausalLM",
         "Qwen3ForCausalLM",
         "Phi3ForCausalLM",
         "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
     }

@@ -65,6 +65,11 @@ def _original_positions(f: Fields, params: dict) -> int | None:
 
 
 def _local_theta(f: Fields, local: dict | None) -> float | None:
+    if local and _rope_type(local) != "default":  # the sliding layers' RoPE is a base, never a scaling
+        raise ConfigError(
+            f"{f.source}: rope_parameters.{SLIDING} has rope_type {_rope_type(local)!r}; kernelbay scales RoPE "
+            f"on {FULL} layers only (as Gemma 3 does): move the scaling to rope_parameters.{FULL}."
+        )
     value = f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta")
     return None if value is None else _positive_number(f, "rope_local_base_freq", value)
 

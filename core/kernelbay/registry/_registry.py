@@ -47,6 +47,7 @@ FIRST_PARTY_PROVIDES = {
                 "Qwen3ForCausalLM",
                 "Phi3ForCausalLM",
                 "Gemma2ForCausalLM",
+                "Gemma3ForCausalLM",
             ),
             "kernelbay-llama",
         ),

@@ -9,17 +9,20 @@ Member differences handled here (each a field of `Features`):
 - the attention scale is always `config.attention_scale` (Gemma-2's `query_pre_attn_scalar` included);
 - Gemma-2: (1 + w) norms, a norm after attention and around the MLP, embeddings scaled by sqrt(hidden),
   attention and final logit soft-capping,
-  alternating sliding-window layers (from `config.layer_types`).
+  alternating sliding-window layers (from `config.layer_types`);
+- Gemma 3: Gemma-2's layout plus (1 + w) q/k norms; sliding layers rotate with their own base
+  (`config.rope.local_theta`) and without the RoPE scaling of the global layers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from kernelbay.attention import AttentionMetadata
+from kernelbay.config import SLIDING
 from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
 from kernelbay_engine.models.base import VocabEmbedding, rope_params
@@ -32,8 +35,8 @@ class Features:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k
-    gemma: bool = False  # Gemma-2: (1 + w) norms, sandwich norms, scaled embeddings
+    qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm over head_dim on q and k
+    gemma: bool = False  # Gemma-2/3: (1 + w) norms, sandwich norms, scaled embeddings
     activation: str = "silu"
 
 
@@ -51,8 +54,8 @@ class LlamaAttention(nn.Module):
         )
         self.o_proj = Linear(heads * head_dim, config.hidden_size, bias=features.o_bias)
         if features.qk_norm:
-            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
-            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
+            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps, unit_offset=features.gemma)
+            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps, unit_offset=features.gemma)
         self.qk_norm = features.qk_norm
         self.rotary = rotary  # shared with every layer; holds no parameters
         kind = config.layer_types[layer_idx]
@@ -117,14 +120,28 @@ class LlamaModel(nn.Module):
         scale = config.hidden_size**0.5 if features.gemma else None
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, scale=scale)
         self.rotary_emb = RotaryEmbedding(rope_params(config))
+        self.local_rotary_emb = _local_rotary(config)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, features, i, self.rotary_emb) for i in range(config.num_hidden_layers)
+            LlamaDecoderLayer(config, features, i, self._rotary_of(config.layer_types[i]))
+            for i in range(config.num_hidden_layers)
         )
         self.norm = _norm_factory(config, features)()
 
+    def _rotary_of(self, kind: str) -> RotaryEmbedding:
+        return self.local_rotary_emb if kind == SLIDING and self.local_rotary_emb is not None else self.rotary_emb
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [T, hidden]
-        cos_sin = self.rotary_emb.cos_sin(positions, x.dtype)
+        cos_sin = self.rotary_emb.cos_sin(positions, x.dtype)  # tables once per step, shared by the layers
+        local = self.local_rotary_emb.cos_sin(positions, x.dtype) if self.local_rotary_emb is not None else None
         for layer in self.layers:
-            x = layer(x, cos_sin, metadata)
+            x = layer(x, local if layer.self_attn.rotary is self.local_rotary_emb else cos_sin, metadata)
         return self.norm(x)
+
+
+def _local_rotary(config) -> RotaryEmbedding | None:
+    """Gemma 3's sliding layers: their own base, no scaling (transformers applies rope_scaling to global layers)."""
+    if config.rope.local_theta is None:
+        return None
+    main = rope_params(config)
+    return RotaryEmbedding(replace(main, theta=config.rope.local_theta, rope_type="default", scaling={}))

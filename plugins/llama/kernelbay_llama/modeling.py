@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
+from kernelbay.errors import ConfigError
 from kernelbay_engine.loading import NameRules
 from kernelbay_engine.models.base import CausalLM
 
@@ -86,3 +89,18 @@ class Gemma2ForCausalLM(LlamaFamilyForCausalLM):
         bias = bool(_hf(config, "attention_bias", False))
         act = _hf(config, "hidden_activation", None) or _hf(config, "hidden_act", "gelu_pytorch_tanh")
         return Features(qkv_bias=bias, o_bias=bias, gemma=True, activation=act)
+
+
+@register_model("Gemma3ForCausalLM")
+class Gemma3ForCausalLM(Gemma2ForCausalLM):
+    """Gemma 3 text (gemma3_text): Gemma-2's layers plus (1 + w) q/k norms; 5 sliding layers per global one,
+    which rotate with their own base (`rope_local_base_freq`) while only the global layers take rope_scaling."""
+
+    @classmethod
+    def features(cls, config) -> Features:
+        if _hf(config, "use_bidirectional_attention", False):
+            raise ConfigError(
+                "use_bidirectional_attention=true (an embedding model such as EmbeddingGemma) is not a causal LM; "
+                "kernelbay builds Gemma3ForCausalLM with causal attention only."
+            )
+        return replace(Gemma2ForCausalLM.features(config), qk_norm=True)

@@ -174,6 +174,7 @@ def _shared_configs_of_supported_architectures() -> list[str]:
         "Qwen3ForCausalLM",
         "Phi3ForCausalLM",
         "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
     }
