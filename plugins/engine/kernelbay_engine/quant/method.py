@@ -1,0 +1,159 @@
+"""`QuantizedLinearMethod` and `quantize_model`: loaded float layers (or GGUF blocks) onto the quantized kernels.
+
+report = quantize_model(model, "int8")          # every plain 2-D Linear, the LM head included
+set_quantized_weight(layer, from_q4_1(q, d, m))  # one layer from GGUF blocks (the GGUF loader)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from kernelbay.errors import ConfigError
+from kernelbay_engine.layers.linear import Linear
+from kernelbay_engine.models.quant import LinearMethod, UnquantizedLinearMethod
+from kernelbay_engine.quant.kernels import LinearRequirements
+from kernelbay_engine.quant.select import KernelChoice, select_kernel
+from kernelbay_engine.quant.weights import QuantizedWeight, quantize
+
+
+@dataclass(frozen=True, slots=True)
+class QuantMode:
+    """What `--quantization NAME` does to a float checkpoint's linears."""
+
+    name: str
+    bits: int
+    group_size: int | None  # None: per output channel
+    head_bits: int  # the LM head: llama.cpp's files keep it at 6-8 bits too, int4 hurts the logits most
+    head_group_size: int | None = None
+
+
+MODES = {
+    "int8": QuantMode("int8", 8, None, 8),
+    "int4": QuantMode("int4", 4, 32, 8),
+}
+
+
+def quant_mode(name: str) -> QuantMode:
+    if name not in MODES:
+        raise ConfigError(f"unknown quantization {name!r}: valid values are {', '.join(MODES)} (or None)")
+    return MODES[name]
+
+
+class QuantizedLinearMethod(LinearMethod):
+    """Applies a weight held by a quantized kernel; activations are cast to the kernel's dtype and back."""
+
+    def __init__(self, choice: KernelChoice, weight: QuantizedWeight):
+        self.choice = choice
+        self.kernel = choice.kernel
+        self.source = weight.source
+        self.run = choice.kernel.pack(weight)
+        self.shape = (weight.out_features, weight.in_features)
+
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        raise RuntimeError("QuantizedLinearMethod is set on loaded layers only (quantize_model)")
+
+    def param_names(self, layer: Linear) -> tuple[str, ...]:
+        return ("bias",) if layer.has_bias else ()
+
+    def weight(self, layer: Linear, index=None) -> torch.Tensor:
+        """The weight as the kernel computes it (rare: tests, code reading weights): the kernel run on I."""
+        if index is not None:
+            raise ValueError("a quantized weight has no expert dimension")
+        eye = torch.eye(self.shape[1], dtype=self.kernel.compute_dtype)
+        return self.run(eye).t().float()
+
+    def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        y = self.run(x.to(self.kernel.compute_dtype).reshape(-1, x.shape[-1])).to(x.dtype)
+        y = y.reshape(*x.shape[:-1], y.shape[-1])
+        return y + layer.bias if layer.has_bias else y
+
+    def __repr__(self) -> str:
+        return f"QuantizedLinearMethod({self.kernel.name}, {self.source})"
+
+
+def requirements(weight: QuantizedWeight, dtype: torch.dtype) -> LinearRequirements:
+    return LinearRequirements(weight.bits, weight.group_size, weight.in_features, weight.out_features, dtype)
+
+
+def set_quantized_weight(layer: Linear, weight: QuantizedWeight, *, kernel: str | None = None) -> KernelChoice:
+    """Give `layer` the quantized `weight` on the kernel selected for it (`kernel`: one requested by name)."""
+    if layer.batch_shape:
+        raise ConfigError(f"{layer!r}: per-expert weights (batch_shape) have no quantized kernel")
+    if (weight.out_features, weight.in_features) != (layer.out_features, layer.in_features):
+        raise ConfigError(
+            f"quantized weight is [{weight.out_features}, {weight.in_features}], "
+            f"the layer needs [{layer.out_features}, {layer.in_features}]"
+        )
+    dtype = _layer_dtype(layer)
+    choice = select_kernel(requirements(weight, dtype), kernel)
+    if choice.kernel.name == "dense":
+        _set_plain(layer, weight.dequantize(dtype))
+    else:
+        layer.method = QuantizedLinearMethod(choice, weight)
+        if "weight" in layer._parameters:
+            del layer.weight  # held once, by the kernel (a tied embedding keeps its own reference)
+    return choice
+
+
+def _layer_dtype(layer: Linear) -> torch.dtype:
+    w = layer._parameters.get("weight")
+    if w is not None:
+        return w.dtype
+    bias = layer._parameters.get("bias")
+    return bias.dtype if bias is not None else torch.get_default_dtype()
+
+
+def _set_plain(layer: Linear, weight: torch.Tensor) -> None:
+    layer.method = UnquantizedLinearMethod()
+    layer.weight = nn.Parameter(weight, requires_grad=False)
+
+
+@dataclass
+class QuantReport:
+    """What `quantize_model` did: layer path -> its choice, and why the others were left as they are."""
+
+    mode: str
+    chosen: dict[str, KernelChoice] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def quantize_model(model: nn.Module, mode: str, *, kernel: str | None = None) -> QuantReport:
+    """Quantize every plain 2-D `Linear` of a loaded model in place (the LM head at `head_bits`)."""
+    spec = quant_mode(mode)
+    report = QuantReport(spec.name)
+    head = getattr(model, "lm_head", None)
+    for path, layer in model.named_modules():
+        if not isinstance(layer, Linear):
+            continue
+        why_not = _not_quantizable(layer)
+        if why_not:
+            report.skipped[path] = why_not
+            continue
+        bits, group = (spec.head_bits, spec.head_group_size) if layer is head else (spec.bits, spec.group_size)
+        with torch.inference_mode():
+            weight = quantize(_plain_weight(layer), bits, group)
+        report.chosen[path] = set_quantized_weight(layer, weight, kernel=kernel if bits == spec.bits else None)
+        report.sources[path] = weight.source
+    return report
+
+
+def _not_quantizable(layer: Linear) -> str | None:
+    if type(layer.method) is not UnquantizedLinearMethod:
+        return f"weights are {layer.method!r} already"
+    if layer.batch_shape:
+        return "per-expert weights (batch_shape) are not quantized"
+    w = _plain_weight(layer)
+    if w.is_meta or w.device.type != "cpu":
+        return f"weight is on {w.device}: the quantized kernels are CPU kernels"
+    return None
+
+
+def _plain_weight(layer: Linear) -> torch.Tensor:
+    w = layer._parameters.get("weight")
+    if w is None:
+        raise RuntimeError(f"{layer!r} has no plain weight to quantize")
+    return w
