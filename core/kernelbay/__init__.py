@@ -3,12 +3,13 @@
 Table of contents (everything heavy is imported on first use, never by `import kernelbay`):
 
 - registration: `register_model`, `register_vision_encoder`, `register_draft_model`,
-  `register_attention_backend`, `register_platform`, `register_config`, `resolve`,
+  `register_attention_backend`, `register_moe_backend`, `register_platform`, `register_config`, `resolve`,
   `load_custom_module_dirs` (`kernelbay.registry` for the log, provenance, rebuild, export);
 - errors: `KernelbayError`, `RegistrationConflict`, `UnknownNameError`, `PluginImportError`,
   `ConfigError`, `NoTarget` (`kernelbay.errors`);
 - configs: `ModelConfig` (`kernelbay.config`); architectures by name: `from kernelbay.models import X`;
 - attention: `AttentionBackend`, `select_attention_backend` (`kernelbay.attention`);
+- MoE kernels: `MoEBackend`, `select_moe_backend` (`kernelbay.moe`);
 - the conformance kit: `kernelbay.testing`, `kernelbay check-backend NAME`.
 
 The runtime (`LLM`, `SamplingParams`, `AutoModelForCausalLM`, layers, loading) is the separate
@@ -34,6 +35,7 @@ _LAZY = {
             "register_config",
             "register_draft_model",
             "register_model",
+            "register_moe_backend",
             "register_platform",
             "register_vision_encoder",
             "resolve",
@@ -43,6 +45,8 @@ _LAZY = {
     "ModelConfig": "kernelbay.config",
     "AttentionBackend": "kernelbay.attention",
     "select_attention_backend": "kernelbay.attention",
+    "MoEBackend": "kernelbay.moe",
+    "select_moe_backend": "kernelbay.moe",
 }
 
 
@@ -64,6 +68,7 @@ __all__ = [
     "__version__",
     "AttentionBackend",
     "ConfigError",
+    "MoEBackend",
     "KernelbayError",
     "ModelConfig",
     "NoTarget",
@@ -75,8 +80,10 @@ __all__ = [
     "register_config",
     "register_draft_model",
     "register_model",
+    "register_moe_backend",
     "register_platform",
     "register_vision_encoder",
     "resolve",
     "select_attention_backend",
+    "select_moe_backend",
 ]

@@ -38,6 +38,7 @@ def explain_model(
     kv_cache_dtype: str = "auto",
     memory: int | float | str | None = None,
     trust_remote_code: bool = False,
+    moe_backend: str | None = None,
 ) -> dict:
     """The explain document for the model folder at `path` (see docs/explain-schema.md)."""
     from kernelbay.config import ModelConfig
@@ -52,6 +53,7 @@ def explain_model(
         "resolution": {"kind": kind, "name": name},
         "provider": _provider_section(kind, name),
         "attention": _attention_section(config, backend, kv_cache_dtype),
+        "moe": _moe_section(config, moe_backend),
         "kv_cache": _kv_section(config, backend, kv_cache_dtype, memory),
     }
 
@@ -74,6 +76,7 @@ def _config_section(config) -> dict:
     section["architectures"] = list(config.architectures)
     section["mla"] = config.mla.to_dict() if config.mla else None
     section["quantization"] = config.quantization.to_dict() if config.quantization else None
+    section["parameters"] = config.parameter_counts()
     section["notes"] = list(config.notes)
     return section
 
@@ -168,6 +171,42 @@ def _every_candidate(req) -> list[dict]:
     return out
 
 
+# -- MoE ----------------------------------------------------------------------------------------------
+def _moe_section(config, requested: str | None) -> dict | None:
+    """None for a dense model; else the experts' geometry and the MoE kernel chosen for them, with reasons."""
+    from kernelbay.errors import ConfigError
+    from kernelbay.moe import select_moe_for_model, stored_expert_format
+
+    if config.moe is None:
+        return None
+    section = {**config.moe.to_dict(), "stored_format": stored_expert_format(config)[0], "requested_backend": requested}
+    with backend_errors():
+        try:
+            selection, dequantized = select_moe_for_model(config, requested=requested)
+        except ConfigError as err:
+            if requested:
+                raise
+            return {
+                **section,
+                "backend": None,
+                "dequantized": None,
+                "runnable": False,
+                "error": str(err),
+                "requirements": None,
+                "candidates": [],
+            }
+    result = selection.to_dict()
+    return {
+        **section,
+        "backend": result["backend"],
+        "dequantized": dequantized,
+        "runnable": True,
+        "error": None,
+        "requirements": result["requirements"],
+        "candidates": result["candidates"],
+    }
+
+
 # -- KV cache --------------------------------------------------------------------------------------
 ENGINE_BLOCK_SIZE = 16
 """The engine's default block_size: it holds whole blocks, so `tokens_that_fit` counts whole blocks."""
@@ -242,6 +281,7 @@ def render_text(doc: dict) -> str:
         f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
         _provider_line(doc["provider"]),
         *_attention_lines(doc["attention"]),
+        *_moe_lines(doc.get("moe")),
         *_kv_lines(doc["kv_cache"]),
     ]
     return "\n".join(lines)
@@ -251,6 +291,13 @@ def _config_line(c: dict) -> str:
     extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
     extra += ", MLA" if c["mla"] else ""
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
+    params = c["parameters"]
+    if params["active_per_token"] != params["total"]:
+        extra += (
+            f", {_human_count(params['total'])} parameters ({_human_count(params['active_per_token'])} active/token)"
+        )
+    else:
+        extra += f", {_human_count(params['total'])} parameters"
     return (
         f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
@@ -280,6 +327,27 @@ def _attention_lines(a: dict) -> list[str]:
     return lines
 
 
+def _moe_lines(m: dict | None) -> list[str]:
+    if m is None:
+        return []
+    shared = f" + shared expert {m['shared_intermediate_size']}" if m["shared_intermediate_size"] else ""
+    head = (
+        f"moe          {m['num_experts']} experts, top-{m['top_k']} ({m['routing']}"
+        f"{', renormalised' if m['normalize'] else ''}), expert width {m['intermediate_size']}{shared}, "
+        f"{m['activation']}{', biases' if m['bias'] else ''}; layers {compact_layers(m['layers'])}"
+    )
+    lines = [head]
+    if m["backend"] is None:
+        return [*lines, f"  cannot run: {m['error']}"]
+    stored = m["stored_format"]
+    how = f", {stored} experts dequantized at load (no capable kernel reads {stored})" if m["dequantized"] else ""
+    lines.append(f"  kernel     {m['backend']}{' (requested)' if m['requested_backend'] else ''}{how}")
+    for c in m["candidates"]:
+        lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<18} {c['reason']}")
+        lines += [f"        - {f}" for f in c["failures"]]
+    return lines
+
+
 def _kv_lines(k: dict) -> list[str]:
     lines = [
         f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); "
@@ -300,6 +368,14 @@ def compact_layers(layers: list[int]) -> str:
             start = None
     text = ", ".join(runs if len(runs) <= 6 else [*runs[:3], "...", *runs[-2:]])
     return f"{text} ({len(layers)})"
+
+
+def _human_count(n: int) -> str:
+    """21_000_000_000 -> "21.0B"."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
 
 
 def _human_bytes(n: int) -> str:

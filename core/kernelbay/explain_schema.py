@@ -20,6 +20,32 @@ LAYER_GROUP = {
     "requirements": (dict, None),
     "candidates": [CANDIDATE],
 }
+MOE = {
+    "num_experts": int,
+    "top_k": int,
+    "intermediate_size": int,
+    "layers": [int],
+    "activation": str,
+    "routing": str,
+    "normalize": bool,
+    "scaling": (float, int),
+    "num_groups": int,
+    "top_groups": int,
+    "shared_intermediate_size": int,
+    "shared_gate": bool,
+    "bias": bool,
+    "router_bias": bool,
+    "alpha": (float, None),
+    "limit": (float, None),
+    "stored_format": str,
+    "requested_backend": OPT_STR,
+    "backend": OPT_STR,
+    "dequantized": (bool, None),
+    "runnable": bool,
+    "error": OPT_STR,
+    "requirements": (dict, None),
+    "candidates": [CANDIDATE],
+}
 PROVIDER = {"module": OPT_STR, "distribution": OPT_STR, "version": OPT_STR, "origin": OPT_STR, "path": OPT_STR}
 
 SCHEMA: dict[str, Any] = {
@@ -42,6 +68,7 @@ SCHEMA: dict[str, Any] = {
         "attention_chunk_size": OPT_INT,
         "mla": (dict, None),
         "quantization": (dict, None),
+        "parameters": {"total": int, "active_per_token": int},
         "notes": [str],
     },
     "resolution": {"kind": str, "name": str},
@@ -55,6 +82,7 @@ SCHEMA: dict[str, Any] = {
         "error": OPT_STR,
         "layer_groups": [LAYER_GROUP],
     },
+    "moe": (MOE, None),  # null for a dense model
     "kv_cache": {
         "dtype": str,
         "bytes_per_token": int,
@@ -70,6 +98,8 @@ def validate(doc: Any, spec: Any = SCHEMA, path: str = "$") -> list[str]:
     """Every place where `doc` departs from `spec`, as "path: problem" lines (empty when valid)."""
     if isinstance(spec, dict):
         return _validate_object(doc, spec, path)
+    if isinstance(spec, tuple) and isinstance(spec[0], dict):  # a nullable object
+        return [] if doc is None else validate(doc, spec[0], path)
     if isinstance(spec, list):
         if not isinstance(doc, list):
             return [f"{path}: expected an array, got {type(doc).__name__}"]
@@ -100,6 +130,8 @@ def keys(spec: Any = SCHEMA, prefix: str = "") -> list[str]:
     """Dotted names of every key in the schema (arrays add `[]`)."""
     if isinstance(spec, list):
         return keys(spec[0], prefix + "[]")
+    if isinstance(spec, tuple) and isinstance(spec[0], dict):
+        return keys(spec[0], prefix)
     if not isinstance(spec, dict):
         return []
     out = []

@@ -9,12 +9,19 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._trace import trace, warn
 from ..errors import ConfigError, UnknownNameError, unknown_name_message
 from ._requirements import AttentionRequirements
 
 BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
+MOE_BACKEND_ENV = "KERNELBAY_MOE_BACKEND"
+# The kernel kinds this one selector chooses for: slot kind -> (what users call it, the variable forcing one).
+KERNEL_KINDS = {
+    "attention_backend": ("attention backend", BACKEND_ENV),
+    "moe_backend": ("MoE backend", MOE_BACKEND_ENV),
+}
 _NOT_INSTALLED = "not installed (no plugin provides it)"
 
 
@@ -59,7 +66,7 @@ class SelectionResult:
 
     backend_name: str
     backend_cls: type = field(compare=False, repr=False)
-    requirements: AttentionRequirements
+    requirements: Any  # AttentionRequirements, or kernelbay.moe.MoERequirements for an MoE selection
     platform: str
     requested: str | None
     candidates: tuple[CandidateReport, ...]
@@ -99,14 +106,14 @@ def _candidate_order(priority: list[str], installed: list[str]) -> list[tuple[st
     return order
 
 
-def _ask(name: str, installed: set[str], req: AttentionRequirements) -> tuple[type | None, list[str]]:
+def _ask(kind: str, name: str, installed: set[str], req) -> tuple[type | None, list[str]]:
     """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
     if name not in installed:
         return None, [_NOT_INSTALLED]
     from ..registry import resolve
 
     try:
-        cls = resolve("attention_backend", name)
+        cls = resolve(kind, name)
     except Exception as exc:  # noqa: BLE001 - a broken backend must not break selection of the others
         return None, [f"failed to import: {type(exc).__name__}: {exc}"]
     try:
@@ -128,11 +135,11 @@ class _Verdict:
 
 
 def evaluate_candidates(
-    req: AttentionRequirements, priority: tuple[str, ...], installed: tuple[str, ...]
+    req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str = "attention_backend"
 ) -> list[_Verdict]:
     """Every candidate (platform priority first, then every installed backend) with its failures."""
     order = _candidate_order(list(priority), list(installed))
-    return [_Verdict(n, s, *_with_tuple(_ask(n, set(installed), req))) for n, s in order]
+    return [_Verdict(n, s, *_with_tuple(_ask(kind, n, set(installed), req))) for n, s in order]
 
 
 def _with_tuple(pair):
@@ -140,8 +147,8 @@ def _with_tuple(pair):
     return cls, tuple(failures)
 
 
-def _requested_name(requested: str | None) -> str | None:
-    return requested or os.environ.get(BACKEND_ENV) or None
+def _requested_name(requested: str | None, kind: str = "attention_backend") -> str | None:
+    return requested or os.environ.get(KERNEL_KINDS[kind][1]) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,18 +211,23 @@ def select_for_model(
 
 
 @functools.lru_cache(maxsize=256)
-def _select_groups(items, requested, platform_name, priority, installed) -> LayerGroupSelection:
-    verdicts = {name: evaluate_candidates(req, priority, installed) for name, req in items}
+def _select_groups(
+    items, requested, platform_name, priority, installed, kind="attention_backend"
+) -> LayerGroupSelection:
+    verdicts = {name: evaluate_candidates(req, priority, installed, kind) for name, req in items}
     if requested is not None:
         for name, req in items:
-            _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req)
+            _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req, kind)
     shared = requested or _first_capable_everywhere(verdicts)
-    results = tuple((name, _group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items)
+    results = tuple(
+        (name, _group_result(name, req, verdicts, shared, requested, platform_name, kind)) for name, req in items
+    )
     for name, result in results:
         _trace_candidates(name, result)
-        _warn_broken_priority(result)
+        _warn_broken_priority(result, KERNEL_KINDS[kind][0])
         trace(
-            "select attention backend %s for %s (%s) on %s",
+            "select %s %s for %s (%s) on %s",
+            KERNEL_KINDS[kind][0],
             result.backend_name,
             name,
             _describe(result.requirements),
@@ -236,7 +248,7 @@ def _failures(failures: tuple[str, ...]) -> str:
 _WARNED_BROKEN: set[tuple[str, str]] = set()
 
 
-def _warn_broken_priority(result: SelectionResult) -> None:
+def _warn_broken_priority(result: SelectionResult, label: str = "attention backend") -> None:
     """A backend the platform lists first that fails to import is a degraded choice: warn once, naming the cause."""
     for c in result.candidates:
         if c.source != "platform priority" or not c.failures or not c.failures[0].startswith("failed to import"):
@@ -246,7 +258,8 @@ def _warn_broken_priority(result: SelectionResult) -> None:
             continue
         _WARNED_BROKEN.add(mark)
         warn(
-            "attention backend %s, in platform %s's priority list, is broken; using %s instead. %s",
+            "%s %s, in platform %s's priority list, is broken; using %s instead. %s",
+            label,
             c.name,
             result.platform,
             result.backend_name,
@@ -254,20 +267,19 @@ def _warn_broken_priority(result: SelectionResult) -> None:
         )
 
 
-def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req: AttentionRequirements) -> None:
+def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req, kind: str) -> None:
     from ..registry import names
 
+    label, env = KERNEL_KINDS[kind]
     where = f"layer group {group!r}: " if group else ""
     verdict = next((v for v in verdicts if v.name == requested), None)
     if verdict is None or verdict.failures == (_NOT_INSTALLED,):
         raise UnknownNameError(
-            where
-            + unknown_name_message("attention backend", requested, names("attention_backend"))
-            + f" (requested via argument or {BACKEND_ENV})"
+            where + unknown_name_message(label, requested, names(kind)) + f" (requested via argument or {env})"
         )
     if verdict.failures:
         raise BackendNotCapable(
-            f"{where}requested attention backend {requested} cannot run {_describe(req)}; failed capabilities:",
+            f"{where}requested {label} {requested} cannot run {_describe(req)}; failed capabilities:",
             verdict.failures,
         )
 
@@ -281,13 +293,13 @@ def _capable(verdicts, name: str) -> bool:
     return any(v.name == name and v.cls is not None and not v.failures for v in verdicts)
 
 
-def _group_result(group, req, verdicts, shared, requested, platform_name) -> SelectionResult:
+def _group_result(group, req, verdicts, shared, requested, platform_name, kind) -> SelectionResult:
     own = verdicts[group]
     winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
     if winner is None:
         where = f"layer group {group!r}: " if len(verdicts) > 1 else ""
         raise NoCapableBackend(
-            f"{where}no installed attention backend can run {_describe(req)} on {platform_name}",
+            f"{where}no installed {KERNEL_KINDS[kind][0]} can run {_describe(req)} on {platform_name}",
             [f"{v.name}: {'; '.join(v.failures)}" for v in own],
         )
     others = {g: vs for g, vs in verdicts.items() if g != group}
@@ -322,7 +334,9 @@ def _winner_reason(requested: str | None, shared: str | None, others: dict) -> s
     return "first candidate capable for every layer group" if shared else "first capable candidate"
 
 
-def _describe(req: AttentionRequirements) -> str:
+def _describe(req) -> str:
+    if not isinstance(req, AttentionRequirements):
+        return req.describe()
     parts = [req.attn_type.value, f"head_size={req.head_size}", req.dtype, f"kv={req.kv_cache_dtype}"]
     parts += [flag for flag in ("use_mla", "logit_softcap") if getattr(req, flag)]
     return "layers (" + ", ".join(parts) + ")"

@@ -8,7 +8,7 @@ from . import add_custom_dirs_argument, load_custom_dirs
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("name", metavar="NAME", help="an installed attention backend (see `kernelbay plugins`)")
+    parser.add_argument("name", metavar="NAME", help="an installed attention or MoE backend (see `kernelbay plugins`)")
     parser.add_argument(
         "--spec",
         action="append",

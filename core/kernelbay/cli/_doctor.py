@@ -43,6 +43,7 @@ def _check_class_targets(reg, found) -> list[str]:
     findings = []
     for kind, group in (
         ("attention_backend", "kernelbay.attention_backends"),
+        ("moe_backend", "kernelbay.moe_backends"),
         ("platform", "kernelbay.platforms"),
         ("config", "kernelbay.configs"),
     ):

@@ -11,6 +11,7 @@ from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend to explain as requested")
+    parser.add_argument("--moe-backend", metavar="NAME", help="MoE expert kernel to explain as requested")
     parser.add_argument(
         "--kv-dtype",
         default="auto",
@@ -67,6 +68,7 @@ def run(args) -> int:
         kv_cache_dtype=kv_dtype,
         memory=memory,
         trust_remote_code=args.trust_remote_code,
+        moe_backend=args.moe_backend,
     )
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0

@@ -12,16 +12,22 @@ from ._fields import Fields
 from ._layers import ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
 from ._loading import CONFIG_FILE, load_hf_config, read_config_json
 from ._model_config import ModelConfig
+from ._moe import resolve_moe
 from ._naming import Naming, resolve_naming
 from ._quant import resolve_quantization
 from ._rope import resolve_position_embedding, resolve_rope
 from ._rules import FamilyRules, family_rules
+from ._weight_files import hf_config_from_dict
 
 
 def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
     folder, raw = read_config_json(path)
-    hf_config = load_hf_config(folder, raw, trust_remote_code)
-    fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), checkpoint=Checkpoint(folder))
+    if folder.is_file():  # a self-describing weight file (x.gguf): its format plugin read the config
+        hf_config = hf_config_from_dict(folder, raw)
+        fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)")
+    else:
+        hf_config = load_hf_config(folder, raw, trust_remote_code)
+        fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), checkpoint=Checkpoint(folder))
     return _build(fields, hf_config, folder, encoder_only)
 
 
@@ -92,6 +98,8 @@ def _assemble(
         final_logit_softcapping=f.get_float("final_logit_softcapping"),
         quantization=resolve_quantization(f, folder),
         blocksparse=plan.blocksparse,
+        indexer=plan.indexer,
+        moe=None if encoder else resolve_moe(f, n_layers, rules.ask("moe")),
         model_kind=naming.model_kind,
         draft_vocab_size=naming.draft_vocab_size,
         notes=tuple(f.notes),

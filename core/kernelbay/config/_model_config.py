@@ -10,9 +10,10 @@ from typing import Any
 from ..dtypes import MODEL_DTYPES
 from ..errors import ConfigError
 from ._dtypes import kv_element_bytes
-from ._layers import CACHELESS_KINDS, CHUNKED, LAYER_KINDS, SLIDING
+from ._layers import CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, SLIDING
 from ._limits import MAX_DIMENSION, MAX_LAYERS
-from ._records import BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
+from ._moe import MoEConfig
+from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
 
 MODEL_KINDS = ("model", "draft_model", "vision_encoder")
 POSITION_EMBEDDINGS = ("rope", "alibi", "learned")
@@ -52,6 +53,8 @@ class ModelConfig:
     final_logit_softcapping: float | None = None
     quantization: QuantConfig | None = None
     blocksparse: BlockSparseGeometry | None = None  # geometry of "blocksparse_attention" layers
+    indexer: IndexerGeometry | None = None  # DSA lightning indexer of "indexed_attention" layers (V3.2)
+    moe: MoEConfig | None = None  # the mixture-of-experts layers; None for a dense model
     model_kind: str = "model"  # registry slot kind: "model" | "draft_model" | "vision_encoder"
     draft_vocab_size: int | None = None  # set for EAGLE-3 drafts
     notes: tuple[str, ...] = ()  # how defaults and quirks were resolved, in words
@@ -108,9 +111,16 @@ class ModelConfig:
     def _layer_cache_width(self, index: int) -> int:
         if self.layer_types[index] in CACHELESS_KINDS:
             return 0
+        indexer = self.indexer.cache_width if self.indexer and self.layer_types[index] == INDEXED else 0
         if self.mla is not None:
-            return self.mla.cache_width
-        return 2 * self.layer_num_kv_heads[index] * self.head_dim
+            return self.mla.cache_width + indexer
+        return 2 * self.layer_num_kv_heads[index] * self.head_dim + indexer
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Weights in the model and those one token reads (MoE: top-k routed + shared experts); see `_params`."""
+        from ._params import parameter_counts
+
+        return parameter_counts(self)
 
     def to_dict(self) -> dict:
         """A JSON-safe summary (what `kernelbay explain --json` prints)."""
@@ -129,6 +139,9 @@ class ModelConfig:
             "rope": self.rope.to_dict() if self.rope else None,
             "quantization": self.quantization.to_dict() if self.quantization else None,
             "blocksparse": self.blocksparse.to_dict() if self.blocksparse else None,
+            "indexer": self.indexer.to_dict() if self.indexer else None,
+            "moe": self.moe.to_dict() if self.moe else None,
+            "parameters": self.parameter_counts(),
             "kv_bytes_per_token": self.kv_bytes_per_token(),
             "notes": list(self.notes),
         }
@@ -216,6 +229,12 @@ def _layer_problems(c: ModelConfig) -> list[str]:
             problems.append(f"{name}={value!r} must be an integer from 1 to {MAX_DIMENSION}")
     if (SLIDING in c.layer_types) != (c.sliding_window is not None):
         problems.append(f"sliding_window={c.sliding_window} must be set exactly when a layer is sliding_attention")
+    if (INDEXED in c.layer_types) != (c.indexer is not None):
+        problems.append("indexer must be set exactly when a layer is indexed_attention (DSA)")
+    if c.indexer is not None and c.mla is None:
+        problems.append(
+            "indexed_attention (DSA) layers need MLA geometry: the indexer keys are cached beside the latent"
+        )
     if (CHUNKED in c.layer_types) != (c.attention_chunk_size is not None):
         problems.append(
             f"attention_chunk_size={c.attention_chunk_size} must be set exactly when a layer is chunked_attention"

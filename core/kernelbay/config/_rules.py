@@ -29,6 +29,7 @@ RULE_POINTS: dict[str, type] = {
     "intermediate_size": int,  # the dense FFN width (the widest, when layers differ)
     "attention_scale": Real,  # the softmax scale applied to q·k
     "position_embedding": str,  # "rope" | "alibi" | "learned"
+    "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
 }
 
 

@@ -12,6 +12,8 @@ class Platform:
     device_type: ClassVar[str] = ""
     """torch device type ("cpu", "cuda", ...)."""
     default_priority: ClassVar[tuple[str, ...]] = ()
+    moe_priority: ClassVar[tuple[str, ...]] = ()
+    """MoE backend names to try first (`moe_backend_priority`)."""
 
     def is_current(self) -> tuple[bool, str]:
         """Whether this process runs on this platform, and why (not)."""
@@ -20,6 +22,10 @@ class Platform:
     def backend_priority(self) -> list[str]:
         """Attention backend names to try first, best first; the selector then tries every other installed one."""
         return list(self.default_priority)
+
+    def moe_backend_priority(self) -> list[str]:
+        """MoE backend names to try first, best first; the selector then tries every other installed one."""
+        return list(self.moe_priority)
 
     def device(self, index: int | None = None) -> str:
         """A torch device string: "cuda:0", "cpu"."""
@@ -33,6 +39,7 @@ class Platform:
             "current": current,
             "reason": reason,
             "backend_priority": self.backend_priority(),
+            "moe_backend_priority": self.moe_backend_priority(),
         }
 
     def __repr__(self) -> str:

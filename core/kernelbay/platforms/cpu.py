@@ -10,6 +10,8 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     # Decided by benchmarks/attention.py (see benchmarks/RESULTS-attention.md), not by guess.
     default_priority = ("SDPA", "VANILLA", "FLEX")
+    # benchmarks/moe.py: the grouped kernel beats the per-expert loop at every token count measured.
+    moe_priority = ("TORCH_GROUPED_MOE", "TORCH_MOE")
 
     def is_current(self) -> tuple[bool, str]:
         return True, "a CPU is always present (used when no accelerator platform is current)"

@@ -61,6 +61,10 @@ def register_attention_backend(*names: str, target=None):
     return _register("attention_backend", names, target)
 
 
+def register_moe_backend(*names: str, target=None):
+    return _register("moe_backend", names, target)
+
+
 def register_platform(*names: str, target=None):
     return _register("platform", names, target)
 
@@ -80,6 +84,11 @@ def load_custom_module_dirs(paths, registry: Registry | None = None) -> list[str
 def resolve(kind: str, name: str):
     """The object in slot (kind, name), importing its providers through the static index first."""
     return default_registry().resolve(kind, name)
+
+
+def resolve_impl(kind: str, name: str, model_impl: str = "auto"):
+    """`resolve` with vLLM's `model_impl`: "auto" (the winner), "native" (never the fallback), "transformers"."""
+    return default_registry().resolve_impl(kind, name, model_impl)
 
 
 def names(kind: str) -> list[str]:
@@ -141,11 +150,13 @@ __all__ = [
     "register_config",
     "register_draft_model",
     "register_model",
+    "register_moe_backend",
     "register_platform",
     "register_vision_encoder",
     "registered_slots",
     "reset_registry",
     "resolve",
+    "resolve_impl",
     "slot_info",
     "unregister_provider",
 ]

@@ -10,20 +10,33 @@ from ..errors import InputError
 
 # Slot kinds and the entry-point group whose index names their providers. Vision encoders and
 # draft models are model modules, so they share the `kernelbay.models` index.
-KINDS = ("model", "vision_encoder", "draft_model", "attention_backend", "platform", "config")
+KINDS = (
+    "model",
+    "vision_encoder",
+    "draft_model",
+    "attention_backend",
+    "moe_backend",
+    "platform",
+    "config",
+    "weight_format",
+)
 INDEX_GROUP = {
     "model": "kernelbay.models",
     "vision_encoder": "kernelbay.models",
     "draft_model": "kernelbay.models",
     "attention_backend": "kernelbay.attention_backends",
+    "moe_backend": "kernelbay.moe_backends",
     "platform": "kernelbay.platforms",
     "config": "kernelbay.configs",
+    "weight_format": "kernelbay.weight_formats",
 }
 GROUPS = (
     "kernelbay.models",
     "kernelbay.attention_backends",
+    "kernelbay.moe_backends",
     "kernelbay.platforms",
     "kernelbay.configs",
+    "kernelbay.weight_formats",
     "kernelbay.hooks",
     "kernelbay.commands",
 )
@@ -35,9 +48,16 @@ FIRST_PARTY_DISTRIBUTIONS = frozenset(
         "kernelbay-torch",
         "kernelbay-llama",
         "kernelbay-deepseek",
+        "kernelbay-gpt",
         "kernelbay-flashinfer",
+        "kernelbay-gguf",
+        "kernelbay-transformers",
     }
 )
+# First-party distributions ranked below built-in ("fallback"): a claim of theirs fills a slot only when no
+# other provider claims it. The value says what their "*" (any architecture) model claim covers.
+FALLBACK_DISTRIBUTIONS = {"kernelbay-transformers": "any architecture transformers implements"}
+ANY_ARCHITECTURE = "*"  # the model slot name of a fallback's claim on every architecture
 
 
 class Origin:
@@ -46,7 +66,8 @@ class Origin:
     BUILTIN = "built-in"
     EXTERNAL = "external"
     CUSTOM_DIR = "custom-dir"
-    ALL = (BUILTIN, EXTERNAL, CUSTOM_DIR)
+    FALLBACK = "fallback"  # below built-in: never displaces another provider
+    ALL = (BUILTIN, EXTERNAL, CUSTOM_DIR, FALLBACK)
 
 
 def normalize_dist(name: str) -> str:
@@ -55,6 +76,8 @@ def normalize_dist(name: str) -> str:
 
 
 def origin_of(distribution: str | None) -> str:
+    if distribution and normalize_dist(distribution) in FALLBACK_DISTRIBUTIONS:
+        return Origin.FALLBACK
     if distribution and normalize_dist(distribution) in FIRST_PARTY_DISTRIBUTIONS:
         return Origin.BUILTIN
     return Origin.EXTERNAL
@@ -72,6 +95,10 @@ class Provider(
     @property
     def is_builtin(self) -> bool:
         return self.origin == Origin.BUILTIN
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.origin == Origin.FALLBACK
 
     def describe(self) -> str:
         where = f"{self.distribution} {self.version}" if self.distribution else (self.path or "no distribution")
@@ -187,8 +214,9 @@ def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preference
     preferred = prefs.pick(name, claims)
     if preferred is not None:
         return Slot(kind, name, preferred, tuple(r for r in claims if r is not preferred))
-    external = [r for r in claims if not r.provider.is_builtin]
-    contenders = external or claims
+    ranked = [r for r in claims if not r.provider.is_fallback] or claims  # a fallback wins only unopposed
+    external = [r for r in ranked if not r.provider.is_builtin]
+    contenders = external or ranked
     if len(contenders) == 1:
         winner = contenders[0]
     else:

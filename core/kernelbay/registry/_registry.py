@@ -8,10 +8,11 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from .._trace import trace, warn
-from ..errors import PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
+from ..errors import InputError, PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
 from ._discovery import Discovery, EntryPointRecord, discover
 from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import (
+    ANY_ARCHITECTURE,
     INDEX_GROUP,
     KINDS,
     Origin,
@@ -33,8 +34,10 @@ KIND_LABEL = {
     "vision_encoder": "vision encoder",
     "draft_model": "draft model",
     "attention_backend": "attention backend",
+    "moe_backend": "MoE backend",
     "platform": "platform",
     "config": "model_type",
+    "weight_format": "weight format",
 }
 # What a first-party plugin would provide if it were installed: named in "unknown" errors.
 FIRST_PARTY_PROVIDES = {
@@ -51,16 +54,36 @@ FIRST_PARTY_PROVIDES = {
             ),
             "kernelbay-llama",
         ),
-        **dict.fromkeys(("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"), "kernelbay-deepseek"),
+        **dict.fromkeys(
+            ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"), "kernelbay-deepseek"
+        ),
+        **dict.fromkeys(
+            ("GPT2LMHeadModel", "OPTForCausalLM", "GPTNeoXForCausalLM", "FalconForCausalLM"), "kernelbay-gpt"
+        ),
     },
     "attention_backend": {
         **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
         **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
     },
+    "moe_backend": dict.fromkeys(("TORCH_MOE", "TORCH_GROUPED_MOE"), "kernelbay-torch"),
     "config": {
-        **dict.fromkeys(("nemotron-nas", "phi3small", "RefinedWebModel"), "kernelbay-llama"),
+        **dict.fromkeys(("nemotron-nas", "phi3small"), "kernelbay-llama"),
+        "RefinedWebModel": "kernelbay-gpt",
         "kimi_k2": "kernelbay-deepseek",
     },
+    "weight_format": {"safetensors": "kernelbay-engine", "gguf": "kernelbay-gguf"},
+}
+
+# Architectures whose configs kernelbay reads but that no plugin builds, and why: named in "unknown" errors.
+NOT_BUILT = {
+    "model": {
+        "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) is not built: transformers has no implementation to check a "
+        "kernelbay model against (the checkpoint ships its own modeling code), so kernelbay-llama reads its "
+        "config (per-layer attention and FFN from block_configs) but provides no model for it.",
+        "Phi3SmallForCausalLM": "Phi-3-small is not built: transformers has no implementation to check a kernelbay "
+        "model against (the checkpoint ships its own modeling code, whose block-sparse attention needs triton), "
+        "so kernelbay-llama reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
+    }
 }
 
 
@@ -108,7 +131,7 @@ class Registry:
 
     def _record_metadata_slots(self, found: Discovery) -> None:
         """Backends, platforms and configs named by entry points fill their slots from metadata."""
-        for kind in ("attention_backend", "platform", "config"):
+        for kind in ("attention_backend", "moe_backend", "platform", "config", "weight_format"):
             for entry in found.in_group(INDEX_GROUP[kind]):
                 provider = self.provider_of_entry(entry)
                 self._commit(provider, [Registration(kind, entry.name, entry.value, provider)])
@@ -129,7 +152,7 @@ class Registry:
         shared = kind in ("vision_encoder", "draft_model")
         live = [e for e in found.in_group(INDEX_GROUP[kind]) if e.module not in self._unloaded]
         indexed = set() if shared else {e.name for e in live}
-        return sorted(indexed | {n for (k, n) in self._all_slots() if k == kind})
+        return sorted((indexed | {n for (k, n) in self._all_slots() if k == kind}) - {ANY_ARCHITECTURE})
 
     # ---- recording ----------------------------------------------------------------------
     def _frames(self) -> list[_Frame]:
@@ -227,11 +250,17 @@ class Registry:
     def _changed(self, key: tuple[str, str]) -> None:
         """The claims on `key` changed: forget its resolved object, warn if an external now displaces a built-in."""
         self._resolved.pop(key, None)
+        if key[1] == ANY_ARCHITECTURE:  # a fallback's claim reaches every name of its kind
+            for resolved in [k for k in self._resolved if k[0] == key[0]]:
+                del self._resolved[resolved]
         self._warn_displacement(self._slot(key))
 
     def _slot(self, key: tuple[str, str]) -> Slot | None:
         """The slot as the precedence rule derives it from the log (never stored: the log is the state)."""
         claims = [r for regs in self._log.values() for r in regs if r.key == key]
+        if key[1] != ANY_ARCHITECTURE:  # a fallback's "*" claims every name of its kind, at the lowest rank
+            wild = (key[0], ANY_ARCHITECTURE)
+            claims += [r for regs in self._log.values() for r in regs if r.key == wild and r.provider.is_fallback]
         slot = decide(key[0], key[1], claims, self._prefs)
         return slot if slot.winner is not None or slot.conflict else None
 
@@ -300,7 +329,8 @@ class Registry:
 
     def _import_indexed(self, kind: str, name: str) -> list[BrokenProvider]:
         broken = []
-        for entry in self.index_entries(kind, name):
+        wild = self.index_entries(kind, ANY_ARCHITECTURE) if kind == "model" and name != ANY_ARCHITECTURE else []
+        for entry in self.index_entries(kind, name) + wild:
             if entry.module in self._unloaded:
                 continue
             try:
@@ -371,11 +401,39 @@ class Registry:
             self._warned.add(mark)
             warn("%s", problem)
 
+    def resolve_impl(self, kind: str, name: str, model_impl: str = "auto") -> object:
+        """`resolve`, choosing between native providers and the fallback (vLLM's `model_impl`): "auto" takes the
+        slot's winner; "native" refuses a fallback winner (the unknown-name error); "transformers" takes the
+        fallback's claim even where a native provider wins."""
+        if model_impl not in MODEL_IMPLS:
+            raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
+        if model_impl == "auto":
+            return self.resolve(kind, name)
+        with self._lock:
+            self.discovery()
+            broken = self._import_indexed(kind, name)
+            slot = self._slot((kind, name))
+            claims = [] if slot is None else [r for r in (slot.winner, *slot.displaced) if r is not None]
+            fallback = next((r for r in claims if r.provider.is_fallback), None)
+            if model_impl == "native":
+                if fallback is not None and slot is not None and slot.winner is fallback:
+                    raise UnknownNameError(self._unknown_message(kind, name) + _NATIVE_ONLY)
+                return self.resolve(kind, name)
+            if fallback is None:
+                failed = next((b.error for b in broken if b.provider.is_fallback), None)
+                if failed is not None:
+                    raise type(failed)(f"cannot use the fallback for {name!r}: {failed}") from failed
+                raise UnknownNameError(f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' {_NO_FALLBACK}")
+            return self._load_winner(fallback)
+
     def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""
         label = KIND_LABEL[kind]
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
+        winner_ranked = slot is not None and slot.winner is not None and not slot.winner.provider.is_fallback
         for b in broken:
+            if b.provider.is_fallback and winner_ranked:  # a broken fallback only matters where it would serve
+                continue
             if not (b.provider.is_builtin and winner_external):
                 raise type(b.error)(f"cannot resolve {label} {name!r}: {b.error}") from b.error
         if slot is not None and slot.conflict:
@@ -403,7 +461,8 @@ class Registry:
         dist = FIRST_PARTY_PROVIDES.get(kind, {}).get(name)
         if dist:
             msg += f" It is provided by the first-party plugin {dist}: pip install {dist}."
-        return msg
+        reason = NOT_BUILT.get(kind, {}).get(name)
+        return f"{msg} {reason}" if reason else msg
 
     def _load_winner(self, reg: Registration) -> object:
         obj = self._objects.get(reg.target)
@@ -487,7 +546,7 @@ class Registry:
         """The external providers as module names + their registrations, for a worker process."""
         providers: dict[str, dict] = {}
         for reg in self.log():
-            if reg.provider.is_builtin:
+            if reg.provider.is_builtin or reg.provider.is_fallback:  # first-party: the worker discovers them
                 continue
             item = providers.setdefault(reg.provider.module, {"provider": reg.provider.to_dict(), "registrations": []})
             item["registrations"].append([reg.kind, reg.name, reg.target])
@@ -587,6 +646,11 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
 def _top_modules(info) -> set[str]:
     """Top-level packages a plugin's entry points name (refused plugins too: their records are not indexed)."""
     return {_top(m) for m in info.modules}
+
+
+MODEL_IMPLS = ("auto", "native", "transformers")
+_NATIVE_ONLY = " (model_impl='native' refuses the transformers fallback that would serve it)"
+_NO_FALLBACK = "needs the fallback provider, which is not installed: pip install kernelbay-transformers"
 
 
 def _conflict_message(slot: Slot) -> str:

@@ -1,9 +1,10 @@
-"""kernelbay's conformance kit for attention backends: the protocol made executable.
+"""kernelbay's conformance kit for attention and MoE backends: the protocol made executable.
 
 - `check_backend(NAME or class, specs=None)` -> `ConformanceReport` (`SpecResult` per spec: pass / fail /
   not-claimed / skipped); also `kernelbay check-backend NAME` and `pytest --kernelbay-backend NAME`;
 - the named batch specs: `BatchSpec`, `SPECS`, `MLA_SPECS`, `ALL_SPECS`, `TOLERANCE`;
-- the dense reference: `reference_attention`; the engine-like driver: `run_backend`, `make_data`.
+- the dense reference: `reference_attention`; the engine-like driver: `run_backend`, `make_data`;
+- MoE kernels: `check_moe_backend`, `MOE_SPECS` / `MoESpec`, `reference_moe`, `make_moe_data`.
 
 Importing this package imports nothing heavy (no torch) until a name is used: pytest loads its plugin
 module in every run.
@@ -25,6 +26,9 @@ _LAZY = {
         "kernelbay.testing.runner",
     ),
     "reference_attention": "kernelbay.testing.reference",
+    **dict.fromkeys(
+        ("MOE_SPECS", "MoESpec", "check_moe_backend", "make_moe_data", "reference_moe"), "kernelbay.testing.moe"
+    ),
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -204,13 +204,28 @@ def compare(spec: BatchSpec, got, want, cache_dtype=None) -> SpecResult:
 def check_backend(
     backend, specs: Iterable | None = None, *, options: Mapping | None = None, device: str = "cpu"
 ) -> ConformanceReport:
-    """Run the conformance kit on `backend` (an installed name or an AttentionBackend class).
+    """Run the conformance kit on `backend` (an installed name or an AttentionBackend class; an MoE backend's
+    name or class runs the MoE kit, `kernelbay.testing.moe`).
 
     `specs`: names in ALL_SPECS or BatchSpec records (default: all); `options`: the backend's typed options
     (e.g. `{"compile": False}` for FLEX)."""
     from ..attention import clear_selection_cache
 
+    if _is_moe_backend(backend):
+        from .moe import check_moe_backend
+
+        return check_moe_backend(backend, specs)
     subject = BackendUnderTest.of(backend, options, device)
     chosen = select_specs(specs)
     clear_selection_cache()  # selections cached before a runtime registration must not answer for this class
     return ConformanceReport(subject.name, tuple(subject.check(spec) for spec in chosen))
+
+
+def _is_moe_backend(backend) -> bool:
+    from ..registry import names
+
+    if isinstance(backend, str):
+        return backend in names("moe_backend") and backend not in names("attention_backend")
+    from ..moe import MoEBackend
+
+    return isinstance(backend, type) and issubclass(backend, MoEBackend)
