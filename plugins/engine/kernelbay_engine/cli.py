@@ -44,7 +44,17 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
     parser.add_argument(
+        "--quantization", choices=("int8", "int4"), help="quantize the linear weights after loading (CPU kernels)"
+    )
+    parser.add_argument(
         "--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized for the request)"
+    )
+    parser.add_argument(
+        "--model-impl",
+        choices=("auto", "native", "transformers"),
+        default="auto",
+        help="auto (default): a native family if installed, else the transformers fallback; native: never the "
+        "fallback; transformers: the fallback even where a native family exists",
     )
     parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
     parser.add_argument(
@@ -75,6 +85,8 @@ def build_llm(args, folder):
         folder,
         attention_backend=args.backend,
         dtype=args.dtype,
+        quantization=args.quantization,
+        model_impl=args.model_impl,
         max_num_seqs=1,
         kv_cache_memory=args.kv_cache_memory,
         trust_remote_code=args.trust_remote_code,

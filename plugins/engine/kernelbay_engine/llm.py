@@ -74,6 +74,10 @@ class LLM:
     prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
     that is measured faster (see kernelbay_engine.layers.prepack), "always" packs every eligible
     one, "never" none.
+    quantization: "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a
+    float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant); None keeps them.
+    model_impl: "auto" (a native family where one is installed, else the transformers fallback),
+    "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
 
     Safe to call from many threads, and streams may be interleaved with other calls: whichever call
     finds no step running advances the whole batch and hands every call its own tokens (see
@@ -97,8 +101,11 @@ class LLM:
         progress: bool | None = None,
         attention_backend_options: Mapping[str, Mapping] | None = None,
         prepack_weights: str = "auto",
+        quantization: str | None = None,
+        model_impl: str = "auto",
     ):
         _check_prepack_policy(prepack_weights)
+        _check_quantization(quantization)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         from kernelbay_engine import AutoModelForCausalLM
@@ -111,8 +118,10 @@ class LLM:
                 trust_remote_code=trust_remote_code,
                 progress=progress,
                 config=config,
+                model_impl=model_impl,
             )
         self.config = self.model.config
+        self.quant_report = self._quantize(quantization)
         self.max_model_len = _max_model_len(self.config, max_model_len)
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
@@ -385,6 +394,14 @@ class LLM:
 
         return prepack_linear_weights(self.model, rows=(1, min(max_num_seqs, 64)), policy=policy)
 
+    def _quantize(self, mode: str | None):
+        """Quantize the loaded linears before anything packs or reads them (None: leave them)."""
+        if mode is None:
+            return None
+        from kernelbay_engine.quant import quantize_model
+
+        return quantize_model(self.model, mode)
+
     def _eos_token_ids(self) -> set[int]:
         eos = getattr(self.config.hf_config, "eos_token_id", None)
         ids = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
@@ -401,6 +418,13 @@ def _check_prepack_policy(policy) -> None:
 
     if policy not in POLICIES:
         raise ValueError(f"prepack_weights must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
+
+
+def _check_quantization(mode) -> None:
+    from kernelbay_engine.quant import MODES
+
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"quantization must be None or one of {', '.join(map(repr, MODES))}; got {mode!r}")
 
 
 def _max_model_len(config, requested: int | None) -> int:
