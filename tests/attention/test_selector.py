@@ -110,8 +110,8 @@ def test_no_capable_backend_lists_every_candidate(fresh_registry):
     assert text.startswith(
         "no installed attention backend can run layers (full_attention, head_size=64, bfloat16, kv=auto) on fakeplat"
     )
-    for name in ("SDPA", "VANILLA", "FLEX"):
-        assert f"  - {name}: sparse_mode: blocksparse is not supported (supported: none)" in text
+    for name, modes in (("SDPA", "none"), ("VANILLA", "dsa, none"), ("FLEX", "none")):
+        assert f"  - {name}: sparse_mode: blocksparse is not supported (supported: {modes})" in text
 
 
 def test_selection_is_cached_and_serialisable(fresh_registry):
@@ -192,7 +192,7 @@ def test_requirements_from_model_config():
         mla=type("G", (), {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64})(), attn_logit_softcapping=None
     )
     req = AttentionRequirements.from_model_config(mla, "indexed_attention")
-    assert (req.head_size, req.use_mla, req.sparse_mode) == (192, True, "indexed")
+    assert (req.head_size, req.use_mla, req.sparse_mode) == (192, True, "dsa")
     assert hash(req) == hash(AttentionRequirements.from_model_config(mla, "indexed_attention"))
     with pytest.raises(ValueError, match="no_attention layers have no attention backend"):
         AttentionRequirements.from_model_config(StandInConfig(), "no_attention")

@@ -1,7 +1,8 @@
 """The attention protocol, the paged KV cache and the backend selector.
 
 - protocol: `AttentionBackend` (declarations; `ANY`), `AttentionMetadata` (`build_metadata`, `StepRequest`),
-  `AttentionForwardArgs`, `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `NoOptions`;
+  `AttentionForwardArgs`, `AttentionType`, `KVLayout`, `AttentionGeometry`, `MLASpec`, `IndexerSpec` (DSA),
+  `NoOptions`;
 - construction: `create_attention` (a backend instance for one layer, geometry validated), `build_backend`
   (the same from an `AttentionGeometry` record a layer already holds);
 - KV cache: `KVCacheSpec` (what a backend stores per block; the engine allocates and pages it);
@@ -17,7 +18,7 @@ from ._backend import AttentionBackend, AttentionContractError
 from ._capabilities import ANY
 from ._factory import build_backend, create_attention
 from ._forward_args import AttentionForwardArgs
-from ._geometry import AttentionGeometry, MLASpec
+from ._geometry import AttentionGeometry, IndexerSpec, MLASpec
 from ._kv_spec import KVCacheSpec, zeroed
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._options import NoOptions
@@ -34,12 +35,14 @@ from ._selector import (
     select_for_layer_groups,
     select_for_model,
 )
-from ._types import AttentionType, KVLayout
+from ._types import SPARSE_DSA, SPARSE_NONE, AttentionType, KVLayout
 from ._validation import AttentionOptions, validate_options
 
 __all__ = [
     "ANY",
     "BACKEND_ENV",
+    "SPARSE_DSA",
+    "SPARSE_NONE",
     "AttentionBackend",
     "AttentionContractError",
     "AttentionForwardArgs",
@@ -50,6 +53,7 @@ __all__ = [
     "AttentionType",
     "BackendNotCapable",
     "CandidateReport",
+    "IndexerSpec",
     "KVCacheSpec",
     "KVLayout",
     "LayerGroupSelection",

@@ -11,7 +11,7 @@ from ..dtypes import normalize_kv_cache_dtype, storage_dtype
 from ..errors import KernelbayError
 from . import _cache_ops as ops
 from ._forward_args import AttentionForwardArgs, resolve_forward_args
-from ._geometry import AttentionGeometry
+from ._geometry import AttentionGeometry, MLASpec
 from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
 from ._options import NoOptions, parse_options
@@ -30,6 +30,7 @@ _GEOMETRY_KEYS = (
     "chunk_size",
     "logit_softcap",
     "mla",
+    "indexer",
     "kv_b_proj",
     "kv_cache_dtype",
     "options",
@@ -130,6 +131,7 @@ class AttentionBackend(Generic[TMetadata]):
             block_size=block_size or cls.preferred_block_size,
             layout=KVLayout.parse(layout),
             mla=mla is not None,
+            index_head_dim=geometry.indexer.index_head_dim if geometry.indexer else 0,
             kv_scale_mode=kv_scale_mode,
             stride_order=cls.get_kv_cache_stride_order(layout),
         )
@@ -166,6 +168,7 @@ class AttentionBackend(Generic[TMetadata]):
             chunk_size=geometry.get("chunk_size"),
             logit_softcap=geometry.get("logit_softcap"),
             mla=geometry.get("mla"),
+            indexer=geometry.get("indexer"),
         )  # a layer that holds its record passes it (`geometry=`): built once
         self._refuse_unsupported_geometry()
         self.quant_config = quant_config
@@ -221,6 +224,7 @@ class AttentionBackend(Generic[TMetadata]):
         -> [T, H, v_head_dim]. Writes k/v into the paged cache, then attends."""
         args = resolve_forward_args(forward_args)
         self._check_inputs(q, metadata)
+        self._check_topk(q, args)
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
@@ -265,12 +269,45 @@ class AttentionBackend(Generic[TMetadata]):
                 f"{g.head_dim}], got {tuple(q.shape)}"
             )
 
+    def _check_topk(self, q: torch.Tensor, args: AttentionForwardArgs) -> None:
+        """A DSA layer attends to the indexer's picks only, so it needs them; any other layer must not get them."""
+        g, topk = self.geometry, args.topk_indices
+        if g.indexer is None:
+            if topk is not None:
+                raise ValueError(f"layer {g.layer_idx}: topk_indices given to a layer without an indexer (not DSA)")
+            return
+        want = (q.shape[0], g.indexer.index_topk)
+        if not isinstance(topk, torch.Tensor) or tuple(topk.shape) != want or topk.is_floating_point():
+            got = f"{topk.dtype} {tuple(topk.shape)}" if isinstance(topk, torch.Tensor) else repr(topk)
+            raise ValueError(
+                f"layer {g.layer_idx} is DSA: pass AttentionForwardArgs(topk_indices=...), an integer tensor "
+                f"[T, index_topk] = {list(want)} of key positions (-1 pads), got {got}"
+            )
+
+    def _mla_plane(self, mla: MLASpec) -> torch.Tensor:
+        """The MLA plane's latent ‖ k_pe columns (a DSA cache keeps its indexer keys after them)."""
+        return self._attached_cache()[0][..., : mla.latent_dim]
+
+    def _index_plane(self) -> torch.Tensor:
+        g = self.geometry
+        if g.indexer is None or g.mla is None:
+            raise ValueError(f"layer {g.layer_idx} has no indexer (not DSA): it caches no indexer keys")
+        return self._attached_cache()[0][..., g.mla.latent_dim :]
+
+    def write_index_keys(self, keys: torch.Tensor, metadata: AttentionMetadata) -> None:
+        """DSA: store this step's indexer keys [T, index_head_dim] at `metadata.slot_mapping`."""
+        ops.write_plane(self._index_plane(), keys.unsqueeze(1), metadata.slot_mapping, metadata.layout, self.k_scale)
+
+    def read_index_keys(self, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> torch.Tensor:
+        """DSA: the indexer keys at `slots` [N] as [N, index_head_dim]."""
+        return ops.read_plane(self._index_plane(), slots, layout, dtype, self.k_scale)[:, 0]
+
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
         """Store this step's keys/values (MLA: latent ‖ k_pe) at `metadata.slot_mapping`."""
         slots, layout, cache = metadata.slot_mapping, metadata.layout, self._attached_cache()
         if self.geometry.mla is not None:
             entry = torch.cat([k, v], dim=-1).unsqueeze(1)
-            ops.write_plane(cache[0], entry, slots, layout, self.k_scale)
+            ops.write_plane(self._mla_plane(self.geometry.mla), entry, slots, layout, self.k_scale)
             return
         ops.write_plane(cache[0], k, slots, layout, self.k_scale)
         ops.write_plane(cache[1], v, slots, layout, self.v_scale)
@@ -279,7 +316,7 @@ class AttentionBackend(Generic[TMetadata]):
         """Keys and values at `slots` [N] as [N, kv_heads, head_dim] each (MLA: latent [N, kv_lora], k_pe [N, rope])."""
         cache = self._attached_cache()
         if self.geometry.mla is not None:
-            entry = ops.read_plane(cache[0], slots, layout, dtype, self.k_scale)[:, 0]
+            entry = ops.read_plane(self._mla_plane(self.geometry.mla), slots, layout, dtype, self.k_scale)[:, 0]
             return entry.split([self.geometry.mla.kv_lora_rank, self.geometry.mla.qk_rope_head_dim], dim=-1)
         return (
             ops.read_plane(cache[0], slots, layout, dtype, self.k_scale),

@@ -38,7 +38,9 @@ _CHECKS = (
     ("platform", "platforms", None),
 )
 # Geometry is fixed when a layer is built; the rest (dtypes, cache, platform) is chosen at run time.
-GEOMETRY = frozenset({"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap"})
+GEOMETRY = frozenset(
+    {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode"}
+)
 
 
 def _listed(values) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._backend import AttentionBackend
-from ._geometry import AttentionGeometry, MLASpec
+from ._geometry import AttentionGeometry, IndexerSpec, MLASpec
 from ._types import AttentionType
 
 
@@ -31,6 +31,7 @@ def create_attention(
     chunk_size: int | None = None,
     logit_softcap: float | None = None,
     mla=None,
+    indexer=None,
     kv_b_proj=None,
     quant_config=None,
     kv_cache_dtype: str | None = "auto",
@@ -52,6 +53,7 @@ def create_attention(
         chunk_size,
         logit_softcap,
         mla_spec,
+        IndexerSpec.from_any(indexer) if indexer is not None else None,
     )
     return build_backend(
         backend,

@@ -16,6 +16,10 @@ class AttentionForwardArgs:
     """Write this call's k/v into the paged cache before attending (False: reuse what is cached)."""
     output: Any = None
     """Optional preallocated output tensor [T, num_heads, v_head_dim] to write into."""
+    topk_indices: Any = None
+    """DSA layers only (sparse mode "dsa"): [T, index_topk] integer tensor, the keys each query attends to as
+    positions in its own request's sequence (0 .. seq_len - 1, the layer's causal mask still applies); -1 pads
+    a row whose query sees fewer keys. The indexer picks them (model code) before the layer attends."""
 
     def __post_init__(self):
         if not isinstance(self.causal, bool):

@@ -54,6 +54,38 @@ class MLASpec:
         return cls(**{f: get(f) for f in _MLA_FIELDS}, q_lora_rank=get("q_lora_rank"))
 
 
+_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexerSpec:
+    """DeepSeek sparse attention (V3.2): a lightning indexer scores every cached key with `index_n_heads`
+    heads of `index_head_dim` and each query attends to its `index_topk` best. The indexer caches one
+    `index_head_dim` key per token beside the MLA latent (model dtype here; fp8 in DeepSeek's kernels)."""
+
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    def __post_init__(self):
+        for name in _INDEXER_FIELDS:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"indexer {name} must be a positive int, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_any(cls, indexer) -> IndexerSpec:
+        """From an IndexerSpec, a config `IndexerGeometry`-like object or a mapping; names every missing field."""
+        if isinstance(indexer, cls):
+            return indexer
+        get: Callable[[str], Any] = (
+            indexer.get if isinstance(indexer, Mapping) else (lambda k: getattr(indexer, k, None))
+        )
+        missing = [f for f in _INDEXER_FIELDS if get(f) is None]
+        if missing:
+            raise ValueError(f"indexer geometry is incomplete: missing {', '.join(missing)}")
+        return cls(**{f: get(f) for f in _INDEXER_FIELDS})
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionGeometry:
     """Everything about a layer that does not change from step to step."""
@@ -71,11 +103,15 @@ class AttentionGeometry:
     """Chunked attention (Llama 4): a query sees keys of its own `chunk_size`-aligned chunk only."""
     logit_softcap: float | None = None
     mla: MLASpec | None = None
+    indexer: IndexerSpec | None = None
+    """DSA layers: the indexer whose top-k keys each query attends to (sparse mode "dsa"); MLA only."""
 
     def __post_init__(self):
         object.__setattr__(self, "attn_type", AttentionType.parse(self.attn_type))
         if self.mla is not None:
             object.__setattr__(self, "mla", MLASpec.from_any(self.mla))
+        if self.indexer is not None:
+            object.__setattr__(self, "indexer", IndexerSpec.from_any(self.indexer))
         for problem in self.problems():
             raise ValueError(f"layer {self.layer_idx}: {problem}")
 
@@ -97,6 +133,8 @@ class AttentionGeometry:
                 f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {self.mla.qk_head_dim}, "
                 f"got {self.head_dim}"
             )
+        if self.indexer is not None and self.mla is None:
+            found.append("an indexer (DSA) needs MLA geometry: its keys are cached beside the MLA latent")
         return found
 
     def _kind_problems(self) -> list[str]:
@@ -116,6 +154,11 @@ class AttentionGeometry:
                 f"use attn_type='chunked_attention' or drop chunk_size"
             ]
         return []
+
+    @property
+    def layer_kind(self) -> str:
+        """The config layer kind (`ModelConfig.layer_types`) this geometry serves: its selection group."""
+        return "indexed_attention" if self.indexer is not None else self.attn_type.value
 
     @property
     def v_head_dim(self) -> int:

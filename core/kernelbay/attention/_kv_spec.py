@@ -17,7 +17,8 @@ class KVCacheSpec:
 
     Standard layers cache k and v: `planes == 2`, each token stores `num_kv_heads x head_dim` per plane.
     MLA layers cache the compressed latent `kv_lora_rank + qk_rope_head_dim` once: `planes == 1`,
-    `num_kv_heads == 1`, `head_dim == latent width`.
+    `num_kv_heads == 1`, `head_dim == latent width`. A DSA layer's indexer keys ride in the same plane:
+    `index_head_dim` more elements after the latent of each token (the cache's last dim is their sum).
     """
 
     num_kv_heads: int
@@ -29,6 +30,8 @@ class KVCacheSpec:
     mla: bool = False
     kv_scale_mode: str = "none"
     """fp8 only: "per_tensor" multiplies cached values by the layer's k_scale / v_scale when read."""
+    index_head_dim: int = 0
+    """DSA (MLA only): the indexer key cached per token after the latent; 0 when the layer has no indexer."""
     stride_order: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Physical order of the `cache_shape` dims in memory, outermost first (vLLM's
     `get_kv_cache_stride_order`). The tensor always has the logical `cache_shape`; e.g. (0, 3, 1, 2, 4)
@@ -47,6 +50,11 @@ class KVCacheSpec:
         if self.mla and self.num_kv_heads != 1:
             raise ValueError(
                 f"an MLA cache stores one latent per token: num_kv_heads must be 1, got {self.num_kv_heads}"
+            )
+        if self.index_head_dim < 0 or (self.index_head_dim and not self.mla):
+            raise ValueError(
+                f"KVCacheSpec.index_head_dim must be >= 0 and only set on an MLA cache (DSA keys ride beside the "
+                f"latent), got {self.index_head_dim} with mla={self.mla}"
             )
         object.__setattr__(self, "stride_order", tuple(int(d) for d in self.stride_order))
         if sorted(self.stride_order) != list(range(5)):
@@ -68,7 +76,12 @@ class KVCacheSpec:
     @property
     def bytes_per_token(self) -> int:
         """Cache bytes one token takes in this layer."""
-        return self.planes * self.num_kv_heads * self.head_dim * ELEMENT_BYTES[self.dtype]
+        return self.planes * self.num_kv_heads * self.entry_width * ELEMENT_BYTES[self.dtype]
+
+    @property
+    def entry_width(self) -> int:
+        """Elements one token stores per plane and KV head: head_dim, plus the indexer key under DSA."""
+        return self.head_dim + self.index_head_dim
 
     @property
     def bytes_per_block(self) -> int:
@@ -87,10 +100,10 @@ class KVCacheSpec:
         return num_bytes // self.bytes_per_block
 
     def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
-        """(planes, num_blocks, block_size, kv_heads, head_dim) for NHD; block_size and kv_heads swap for HND."""
+        """(planes, num_blocks, block_size, kv_heads, entry_width) for NHD; block_size and kv_heads swap for HND."""
         if self.layout is KVLayout.NHD:
-            return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
-        return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.head_dim)
+            return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.entry_width)
+        return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.entry_width)
 
     def with_block_size(self, block_size: int) -> KVCacheSpec:
         return _replace(self, block_size=block_size)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ._geometry import AttentionGeometry
-from ._types import SPARSE_NONE, AttentionType, KVLayout
+from ._types import SPARSE_DSA, SPARSE_NONE, AttentionType, KVLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class AttentionRequirements:
     @classmethod
     def from_geometry(cls, geometry: AttentionGeometry, dtype: str = "bfloat16", **runtime) -> AttentionRequirements:
         """Requirements of one constructed layer (runtime: kv_cache_dtype, block_size, platform, ...)."""
+        runtime.setdefault("sparse_mode", SPARSE_DSA if geometry.indexer is not None else SPARSE_NONE)
         return cls(
             head_size=geometry.head_dim,
             dtype=dtype,
@@ -98,7 +99,7 @@ class AttentionRequirements:
 
 
 # Config layer kinds that are a sparse mode of full attention rather than a mask shape.
-_SPARSE_KINDS = {"blocksparse_attention": "blocksparse", "indexed_attention": "indexed"}
+_SPARSE_KINDS = {"blocksparse_attention": "blocksparse", "indexed_attention": SPARSE_DSA}
 
 
 def _kind_and_sparse(layer_kind: str) -> tuple[AttentionType, str]:

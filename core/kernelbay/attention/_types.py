@@ -47,3 +47,5 @@ class KVLayout(str, enum.Enum):
 
 
 SPARSE_NONE = "none"
+SPARSE_DSA = "dsa"
+"""DeepSeek sparse attention: each query attends to the top-k keys its layer's lightning indexer picked."""

@@ -18,6 +18,7 @@ from ._model_config import MODEL_KINDS, ModelConfig
 from ._naming import draft_architecture, resolution_target
 from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
+from ._weight_files import weight_format_class
 
 __all__ = [
     "BLOCKSPARSE",
@@ -43,4 +44,5 @@ __all__ = [
     "draft_architecture",
     "read_config_json",
     "resolution_target",
+    "weight_format_class",
 ]

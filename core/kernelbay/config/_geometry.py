@@ -56,7 +56,6 @@ def resolve_mla(f: Fields) -> MLAGeometry | None:
         qk_nope_head_dim=f.required_int("qk_nope_head_dim"),
         qk_rope_head_dim=f.required_int("qk_rope_head_dim"),
         v_head_dim=f.required_int("v_head_dim"),
-        index_head_dim=f.get_int("index_head_dim"),
     )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ._fields import Fields
-from ._records import BlockSparseGeometry
+from ._records import BlockSparseGeometry, IndexerGeometry
 
 if TYPE_CHECKING:
     from ._rules import FamilyRules
@@ -39,6 +40,7 @@ class LayerPlan:
     attention_chunk_size: int | None = None  # chunk of a CHUNKED layer
     kv_heads: tuple[int, ...] | None = None  # (num_hidden_layers,) when layers differ (Nemotron-NAS)
     blocksparse: BlockSparseGeometry | None = None  # geometry of the BLOCKSPARSE layers
+    indexer: IndexerGeometry | None = None  # the lightning indexer of the INDEXED (DSA) layers
 
     def __post_init__(self) -> None:
         unknown = sorted({k for k in self.kinds if k not in LAYER_KINDS})
@@ -50,6 +52,11 @@ class LayerPlan:
             raise ConfigError(
                 f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
                 "which a family rule gives), and only they take one."
+            )
+        if (INDEXED in self.kinds) != (self.indexer is not None):
+            raise ConfigError(
+                f"{INDEXED} layers need their indexer geometry (indexer=IndexerGeometry(...), which a family "
+                "rule gives: install the family's plugin, e.g. kernelbay-deepseek), and only they take one."
             )
 
 
@@ -104,7 +111,7 @@ def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
     """Fill the window and chunk a plan leaves to the generic fields."""
     window = (plan.sliding_window or _sliding_window(f)) if SLIDING in plan.kinds else None
     chunk = (plan.attention_chunk_size or f.get_int("attention_chunk_size")) if CHUNKED in plan.kinds else None
-    return LayerPlan(plan.kinds, window, chunk, plan.kv_heads, plan.blocksparse)
+    return dataclasses.replace(plan, sliding_window=window, attention_chunk_size=chunk)
 
 
 def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
@@ -172,4 +179,4 @@ def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) 
         return plan
     f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: full attention")
     kinds = tuple(FULL if kind == SLIDING else kind for kind in plan.kinds)
-    return LayerPlan(kinds, None, plan.attention_chunk_size, plan.kv_heads, plan.blocksparse)
+    return dataclasses.replace(plan, kinds=kinds, sliding_window=None)

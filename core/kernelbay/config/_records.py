@@ -1,4 +1,5 @@
-"""The small frozen records a `ModelConfig` is made of: MLA geometry, RoPE, quantization, block-sparse."""
+"""The small frozen records a `ModelConfig` is made of: MLA and DSA indexer geometry, RoPE, quantization,
+block-sparse."""
 
 from __future__ import annotations
 
@@ -60,7 +61,6 @@ class MLAGeometry:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
-    index_head_dim: int | None = None  # DeepSeek V3.2 lightning indexer: one cached key per token
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -72,8 +72,6 @@ class MLAGeometry:
         )
         if self.q_lora_rank is not None:
             _require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
-        if self.index_head_dim is not None:
-            _require_positive("MLA geometry", index_head_dim=self.index_head_dim)
 
     @property
     def qk_head_dim(self) -> int:
@@ -82,8 +80,8 @@ class MLAGeometry:
 
     @property
     def cache_width(self) -> int:
-        """Elements cached per token per layer: the latent, the rotary key, the indexer key."""
-        return self.kv_lora_rank + self.qk_rope_head_dim + (self.index_head_dim or 0)
+        """Elements cached per token per layer: the latent and the rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
     def to_dict(self) -> dict:
         return {
@@ -92,7 +90,38 @@ class MLAGeometry:
             "qk_nope_head_dim": self.qk_nope_head_dim,
             "qk_rope_head_dim": self.qk_rope_head_dim,
             "v_head_dim": self.v_head_dim,
+            "cache_width": self.cache_width,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IndexerGeometry:
+    """DeepSeek sparse attention (DSA, V3.2): a lightning indexer of `index_n_heads` heads of `index_head_dim`
+    scores every earlier token and each query attends to its `index_topk` best. Its key (one `index_head_dim`
+    vector per token and layer) is cached beside the MLA latent, in the KV-cache dtype (fp8 in DeepSeek's kernels)."""
+
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "DSA indexer",
+            index_n_heads=self.index_n_heads,
+            index_head_dim=self.index_head_dim,
+            index_topk=self.index_topk,
+        )
+
+    @property
+    def cache_width(self) -> int:
+        """Elements the indexer caches per token per layer: its key."""
+        return self.index_head_dim
+
+    def to_dict(self) -> dict:
+        return {
+            "index_n_heads": self.index_n_heads,
             "index_head_dim": self.index_head_dim,
+            "index_topk": self.index_topk,
             "cache_width": self.cache_width,
         }
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from kernelbay.config import INDEXED, LayerPlan
+from kernelbay.config import INDEXED, IndexerGeometry, LayerPlan
+from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
 
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
@@ -36,9 +37,19 @@ def _yarn_mscale(rope_scaling: dict) -> float:
     return 0.1 * mscale_all_dim * math.log(factor) + 1.0
 
 
+INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
+
+
 def v32_layers(config) -> LayerPlan | None:
     """DeepSeek V3.2: every layer is MLA over the top-k tokens its lightning indexer picks (`index_topk`);
     this also reads layer_types written as "deepseek_sparse_attention"."""
     if config.get("index_topk") is None:
         return None
-    return LayerPlan((INDEXED,) * config.num_hidden_layers)
+    return LayerPlan((INDEXED,) * config.num_hidden_layers, indexer=_indexer(config))
+
+
+def _indexer(config) -> IndexerGeometry:
+    missing = [name for name in INDEXER_FIELDS if config.get_int(name) is None]
+    if missing:
+        raise ConfigError(f"DeepSeek V3.2 sparse attention (index_topk set) lacks {', '.join(missing)}", missing)
+    return IndexerGeometry(*(config.get_int(name) for name in INDEXER_FIELDS))

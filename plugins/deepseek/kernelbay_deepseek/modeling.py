@@ -1,4 +1,5 @@
-"""DeepSeek-V2 and -V3 causal LMs: MLA attention, dense MLPs in the first layers, MoE after."""
+"""DeepSeek-V2, -V3 and -V3.2 causal LMs: MLA attention (V3.2: sparse, DSA), dense MLPs in the first layers, MoE
+after."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class Variant:
 
 
 def _is_moe_layer(hf, layer_idx: int) -> bool:
+    listed = getattr(hf, "mlp_layer_types", None)  # V3.2 writes each layer's MLP kind
+    if listed is not None:
+        return listed[layer_idx] == "sparse"
     freq = getattr(hf, "moe_layer_freq", None) or 1
     return (
         getattr(hf, "n_routed_experts", None) is not None
@@ -125,3 +129,17 @@ class DeepseekV3ForCausalLM(DeepseekForCausalLM):
         return Variant(
             interleaved_rope=True if interleave is None else bool(interleave), default_routing=("sigmoid", "noaux_tc")
         )
+
+
+@register_model("DeepseekV32ForCausalLM")
+class DeepseekV32ForCausalLM(DeepseekV3ForCausalLM):
+    """DeepSeek-V3.2: V3 plus DeepSeek sparse attention (a lightning indexer per layer picks the top-k keys
+    each query attends to; backends must declare sparse mode "dsa")."""
+
+    def __init__(self, config):
+        if config.indexer is None:
+            raise ConfigError(
+                f"{config.architecture} needs its DSA indexer geometry (index_n_heads, index_head_dim, "
+                "index_topk) in config.json"
+            )
+        super().__init__(config)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from kernelbay.attention import (
+    SPARSE_DSA,
+    SPARSE_NONE,
     AttentionOptions,
     KVCacheSpec,
     KVLayout,
@@ -98,6 +100,7 @@ def check_options(
             attention_chunk_size=config.attention_chunk_size,
             logit_softcap=config.attn_logit_softcapping is not None,
             mla=config.mla,
+            sparse_mode=SPARSE_DSA if "indexed_attention" in kinds else SPARSE_NONE,
             backend_options=dict(options or {}),
         )
     )
@@ -123,7 +126,7 @@ def plan_cache(
     layout = _layout_for([result.backend_cls for _, result in selection.groups])
     entries = []
     for layer in layers.values():
-        backend_cls = selection.backend_for(layer.attn_type.value).backend_cls
+        backend_cls = selection.backend_for(layer.geometry.layer_kind).backend_cls
         spec = backend_cls.get_kv_cache_spec(layer.geometry, model_dtype, kv_cache_dtype, block_size, layout)
         if spec.block_size != block_size:  # the scheduler's block tables page in block_size tokens
             raise ConfigError(

@@ -14,6 +14,7 @@ from kernelbay.attention import (
     AttentionGeometry,
     AttentionMetadata,
     AttentionType,
+    IndexerSpec,
     MLASpec,
     build_backend,
 )
@@ -75,6 +76,7 @@ class Attention(torch.nn.Module):
         kv_b_proj: torch.nn.Module | None = None,
         prefix: str = "",
         chunk_size: int | None = None,
+        indexer=None,
     ):
         super().__init__()
         self.geometry = AttentionGeometry(
@@ -88,6 +90,7 @@ class Attention(torch.nn.Module):
             chunk_size,
             logit_softcap,
             MLASpec.from_any(mla) if mla is not None else None,
+            IndexerSpec.from_any(indexer) if indexer is not None else None,
         )
         if self.geometry.mla is not None and kv_b_proj is None:
             raise ValueError(f"layer {layer_idx} ({prefix or 'attention'}): MLA needs kv_b_proj")
@@ -124,12 +127,23 @@ class Attention(torch.nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata, forward_args=None
     ) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent, k_pe) -> [T, H, v_head_dim]."""
+        return self._bound().forward(q, k, v, metadata, forward_args)
+
+    def cached_index_keys(self, keys: torch.Tensor, metadata: AttentionMetadata) -> list[torch.Tensor]:
+        """DSA: write this step's indexer keys [T, index_head_dim] into the paged cache, then return each
+        request's keys over its whole sequence ([seq_len, index_head_dim] per request, in step order)."""
+        backend = self._bound()
+        backend.write_index_keys(keys, metadata)
+        every = backend.read_index_keys(metadata.kv_gather_index, metadata.layout, keys.dtype)
+        return list(every.split(list(metadata.seq_lens_host)))
+
+    def _bound(self) -> AttentionBackend:
         if self.backend is None:
             raise RuntimeError(
                 f"attention layer {self.layer_idx} ({self.prefix or 'attention'}) is not bound; "
                 f"the engine must call Attention.bind(backend, kv_cache) first"
             )
-        return self.backend.forward(q, k, v, metadata, forward_args)
+        return self.backend
 
     def extra_repr(self) -> str:
         g = self.geometry

@@ -1,4 +1,4 @@
-"""Which keys a query may see: causal, sliding window, chunked; shared by the torch backends."""
+"""Which keys a query may see: causal, sliding window, chunked, DSA top-k; shared by the torch backends."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ def allowed_keys(
             == torch.div(q, geometry.chunk_size, rounding_mode="floor"),
         )
     return mask
+
+
+def selected_keys(topk: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Bool [Tq, S] mask (True = attend) of the keys each row of DSA indices [Tq, k] names (-1 pads)."""
+    picked = torch.zeros(topk.shape[0], num_keys + 1, dtype=torch.bool, device=topk.device)
+    columns = torch.where(topk >= 0, topk, num_keys).to(torch.int64)  # a pad lands in the spare last column
+    return picked.scatter_(1, columns, True)[:, :num_keys]
 
 
 def _and(mask: torch.Tensor | None, more: torch.Tensor) -> torch.Tensor:

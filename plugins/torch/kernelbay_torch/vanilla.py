@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.attention import (
+    ANY,
+    SPARSE_DSA,
+    SPARSE_NONE,
+    AttentionBackend,
+    AttentionForwardArgs,
+    AttentionMetadata,
+    KVLayout,
+)
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
-from ._masks import allowed_keys, request_spans
+from ._masks import allowed_keys, request_spans, selected_keys
 
 
 class VanillaBackend(AttentionBackend[AttentionMetadata]):
@@ -25,6 +33,7 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
     chunked_attention = True
     encoder = True
     logit_softcap = True
+    sparse_modes = frozenset({SPARSE_NONE, SPARSE_DSA})  # DSA: the mask keeps only the indexer's top-k keys
 
     def _attend(self, q: torch.Tensor, md: AttentionMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         g = self.geometry
@@ -34,6 +43,9 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
             keys, values = self._keys_values(md.kv_gather_index[k0:k1], md, q.dtype)
             k_pos = torch.arange(k1 - k0, device=q.device)
             mask = allowed_keys(md.positions[q0:q1], k_pos, g, causal)
+            if args.topk_indices is not None:
+                picked = selected_keys(args.topk_indices[q0:q1], k1 - k0)
+                mask = picked if mask is None else mask & picked
             out[q0:q1] = self._attend_one(q[q0:q1], keys, values, mask).to(q.dtype)
         return out
 
