@@ -150,7 +150,7 @@ def test_gemma2_without_kernelbay_llama_takes_the_class_layer_types(hook_env, wr
 
 
 def test_without_the_family_plugin_an_unwritten_family_default_is_an_error(hook_env):
-    """No kernelbay-llama: GPT-2's implicit 4 x hidden FFN is unknown to the core, which says what is missing."""
-    hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-llama")
+    """No kernelbay-gpt: GPT-2's implicit 4 x hidden FFN is unknown to the core, which says what is missing."""
+    hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-gpt")
     with pytest.raises(ConfigError, match=r"'intermediate_size' / .*'n_inner' is missing"):
         ModelConfig.from_pretrained(SHARED_CONFIGS / "gpt2")

@@ -53,7 +53,7 @@ class StepRequest:
 
 def _model_dtype(model: torch.nn.Module) -> str:
     """The dtype activations run in: the embedding table's (FP8 layers dequantise into it)."""
-    return str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
+    return str(model.input_embeddings().weight.dtype).removeprefix("torch.")
 
 
 def _require_loaded(model: torch.nn.Module) -> None:
@@ -84,7 +84,7 @@ class ModelRunner:
     ):
         _require_loaded(model)
         self.model = model.eval()
-        self.device = model.model.embed_tokens.weight.device
+        self.device = model.input_embeddings().weight.device
         self.block_size = block_size
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
         self.cache: CachePlan = plan_cache(

@@ -21,11 +21,6 @@ def register_model_type_rules(register):
     register(("llama4", "llama4_text"), layers=llama4_layers)
     register("nemotron-nas", layers=nas_layers, intermediate_size=nas_ffn_width)
     register("phi3small", layers=phi3small_layers, attention_scale=phi3small_mup_scale)
-    # Families kernelbay reads but does not build yet (the model_types whose config classes this plugin
-    # carries, and their kin): they move to the GPT-family plugin when that family lands.
-    register(("gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"), intermediate_size=four_times_hidden)
-    register(("falcon", "RefinedWeb", "RefinedWebModel"), architecture=falcon_legacy_architecture)
-    register("bloom", position_embedding=lambda config: "alibi")
 
 
 def gemma2_layers(config) -> LayerPlan | None:
@@ -142,16 +137,3 @@ def phi3small_mup_scale(config) -> float | None:
         return None
     head_dim = config.get_int("head_dim") or config.hidden_size // config.num_attention_heads
     return config.get_float("mup_attn_multiplier", default=1.0) / head_dim
-
-
-def four_times_hidden(config) -> int:
-    """GPT-2, GPT-BigCode, Falcon: the FFN is 4 x hidden where config.json leaves its width null (as documented)."""
-    return config.get_int("intermediate_size", "ffn_hidden_size", "n_inner") or 4 * config.hidden_size
-
-
-def falcon_legacy_architecture(config) -> str | None:
-    """Falcon checkpoints published before transformers integrated the family name their class RWForCausalLM."""
-    if (config.get("architectures") or ("",))[0] != "RWForCausalLM":
-        return None
-    config.note("legacy architecture RWForCausalLM resolves as FalconForCausalLM")
-    return "FalconForCausalLM"

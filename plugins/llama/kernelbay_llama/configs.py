@@ -1,13 +1,12 @@
 """Config classes for `model_type`s transformers does not know, parsed without running folder code.
 
 They are `kernelbay.configs` entry points of kernelbay-llama (built-in: a plugin's class for the same
-model_type wins). kernelbay reads these geometries (`kernelbay explain`) but has no model for them yet;
-RefinedWebModel moves to the GPT-family plugin when that family lands.
+model_type wins). kernelbay reads these geometries (`kernelbay explain`) but has no model for them yet.
 """
 
 from __future__ import annotations
 
-from transformers import FalconConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
 
 class NemotronNasConfig(PretrainedConfig):
@@ -31,11 +30,3 @@ class Phi3SmallConfig(PretrainedConfig):
     geometry, `rope_embedding_base` and the muP attention scale from it."""
 
     model_type = "phi3small"
-
-
-class RefinedWebModelConfig(FalconConfig):
-    """Falcon checkpoints published before transformers integrated them (Falcon-7B's `RefinedWebModel`):
-    FalconConfig's fields under the legacy spellings `n_head` / `n_layer`, which kernelbay reads as
-    num_attention_heads / num_hidden_layers."""
-
-    model_type = "RefinedWebModel"

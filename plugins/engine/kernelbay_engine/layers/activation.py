@@ -1,4 +1,4 @@
-"""The MLP activations the shipped families use, by their HF config names."""
+"""The MLP activations the shipped families use, by their HF config names, and the MLPs built on them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ _ACTIVATIONS = {
     "swish": nn.SiLU,
     "gelu": nn.GELU,
     "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
+    "gelu_new": lambda: nn.GELU(approximate="tanh"),  # GPT-2's name for the same tanh approximation
+    "relu": nn.ReLU,
 }
 
 
@@ -38,3 +40,31 @@ class GatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
         return self.down_proj(self.act_fn(gate) * up)
+
+
+class MLP(nn.Module):
+    """fc_out(act(fc_in(x))), the GPT family's plain MLP; `names` are the checkpoint's names for the two
+    projections (GPT-2 `c_fc`/`c_proj`, NeoX and Falcon `dense_h_to_4h`/`dense_4h_to_h`), so that a missing
+    tensor is reported under the name the checkpoint would use. `transposed`: GPT-2's Conv1D layout."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        act: str,
+        *,
+        names: tuple[str, str],
+        bias: bool = True,
+        transposed: bool = False,
+    ):
+        super().__init__()
+        self.names = names
+        fc_in = Linear(hidden_size, intermediate_size, bias=bias, checkpoint_transposed=transposed)
+        fc_out = Linear(intermediate_size, hidden_size, bias=bias, checkpoint_transposed=transposed)
+        for name, layer in zip(names, (fc_in, fc_out), strict=True):
+            self.add_module(name, layer)
+        self.act_fn = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fc_in, fc_out = (getattr(self, name) for name in self.names)
+        return fc_out(self.act_fn(fc_in(x)))

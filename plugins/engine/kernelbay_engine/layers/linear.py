@@ -31,6 +31,7 @@ class Linear(nn.Module):
         bias: bool = False,
         batch_shape: tuple[int, ...] = (),
         quantizable: bool = True,
+        checkpoint_transposed: bool = False,
     ):
         super().__init__()
         if in_features <= 0 or out_features <= 0:
@@ -40,6 +41,8 @@ class Linear(nn.Module):
         self.has_bias = bias
         self.batch_shape = tuple(batch_shape)
         self.quantizable = quantizable  # False: always plain weights (e.g. the LM head)
+        # The checkpoint stores W as [in, out] (GPT-2's Conv1D): the loader reads it transposed into [out, in].
+        self.checkpoint_transposed = checkpoint_transposed
         self.method: LinearMethod | None = None
 
     def create_weights(self, method: LinearMethod, dtype: torch.dtype) -> None:

@@ -1,4 +1,5 @@
-"""RMSNorm in the two flavours checkpoints use: `w * x` (Llama, Qwen, DeepSeek) and `(1 + w) * x` (Gemma)."""
+"""RMSNorm in the two flavours checkpoints use: `w * x` (Llama, Qwen, DeepSeek) and `(1 + w) * x` (Gemma);
+LayerNorm with bias (the GPT family)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, unit_offset={self.unit_offset}"
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last dim with a learned scale and (optionally) bias: GPT-2, OPT, GPT-NeoX, Falcon."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, *, bias: bool = True):
+        super().__init__()
+        if dim <= 0 or eps <= 0:
+            raise ValueError(f"LayerNorm needs dim > 0 and eps > 0, got dim={dim}, eps={eps}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))  # [dim]
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None  # [dim]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}"

@@ -17,6 +17,7 @@ class Target:
 
     param: str
     index: tuple = ()
+    transposed: bool = False  # the checkpoint holds this 2-D weight as [in, out] (GPT-2's Conv1D)
 
 
 @dataclass
@@ -50,6 +51,9 @@ def _direct_and_aliases(model: nn.Module) -> tuple[dict[str, Target], dict[str, 
     aliases_of: dict[str, list[str]] = {}
     alias_targets: dict[str, Target] = {}
     for path, module in model.named_modules():
+        if getattr(module, "checkpoint_transposed", False):
+            weight = f"{path}.weight" if path else "weight"
+            direct[weight] = Target(weight, transposed=True)
         hook = getattr(module, "checkpoint_aliases", None)
         if hook is None:
             continue

@@ -115,10 +115,15 @@ class CausalLM(nn.Module):
     def tied(self) -> bool:
         return bool(self.config.tie_word_embeddings)
 
+    def input_embeddings(self) -> nn.Module:
+        """The token embedding table (its weight's dtype and device are the model's); a family whose
+        checkpoint names it otherwise (GPT-2's `transformer.wte`) overrides this."""
+        return self.model.embed_tokens
+
     def tie_weights(self) -> None:
         """Share the embedding table with the LM head when the config ties them."""
         if self.tied:
-            self.lm_head.weight = self.model.embed_tokens.weight
+            self.lm_head.weight = self.input_embeddings().weight
 
     def checkpoint_rules(self) -> NameRules:
         """The family's naming rules, plus `lm_head.weight` skipped when tied (some checkpoints store it)."""
