@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import ConfigError, MalformedConfig, MissingConfigFile, ModelFolderNotFound, UnknownNameError
 from ._limits import check_written_layer_count, parse_config_text
+from ._weight_files import model_weight_file, read_weight_file_config
 
 CONFIG_FILE = "config.json"
 
@@ -19,6 +20,9 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
         raise ModelFolderNotFound(
             f"Model folder {str(folder)!r} does not exist; pass a folder that holds {CONFIG_FILE}."
         )
+    weight_file = model_weight_file(folder)
+    if weight_file is not None:  # x.gguf, or a folder holding only that: the file describes itself
+        return weight_file, read_weight_file_config(weight_file)
     if not folder.is_dir():
         raise ModelFolderNotFound(
             f"{str(folder)!r} is a file, not a model folder; pass the folder that holds {CONFIG_FILE}."

@@ -1,4 +1,5 @@
-"""Text <-> token ids through transformers' `AutoTokenizer` on the model folder (chat template if it has one)."""
+"""Text <-> token ids through transformers' `AutoTokenizer` on the model folder, or the tokenizer a weight
+file carries (x.gguf, built by its format plugin); the chat template if it has one."""
 
 from __future__ import annotations
 
@@ -29,7 +30,17 @@ def check_prompt_text(text, what: str = "the prompt") -> str:
 
 
 def has_tokenizer(folder: str | Path) -> bool:
-    return any((Path(folder) / name).is_file() for name in TOKENIZER_FILES)
+    """A folder's tokenizer files, or (a weight file, x.gguf) a tokenizer in the file's metadata."""
+    path = Path(folder)
+    if path.is_file():
+        return bool(getattr(_file_format(path), "has_tokenizer", lambda _: False)(path))
+    return any((path / name).is_file() for name in TOKENIZER_FILES)
+
+
+def _file_format(path: Path):
+    from kernelbay_engine.loading.formats import format_for
+
+    return format_for(path)
 
 
 class Tokenizer:
@@ -44,6 +55,9 @@ class Tokenizer:
         from transformers import AutoTokenizer
 
         self.folder = Path(folder)
+        if self.folder.is_file():  # the weight format builds it from the file's metadata (its errors name it)
+            self.hf = _file_format(self.folder).tokenizer(self.folder)
+            return
         try:
             self.hf = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
         except Exception as err:  # transformers/tokenizers raise anything (KeyError, bare Exception) on bad files

@@ -1,4 +1,5 @@
-"""Finding a checkpoint's weight files: one safetensors file, a sharded set with an index, or (opt-in) pickle."""
+"""A folder's weight files (the `safetensors` weight format): one safetensors file, a sharded set with an
+index, or (opt-in) pickle."""
 
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ class Checkpoint:
         return sum(e.nbytes for e in self.entries.values()) + sum(
             t.numel() * t.element_size() for t in self.pickled.values()
         )
+
+    def nbytes_of(self, name: str) -> int:
+        entry = self.entries.get(name)
+        if entry is not None:
+            return entry.nbytes
+        t = self.pickled[name]
+        return t.numel() * t.element_size()
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.entries[name].shape if name in self.entries else tuple(self.pickled[name].shape)
@@ -100,7 +108,7 @@ class CheckpointReader:
         read_into(f, entry, dest)
 
 
-def open_checkpoint(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
+def open_folder(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Index the weights of `folder`; refuses pickle files unless `allow_pickle`."""
     folder = Path(folder)
     entries = _safetensors_entries(folder)

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from kernelbay_engine.loading.checkpoint import Checkpoint
 from kernelbay_engine.loading.errors import CheckpointError
+from kernelbay_engine.loading.formats import WeightSource
 from kernelbay_engine.loading.plan import LoadPlan, NameRules, make_plan
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
 
@@ -88,7 +88,7 @@ def _all_finite(t: torch.Tensor) -> bool:
     return True
 
 
-def _check_shapes(model: nn.Module, checkpoint: Checkpoint, plan: LoadPlan) -> None:
+def _check_shapes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) -> None:
     """Whole-parameter tensors of the wrong shape, all named before any byte is read."""
     params = dict(model.named_parameters(remove_duplicate=False))
     wrong = [
@@ -102,7 +102,7 @@ def _check_shapes(model: nn.Module, checkpoint: Checkpoint, plan: LoadPlan) -> N
 
 def load_weights(
     model: nn.Module,
-    checkpoint: Checkpoint,
+    checkpoint: WeightSource,
     rules: NameRules = NameRules(),
     *,
     progress: bool | None = None,
@@ -118,7 +118,7 @@ def load_weights(
     plan = make_plan(model, checkpoint.names, rules)
     _check_shapes(model, checkpoint, plan)
     names = checkpoint.in_file_order(plan.assignments)
-    total = sum(_nbytes(checkpoint, n) for n in names)
+    total = sum(checkpoint.nbytes_of(n) for n in names)
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
     with (
@@ -127,7 +127,7 @@ def load_weights(
     ):
         for name in names:
             _load_one(model, reader, name, plan.assignments[name], mmap)
-            bar.update(_nbytes(checkpoint, name))
+            bar.update(checkpoint.nbytes_of(name))
     logger.info(
         "loaded %d tensors (%.1f MB) from %s in %.2fs",
         len(names),
@@ -136,11 +136,3 @@ def load_weights(
         time.perf_counter() - start,
     )
     return plan
-
-
-def _nbytes(checkpoint: Checkpoint, name: str) -> int:
-    entry = checkpoint.entries.get(name)
-    if entry is not None:
-        return entry.nbytes
-    t = checkpoint.pickled[name]
-    return t.numel() * t.element_size()
