@@ -41,7 +41,7 @@ def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
     """mmap mode: make a still-unallocated parameter a view of the file itself; False if it cannot be."""
     module, attr = _slot(model, target.param)
     param = module._parameters[attr]
-    if target.index or not param.is_meta:
+    if target.index or target.transposed or not param.is_meta:
         return False
     mapped = reader.mapped(name, param.dtype)
     if mapped is None or tuple(mapped.shape) != tuple(param.shape):
@@ -56,7 +56,7 @@ def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
     else:
         dest = _materialize(model, target.param)
         loaded = dest[target.index] if target.index else dest
-        reader.read_into(name, loaded)
+        reader.read_into(name, loaded.t() if target.transposed else loaded)
     if not _all_finite(loaded):
         raise CheckpointError(
             f"{name} in {reader.checkpoint.folder} holds NaN or infinite values (as {loaded.dtype}); "
@@ -92,12 +92,17 @@ def _check_shapes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) ->
     """Whole-parameter tensors of the wrong shape, all named before any byte is read."""
     params = dict(model.named_parameters(remove_duplicate=False))
     wrong = [
-        shape_mismatch(name, checkpoint.shape(name), params[t.param].shape)
+        shape_mismatch(name, checkpoint.shape(name), _stored_shape(params[t.param], t))
         for name, t in plan.assignments.items()
-        if not t.index and t.param in params and tuple(checkpoint.shape(name)) != tuple(params[t.param].shape)
+        if not t.index and t.param in params and tuple(checkpoint.shape(name)) != _stored_shape(params[t.param], t)
     ]
     if wrong:
         raise CheckpointError("\n".join([*wrong, SHAPE_HINT]))
+
+
+def _stored_shape(param: torch.Tensor, target) -> tuple[int, ...]:
+    """The shape the checkpoint must hold for `param` (reversed for a transposed, [in, out] weight)."""
+    return tuple(reversed(param.shape)) if target.transposed else tuple(param.shape)
 
 
 def load_weights(
