@@ -39,35 +39,42 @@ def explain_model(
     memory: int | float | str | None = None,
     trust_remote_code: bool = False,
     moe_backend: str | None = None,
+    model_impl: str = "auto",
 ) -> dict:
-    """The explain document for the model folder at `path` (see docs/explain-schema.md)."""
+    """The explain document for the model folder at `path` (see docs/explain-schema.md); `model_impl`: auto |
+    native | transformers, as for `kernelbay run` (which provider would serve)."""
     from kernelbay.config import ModelConfig
 
     folder = check_model_folder(path)
     config = ModelConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    kind, name = _resolve(config)
+    kind, name = _resolve(config, model_impl)
     return {
         "schema_version": SCHEMA_VERSION,
         "model_path": str(folder),
         "config": _config_section(config),
         "resolution": {"kind": kind, "name": name},
-        "provider": _provider_section(kind, name),
+        "provider": _provider_section(kind, name, model_impl),
         "attention": _attention_section(config, backend, kv_cache_dtype),
         "moe": _moe_section(config, moe_backend),
         "kv_cache": _kv_section(config, backend, kv_cache_dtype, memory),
     }
 
 
-def _resolve(config) -> tuple[str, str]:
-    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error)."""
+def _resolve(config, model_impl: str) -> tuple[str, str]:
+    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error); a provider
+    that refuses this config before loading (`refusal(config)`, as the transformers fallback has) says why."""
     from kernelbay.config import resolution_target
-    from kernelbay.registry import resolve
+    from kernelbay.registry import resolve_impl
 
     kind, name = resolution_target(config)
     try:
-        resolve(kind, name)
+        impl = resolve_impl(kind, name, model_impl)
     except UnknownNameError as err:
         raise UnsupportedArchitecture(str(err)) from err
+    refusal = getattr(impl, "refusal", None)
+    reason = refusal(config.hf_config) if callable(refusal) else None
+    if reason:
+        raise UnsupportedArchitecture(f"{name}: its provider {impl.__module__} cannot serve it: {reason}")
     return kind, name
 
 
@@ -81,19 +88,29 @@ def _config_section(config) -> dict:
     return section
 
 
-def _provider_section(kind: str, name: str) -> dict:
-    from kernelbay.registry import slot_info
+def _provider_section(kind: str, name: str, model_impl: str) -> dict:
+    from kernelbay.registry import Origin, slot_info
 
     info = slot_info(kind, name) or {}
-    winner = (info.get("winner") or {}).get("provider") or {}
-    displaced = [r["provider"] for r in info.get("displaced", [])]
+    claims = [c for c in (info.get("winner"), *info.get("displaced", [])) if c]
+    fallback = next((c for c in claims if c["provider"]["origin"] == Origin.FALLBACK), None)
+    serving = fallback if model_impl == "transformers" else info.get("winner")
+    provider = (serving or {}).get("provider") or {}
+    note = None
+    if serving is not None and serving is fallback:
+        note = (
+            "the fallback: no native implementation installed"
+            if serving is info.get("winner")
+            else "model_impl='transformers': the fallback serves although a native implementation is installed"
+        )
     return {
-        "module": winner.get("module"),
-        "distribution": winner.get("distribution"),
-        "version": winner.get("version"),
-        "origin": winner.get("origin"),
-        "path": winner.get("path"),
-        "displaced": displaced,
+        "module": provider.get("module"),
+        "distribution": provider.get("distribution"),
+        "version": provider.get("version"),
+        "origin": provider.get("origin"),
+        "path": provider.get("path"),
+        "displaced": [c["provider"] for c in claims if c is not serving],
+        "note": note,
     }
 
 
@@ -308,6 +325,8 @@ def _config_line(c: dict) -> str:
 def _provider_line(p: dict) -> str:
     where = f"{p['distribution']} {p['version']}" if p["distribution"] else (p["path"] or "no distribution")
     line = f"provider     {p['module']} ({where}, {p['origin']})"
+    if p.get("note"):
+        line += f"\n             {p['note']}"
     for d in p["displaced"]:
         line += f"\n             displaces {d['module']} ({d['distribution'] or d['path']}, {d['origin']})"
     return line

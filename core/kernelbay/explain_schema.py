@@ -72,7 +72,7 @@ SCHEMA: dict[str, Any] = {
         "notes": [str],
     },
     "resolution": {"kind": str, "name": str},
-    "provider": {**PROVIDER, "displaced": [PROVIDER]},
+    "provider": {**PROVIDER, "displaced": [PROVIDER], "note": OPT_STR},
     "attention": {
         "platform": str,
         "requested_backend": OPT_STR,

@@ -25,6 +25,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow the folder's own config code to run (off by default)"
     )
+    parser.add_argument(
+        "--model-impl",
+        choices=("auto", "native", "transformers"),
+        default="auto",
+        help="which provider to explain: auto (native if installed, else the transformers fallback), native, "
+        "transformers",
+    )
     add_custom_dirs_argument(parser)
 
 
@@ -68,6 +75,7 @@ def run(args) -> int:
         kv_cache_dtype=kv_dtype,
         memory=memory,
         trust_remote_code=args.trust_remote_code,
+        model_impl=args.model_impl,
         moe_backend=args.moe_backend,
     )
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))

@@ -29,7 +29,7 @@ def report(include_log: bool) -> dict:
     doc = {
         "kernelbay_version": __version__,
         "plugins": [p.to_dict() for p in sorted(found.plugins.values(), key=lambda p: p.distribution)],
-        "slots": [{**slot.to_dict(), "state": state} for slot, state in reg.indexed_slots()],
+        "slots": [{**slot.to_dict(), "state": state, "covers": _covers(slot)} for slot, state in reg.indexed_slots()],
         "broken": [b.to_dict() for b in reg.broken()],
         "imports_checked": False,  # nothing is imported here: run `kernelbay doctor` to find broken providers
         "findings": found.findings(),
@@ -37,6 +37,16 @@ def report(include_log: bool) -> dict:
     if include_log:
         doc["log"] = [r.to_dict() for r in reg.log()]
     return doc
+
+
+def _covers(slot) -> str | None:
+    """What a fallback's "*" slot covers, in words (None for every other slot)."""
+    from kernelbay.registry._records import ANY_ARCHITECTURE, FALLBACK_DISTRIBUTIONS, normalize_dist
+
+    if slot.name != ANY_ARCHITECTURE or slot.winner is None or not slot.winner.provider.is_fallback:
+        return None
+    what = FALLBACK_DISTRIBUTIONS.get(normalize_dist(slot.winner.provider.distribution or ""), "any architecture")
+    return f"{what}, where no other installed plugin provides it"
 
 
 def _who(reg: dict) -> str:
@@ -52,6 +62,8 @@ def _slot_line(slot: dict) -> str:
     line = head + _who(slot["winner"]) + (" (not imported yet)" if slot["state"] == "indexed" else "")
     for loser in slot["displaced"]:
         line += f"\n  {'':<17} {'':<28}   displaced {_who(loser)}"
+    if slot.get("covers"):
+        line += f"\n  {'':<17} {'':<28}   covers {slot['covers']}"
     return line
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from . import _geometry as geo
 from ._checkpoint import Checkpoint
 from ._dtypes import resolve_dtype
@@ -28,7 +29,27 @@ def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: b
     else:
         hf_config = load_hf_config(folder, raw, trust_remote_code)
         fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), checkpoint=Checkpoint(folder))
-    return _build(fields, hf_config, folder, encoder_only)
+    try:
+        return _build(fields, hf_config, folder, encoder_only)
+    except ConfigError as err:
+        _raise_provider_refusal(hf_config, err)
+        raise
+
+
+def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
+    """A config kernelbay cannot resolve may be one its architecture's provider refuses anyway (the transformers
+    fallback refuses encoder-decoders, state-space models, ...): that reason, when there is one, says more."""
+    from ..errors import KernelbayError, UnsupportedArchitecture
+    from ..registry import resolve
+
+    arch = (getattr(hf_config, "architectures", None) or [None])[0]
+    try:
+        refusal = getattr(resolve("model", arch), "refusal", None) if arch else None
+    except KernelbayError:  # nobody provides it: the config error stands
+        return
+    reason = refusal(hf_config) if callable(refusal) else None
+    if reason:
+        raise UnsupportedArchitecture(f"{arch} cannot be served: {reason} (and: {err})") from err
 
 
 def build_from_hf_config(hf_config, encoder_only: bool) -> ModelConfig:

@@ -65,23 +65,49 @@ def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
         create_weights(model, weight_format, dtype)
         return model
 
-    model, on_meta = build_module(construct, meta=meta)
+    if getattr(impl, "builds_on_meta", False):  # it puts its own parameters on meta (the transformers fallback)
+        if not meta:
+            raise ValueError(f"{_describe(impl)} always builds its parameters on meta (the checkpoint fills them)")
+        model, on_meta = construct(), True
+    else:
+        model, on_meta = build_module(construct, meta=meta)
     model.built_on_meta = on_meta
     return model
+
+
+def _announce_fallback(kind: str, name: str, impl) -> None:
+    """The fallback provider never serves silently: one warning naming it and why it serves."""
+    from kernelbay.registry import default_registry
+
+    slot = default_registry().slot(kind, name)
+    claims = [] if slot is None else [r for r in (slot.winner, *slot.displaced) if r is not None]
+    fallback = next((r for r in claims if r.provider.is_fallback), None)
+    if fallback is None or _import_target(fallback.target) is not impl:
+        return
+    why = (
+        "no native implementation installed"
+        if slot.winner is fallback
+        else f"model_impl='transformers' (the native provider is {slot.winner.provider.describe()})"
+    )
+    logger.warning("%s runs on the fallback provider %s: %s", name, fallback.provider.describe(), why)
 
 
 def _describe(impl) -> str:
     return f"{impl.__module__}.{impl.__qualname__}"
 
 
-def construct_model(config, *, dtype: torch.dtype, implementation: str = "auto", meta: bool = True) -> nn.Module:
-    """Steps 1-5: resolve the class, honour NoTarget, build on meta with per-layer weight formats."""
-    from kernelbay import resolve
+def construct_model(
+    config, *, dtype: torch.dtype, implementation: str = "auto", meta: bool = True, model_impl: str = "auto"
+) -> nn.Module:
+    """Steps 1-5: resolve the class (`model_impl`: auto | native | transformers, the registry's choice between
+    native providers and the fallback), honour NoTarget, build on meta with per-layer weight formats."""
+    from kernelbay.registry import resolve_impl
 
     if implementation not in IMPLEMENTATION_MODES:
         raise ValueError(f"implementation must be one of {IMPLEMENTATION_MODES}, got {implementation!r}")
     kind, name = resolution_target(config)
-    impl = resolve(kind, name)
+    impl = resolve_impl(kind, name, model_impl)
+    _announce_fallback(kind, name, impl)
     try:
         return _build(impl, config, dtype, meta)
     except NoTarget as declined:
@@ -115,11 +141,21 @@ class AutoModelForCausalLM:
 
     @classmethod
     def from_config(
-        cls, config, *, dtype: str | torch.dtype | None = None, implementation: str = "auto", meta: bool = True
+        cls,
+        config,
+        *,
+        dtype: str | torch.dtype | None = None,
+        implementation: str = "auto",
+        meta: bool = True,
+        model_impl: str = "auto",
     ) -> nn.Module:
         """The module tree with weights created but not loaded (on `meta` when `meta` and possible)."""
         model = construct_model(
-            config, dtype=torch_dtype(dtype or config.dtype), implementation=implementation, meta=meta
+            config,
+            dtype=torch_dtype(dtype or config.dtype),
+            implementation=implementation,
+            meta=meta,
+            model_impl=model_impl,
         )
         _tie(model)
         return model
@@ -138,17 +174,20 @@ class AutoModelForCausalLM:
         mmap: bool = False,
         progress: bool | None = None,
         config=None,
+        model_impl: str = "auto",
     ) -> nn.Module:
         """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
         `attention_backend` is recorded for the runner's backend selection;
         `allow_pickle=True` is needed for `.bin` weights (pickle can run code); `encoder_only` loads the
         vision encoder of a multimodal checkpoint (the `vision_encoder` slot); `mmap=True` maps tensors
-        that need no fusing or cast straight from the file instead of reading them (see `load_weights`)."""
+        that need no fusing or cast straight from the file instead of reading them (see `load_weights`);
+        `model_impl="transformers"` runs transformers' modeling code (the fallback) even where a native family
+        exists, `"native"` refuses the fallback."""
         from kernelbay.config import ModelConfig
 
         if config is None:
             config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
-        model = cls.from_config(config, dtype=dtype, implementation=implementation)  # cheap: on meta
+        model = cls.from_config(config, dtype=dtype, implementation=implementation, model_impl=model_impl)  # on meta
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
