@@ -12,11 +12,12 @@ from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
 from kernelbay.errors import ConfigError
 from kernelbay_engine.layers import GatedMLP, RMSNorm
+from kernelbay_engine.layers.moe import STACKED_EXPERTS
 from kernelbay_engine.loading import NameRules
 from kernelbay_engine.models.base import CausalLM, VocabEmbedding
 
 from .mla import MLAAttention, mla_rotary
-from .moe import MoE
+from .moe import deepseek_moe
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class DeepseekDecoderLayer(nn.Module):
         hf = config.hf_config
         self.self_attn = MLAAttention(config, layer_idx, rotary)
         if _is_moe_layer(hf, layer_idx):
-            self.mlp = MoE(config, variant.default_routing)
+            self.mlp = deepseek_moe(config, variant.default_routing)
         else:
             self.mlp = GatedMLP(
                 config.hidden_size,
@@ -86,7 +87,7 @@ class DeepseekForCausalLM(CausalLM):
     transformers' stacked in-memory format (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I]).
     """
 
-    name_rules = NameRules(renames=((r"^(.*\.mlp\.experts\.(?:gate_up|down)_proj)$", r"\1.weight"),))
+    name_rules = NameRules(renames=(STACKED_EXPERTS,))
 
     def __init__(self, config):
         super().__init__(config)

@@ -42,6 +42,9 @@ def add_arguments(parser) -> None:
         metavar="NAME.KEY=VALUE",
         help="a typed option of one attention backend, e.g. FLEX.compile=false (repeatable)",
     )
+    parser.add_argument(
+        "--moe-backend", metavar="NAME", help="MoE expert kernel of MoE models (default: the first capable one)"
+    )
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
     parser.add_argument(
         "--quantization", choices=("int8", "int4"), help="quantize the linear weights after loading (CPU kernels)"
@@ -84,6 +87,7 @@ def build_llm(args, folder):
     return LLM(
         folder,
         attention_backend=args.backend,
+        moe_backend=args.moe_backend,
         dtype=args.dtype,
         quantization=args.quantization,
         model_impl=args.model_impl,

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelbay.errors import InputError, PromptTooLong
+from kernelbay.errors import ConfigError, InputError, PromptTooLong
 from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
@@ -78,6 +78,8 @@ class LLM:
     float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant); None keeps them.
     model_impl: "auto" (a native family where one is installed, else the transformers fallback),
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
+    moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
+    or KERNELBAY_MOE_BACKEND); unknown or incapable names fail before any weight is read.
 
     Safe to call from many threads, and streams may be interleaved with other calls: whichever call
     finds no step running advances the whole batch and hands every call its own tokens (see
@@ -103,11 +105,13 @@ class LLM:
         prepack_weights: str = "auto",
         quantization: str | None = None,
         model_impl: str = "auto",
+        moe_backend: str | None = None,
     ):
         _check_prepack_policy(prepack_weights)
         _check_quantization(quantization)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
+        _select_moe(config, moe_backend, dtype)
         from kernelbay_engine import AutoModelForCausalLM
 
         with model_errors():
@@ -119,6 +123,7 @@ class LLM:
                 progress=progress,
                 config=config,
                 model_impl=model_impl,
+                moe_backend=moe_backend,
             )
         self.config = self.model.config
         self.quant_report = self._quantize(quantization)
@@ -411,6 +416,18 @@ class LLM:
     def attention_backends(self) -> dict[str, str]:
         """Layer kind -> the backend serving it."""
         return {kind: result.backend_name for kind, result in self.runner.cache.selection.groups}
+
+
+def _select_moe(config, moe_backend: str | None, dtype) -> None:
+    """An unknown or incapable MoE kernel fails before any weight is read (the selection is cached)."""
+    from kernelbay.moe import select_moe_for_model
+
+    if config.moe is None:
+        if moe_backend:
+            raise ConfigError(f"moe_backend={moe_backend!r} was given, but {config.architecture} has no MoE layers")
+        return
+    with backend_errors():
+        select_moe_for_model(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
 
 
 def _check_prepack_policy(policy) -> None:

@@ -119,8 +119,8 @@ class MergedLinear(Linear):
 class ExpertLinear(MergedLinear):
     """Per-expert weights stacked on a leading dim; checkpoints name them `experts.<e>.<part>.<param>`."""
 
-    def __init__(self, in_features: int, parts: Mapping[str, int], *, num_experts: int):
-        super().__init__(in_features, parts, batch_shape=(num_experts,))
+    def __init__(self, in_features: int, parts: Mapping[str, int], *, num_experts: int, bias: bool = False):
+        super().__init__(in_features, parts, bias=bias, batch_shape=(num_experts,))
 
     def expert_weight(self, expert: int) -> torch.Tensor:
         """W of one expert, [out_features, in_features], dequantised if stored quantized."""

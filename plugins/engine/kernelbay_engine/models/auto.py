@@ -10,6 +10,7 @@ Resolution (DESIGN.md, "Model resolution and construction"):
 5. the module is built under `MetaInitMode` (normal init if an op needs real tensors), then every
    `Linear` gets its per-layer weight format and its weights, in one pass;
 6. safetensors weights are loaded (single or sharded), with a progress bar.
+7. the MoE layers (if any) get their MoE kernel, which prepares the loaded expert weights once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import nn
 
 from kernelbay.config import resolution_target
 from kernelbay.errors import NoTarget
+from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
 from kernelbay_engine.models.base import default_dtype, torch_dtype
 from kernelbay_engine.models.meta import build_module
@@ -175,6 +177,7 @@ class AutoModelForCausalLM:
         progress: bool | None = None,
         config=None,
         model_impl: str = "auto",
+        moe_backend: str | None = None,
     ) -> nn.Module:
         """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
         `attention_backend` is recorded for the runner's backend selection;
@@ -182,7 +185,8 @@ class AutoModelForCausalLM:
         vision encoder of a multimodal checkpoint (the `vision_encoder` slot); `mmap=True` maps tensors
         that need no fusing or cast straight from the file instead of reading them (see `load_weights`);
         `model_impl="transformers"` runs transformers' modeling code (the fallback) even where a native family
-        exists, `"native"` refuses the fallback."""
+        exists, `"native"` refuses the fallback; `moe_backend` names the MoE kernel of the MoE layers (default: the
+        selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`)."""
         from kernelbay.config import ModelConfig
 
         if config is None:
@@ -192,5 +196,6 @@ class AutoModelForCausalLM:
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
         _tie(model)
+        bind_moe_backends(model, moe_backend)  # after loading: kernels prepare the loaded expert weights
         model.requested_attention_backend = attention_backend
         return model.eval()
