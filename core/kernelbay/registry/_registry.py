@@ -83,6 +83,9 @@ NOT_BUILT = {
         "Phi3SmallForCausalLM": "Phi-3-small is not built: transformers has no implementation to check a kernelbay "
         "model against (the checkpoint ships its own modeling code, whose block-sparse attention needs triton), "
         "so kernelbay-llama reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
+        "Gemma3ForConditionalGeneration": "The multimodal Gemma 3 is not built (kernelbay has no vision encoder "
+        "for it, and text prompts alone would take image tokens as words); kernelbay-llama builds the text-only "
+        "Gemma3ForCausalLM (model_type gemma3_text, as gemma-3-1b-it).",
     }
 }
 
