@@ -1,0 +1,61 @@
+"""The config read from GGUF metadata equals the one transformers reads from the same file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import transformers
+
+from kernelbay.cli import main
+from kernelbay.config import ModelConfig
+from plugins.gguf.tests._tiny import TINY_GGUF
+
+IGNORED = ("notes", "source", "hf_config")  # provenance, not geometry
+
+
+def _fields(config: ModelConfig) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in IGNORED}
+
+
+def _transformers_config(path) -> ModelConfig:
+    return ModelConfig.from_hf_config(transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name))
+
+
+@pytest.mark.parametrize("name", sorted(TINY_GGUF))
+def test_config_from_metadata_equals_transformers(tiny_gguf, name):
+    """Every resolved field (sizes, heads, rope, eps, tying, dtype, layer kinds) as transformers sees the file."""
+    path = tiny_gguf(name)
+    ours = ModelConfig.from_pretrained(path)
+    assert _fields(ours) == _fields(_transformers_config(path))
+    assert ours.source == str(path)
+
+
+def test_a_folder_holding_one_gguf_is_the_model(tiny_gguf):
+    """No config.json beside it: the folder resolves to its one .gguf file."""
+    path = tiny_gguf("llama")
+    assert ModelConfig.from_pretrained(path.parent).source == str(path)
+
+
+def test_explain_reads_a_gguf_file(tiny_gguf, capsys):
+    """`kernelbay explain x.gguf` prints the document for the file's model."""
+    path = tiny_gguf("qwen3")
+    assert main(["explain", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["architectures"] == ["Qwen3ForCausalLM"]
+    assert doc["config"]["head_dim"] == 128
+
+
+@pytest.mark.slow
+def test_smollm2_config_equals_transformers(smollm2):
+    """The real file: 30 layers, hidden 576, 9/3 heads, tied embeddings, rope theta 100000."""
+    ours = ModelConfig.from_pretrained(smollm2)
+    assert _fields(ours) == _fields(_transformers_config(smollm2))
+    assert (ours.num_hidden_layers, ours.hidden_size, ours.num_attention_heads, ours.num_key_value_heads) == (
+        30,
+        576,
+        9,
+        3,
+    )
+    assert ours.tie_word_embeddings and ours.rope.theta == 100000.0

@@ -1,0 +1,100 @@
+"""Every GGUF file kernelbay cannot serve is refused with an error that names what is wrong."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from kernelbay.config import ModelConfig
+from kernelbay.errors import MalformedConfig, MissingConfigFile, UnsupportedArchitecture
+from kernelbay_engine.loading import CheckpointError, open_checkpoint
+from plugins.gguf.tests._tiny import TINY_GGUF
+from plugins.gguf.tests._write import add_metadata, write_gguf
+from tests.models.conftest import build_reference
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    return build_reference("llama", tiny=TINY_GGUF["llama"][1])
+
+
+def test_unsupported_architecture_is_named(tmp_path, tiny_llama):
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama", architecture="mamba")
+    with pytest.raises(UnsupportedArchitecture, match=r"GGUF architecture 'mamba' is not supported .*llama, qwen2"):
+        ModelConfig.from_pretrained(path)
+
+
+def test_missing_metadata_key_is_named(tmp_path, tiny_llama):
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama", skip_keys=("block_count",))
+    with pytest.raises(MalformedConfig, match=r"lacks the metadata key\(s\) llama\.block_count"):
+        ModelConfig.from_pretrained(path)
+
+
+def test_unsupported_quant_type_names_the_tensor_and_type(tmp_path, tiny_llama):
+    """IQ4_NL bytes (readable by llama.cpp, not by kernelbay-gguf): refused before any weight loads."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    add_metadata(writer, tiny_llama.config, "llama")
+    block_bytes, block_size = gguf.GGML_QUANT_SIZES[Q.IQ4_NL][1], gguf.GGML_QUANT_SIZES[Q.IQ4_NL][0]
+    raw = np.zeros((96, 64 // block_size * block_bytes), dtype=np.uint8)
+    writer.add_tensor("token_embd.weight", raw, raw_dtype=Q.IQ4_NL)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as IQ4_NL.*supported: .*Q4_1"):
+        open_checkpoint(path)
+
+
+def test_truncated_file_is_refused(tmp_path, tiny_llama):
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama")
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 1000)
+    with pytest.raises(CheckpointError, match=r"m\.gguf.*(truncated|not a readable GGUF)"):
+        open_checkpoint(path)
+
+
+def test_header_cut_short_is_a_config_error(tmp_path, tiny_llama):
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama")
+    with open(path, "r+b") as f:
+        f.truncate(300)
+    with pytest.raises(MalformedConfig, match=r"is not a readable GGUF file"):
+        ModelConfig.from_pretrained(path)
+
+
+def test_tensor_offset_past_the_end_is_refused(tmp_path, tiny_llama):
+    """A tensor info pointing outside the data section (a corrupt header)."""
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama")
+    field = gguf.GGUFReader(path).tensors[0].field
+    offset_at = field.offset + sum(part.nbytes for part in field.parts[:-1])
+    with open(path, "r+b") as f:
+        f.seek(offset_at)
+        f.write(struct.pack("<Q", path.stat().st_size))
+    with pytest.raises(CheckpointError, match=r"m\.gguf.*(offsets are wrong|not a readable GGUF)"):
+        open_checkpoint(path)
+
+
+def test_two_gguf_files_in_one_folder_are_ambiguous(tmp_path, tiny_llama):
+    write_gguf(tmp_path / "a.gguf", tiny_llama, "llama")
+    shutil.copy(tmp_path / "a.gguf", tmp_path / "b.gguf")
+    with pytest.raises(MissingConfigFile, match=r"several model files \(a\.gguf, b\.gguf\); pass one file"):
+        ModelConfig.from_pretrained(tmp_path)
+
+
+def test_folder_with_only_a_gguf_says_to_install_the_plugin(tmp_path, tiny_llama):
+    """Without kernelbay-gguf the folder is still recognised as a GGUF model, and the error says what to install."""
+    write_gguf(tmp_path / "model.gguf", tiny_llama, "llama")
+    env = {**os.environ, "KERNELBAY_DISABLE_PLUGINS": "kernelbay-gguf"}
+    cli = [sys.executable, "-m", "kernelbay.cli", "explain", str(tmp_path)]
+    done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == MissingConfigFile.exit_code, done.stderr
+    assert "model.gguf' is a gguf file, but no weight format can open it" in done.stderr
+    assert "kernelbay-gguf" in done.stderr

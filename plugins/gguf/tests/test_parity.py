@@ -1,0 +1,43 @@
+"""kernelbay on a GGUF file against transformers on the same file: logits within 1e-4, same greedy tokens."""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+from gguf import GGMLQuantizationType as Q
+
+from kernelbay_engine import AutoModelForCausalLM
+from plugins.gguf.tests._tiny import TINY_GGUF
+from plugins.gguf.tests._write import transformers_from_gguf, write_gguf
+from tests.models._parity import BACKENDS, compare_generation, runner
+from tests.models._tiny import COMMON, Tiny
+from tests.models.conftest import build_reference
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("name", sorted(TINY_GGUF))
+def test_gguf_logits_and_greedy_tokens_match_transformers(tiny_gguf, name, qtype, backend):
+    """Four prompts of different lengths in one prefill, then 8 decode steps (Llama's Q/K rows un-permuted)."""
+    path = tiny_gguf(name, qtype)
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    compare_generation(transformers_from_gguf(path), runner(model, backend), f"{name} {qtype.name} {backend}")
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.Q4_0, Q.Q4_1, Q.Q5_0], ids=lambda q: q.name)
+def test_other_quant_types_dequantize_as_transformers_does(tiny_gguf, qtype):
+    """Each further type on the Llama model, SDPA: the same bar after dequantization."""
+    path = tiny_gguf("llama", qtype)
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    compare_generation(transformers_from_gguf(path), runner(model, "SDPA"), f"llama {qtype.name}", steps=2)
+
+
+def test_head_dim_comes_from_key_length(tmp_path):
+    """Qwen3 with head_dim 24 != hidden / heads: transformers' GGUF reader drops attention.key_length, so the
+    reference is the source model itself (F32 storage: the file holds its exact weights)."""
+    tiny = Tiny("qwen3 head_dim 24", lambda: transformers.Qwen3Config(**COMMON, head_dim=24, tie_word_embeddings=True))
+    source = build_reference("qwen3", tiny=tiny)
+    path = write_gguf(tmp_path / "model.gguf", source, "qwen3")
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    assert model.config.head_dim == 24
+    compare_generation(source, runner(model, "SDPA"), "qwen3 head_dim 24")
