@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
+from plugins.llama.tests._tiny_moe import TINY_MOE
 
 from ._tiny import TINY
 
 # The shared tiny configs and those plugins keep beside their own tests.
-ALL_TINY = {**TINY, **TINY_GEMMA3}
+ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE}
 
 
 def test_every_registered_family_architecture_has_a_parity_case(loaded):
@@ -22,6 +23,9 @@ def test_every_registered_family_architecture_has_a_parity_case(loaded):
         "Phi3ForCausalLM",
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
     }

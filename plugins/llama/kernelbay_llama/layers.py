@@ -85,13 +85,19 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm attention and MLP blocks with residuals; Gemma-2 adds a norm after each block."""
+    """Pre-norm attention and MLP blocks with residuals; Gemma-2 adds a norm after each block.
 
-    def __init__(self, config, features: Features, layer_idx: int, rotary: RotaryEmbedding):
+    `ffn`: the family's FFN for this layer (an MoE layer) instead of the dense `GatedMLP`; None keeps the dense one."""
+
+    def __init__(
+        self, config, features: Features, layer_idx: int, rotary: RotaryEmbedding, ffn: nn.Module | None = None
+    ):
         super().__init__()
         norm = _norm_factory(config, features)
         self.self_attn = LlamaAttention(config, features, layer_idx, rotary)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, features.activation, bias=features.mlp_bias)
+        if ffn is None:
+            ffn = GatedMLP(config.hidden_size, config.intermediate_size, features.activation, bias=features.mlp_bias)
+        self.mlp = ffn
         self.input_layernorm = norm()
         self.post_attention_layernorm = norm()  # Gemma-2: after attention; others: before the MLP
         self.sandwich = features.gemma
@@ -113,16 +119,18 @@ def _norm_factory(config, features: Features):
 
 
 class LlamaModel(nn.Module):
-    """Embeddings, decoder layers and the final norm (the checkpoint's `model.` prefix)."""
+    """Embeddings, decoder layers and the final norm (the checkpoint's `model.` prefix).
 
-    def __init__(self, config, features: Features):
+    `ffn(layer_idx)`: a layer's FFN when it is not the dense MLP (MoE families), else None."""
+
+    def __init__(self, config, features: Features, ffn=None):
         super().__init__()
         scale = config.hidden_size**0.5 if features.gemma else None
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, scale=scale)
         self.rotary_emb = RotaryEmbedding(rope_params(config))
         self.local_rotary_emb = _local_rotary(config)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, features, i, self._rotary_of(config.layer_types[i]))
+            LlamaDecoderLayer(config, features, i, self._rotary_of(config.layer_types[i]), ffn(i) if ffn else None)
             for i in range(config.num_hidden_layers)
         )
         self.norm = _norm_factory(config, features)()

@@ -39,9 +39,15 @@ class LlamaFamilyForCausalLM(CausalLM):
     def __init__(self, config):
         super().__init__(config)
         features = self.features(config)
-        self.model = LlamaModel(config, features)
+        self.model = LlamaModel(config, features, self.ffn_factory(config))
         self.lm_head = self.make_lm_head()
         self.final_logit_softcap = config.final_logit_softcapping
+
+    @classmethod
+    def ffn_factory(cls, config):
+        """`layer_idx -> FFN module or None` for the layers whose FFN is not the dense MLP (MoE members, see
+        moe.py); None: every layer dense."""
+        return None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         return self.model(input_ids, positions, metadata)

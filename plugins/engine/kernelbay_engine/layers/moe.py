@@ -209,6 +209,23 @@ class SparseMoE(nn.Module):
         self.backend: MoEBackend | None = None
         self.prepared: ExpertWeights | None = None
 
+    @classmethod
+    def from_config(cls, config, layer_idx: int, *, names: tuple[str, str, str] = DEFAULT_NAMES) -> SparseMoE | None:
+        """The MoE layer `config.moe` puts at `layer_idx` (None where that layer's FFN is dense): routing, shared
+        expert and its gate as the core resolved them (Mixtral, Qwen2-MoE, Qwen3-MoE)."""
+        moe = config.moe
+        if moe is None or not moe.layers[layer_idx]:
+            return None
+        return cls(
+            moe.geometry(config.hidden_size),
+            Routing.from_moe_config(moe),
+            names=names,
+            router_bias=moe.router_bias,
+            shared_size=moe.shared_intermediate_size,
+            shared_gate=moe.shared_gate,
+            shared_activation=moe.activation,
+        )
+
     def bind(self, backend: MoEBackend, weights: ExpertWeights) -> None:
         """Use `backend` from now on, with `weights` its `prepare_weights` returned."""
         self.backend, self.prepared = backend, weights
