@@ -82,6 +82,7 @@ def _config_section(config) -> dict:
     section = {field: getattr(config, field) for field in CONFIG_FIELDS}
     section["architectures"] = list(config.architectures)
     section["mla"] = config.mla.to_dict() if config.mla else None
+    section["indexer"] = config.indexer.to_dict() if config.indexer else None
     section["quantization"] = config.quantization.to_dict() if config.quantization else None
     section["parameters"] = config.parameter_counts()
     section["notes"] = list(config.notes)
@@ -240,6 +241,7 @@ def _kv_section(config, backend: str | None, kv_cache_dtype: str, memory) -> dic
     return {
         "dtype": dtype,
         "bytes_per_token": per_token,
+        "indexer_bytes_per_token": config.indexer_kv_bytes_per_token(kv_cache_dtype),
         "context_tokens": config.max_position_embeddings,
         "context_bytes": per_token * config.max_position_embeddings,
         "memory_bytes": budget,
@@ -263,7 +265,7 @@ def _bytes_per_block(config, backend: str | None, kv_cache_dtype: str, block_siz
 
 
 def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: int, config_bytes: int) -> int:
-    from kernelbay.attention import AttentionGeometry
+    from kernelbay.attention import AttentionGeometry, AttentionType
 
     kind = config.layer_types[index]
     if config_bytes == 0:  # a layer without a cache
@@ -275,11 +277,12 @@ def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: 
             config.head_dim,
             config.layer_num_kv_heads[index],
             1.0,  # the scale does not change the cache
-            kind,
+            AttentionType.parse("full_attention" if kind == "indexed_attention" else kind),  # DSA: over the top-k
             config.sliding_window if kind == "sliding_attention" else None,
             config.attention_chunk_size if kind == "chunked_attention" else None,
             config.attn_logit_softcapping,
             config.mla,
+            config.indexer if kind == "indexed_attention" else None,
         )
         backend = selection.backend_for(kind).backend_cls
         spec = backend.get_kv_cache_spec(geometry, config.dtype, kv_cache_dtype, block_size)
@@ -307,6 +310,12 @@ def render_text(doc: dict) -> str:
 def _config_line(c: dict) -> str:
     extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
     extra += ", MLA" if c["mla"] else ""
+    indexer = c.get("indexer")
+    if indexer:
+        extra += (
+            f", DSA indexer ({indexer['index_n_heads']} heads x {indexer['index_head_dim']}, "
+            f"top-{indexer['index_topk']} keys per query)"
+        )
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
     params = c["parameters"]
     if params["active_per_token"] != params["total"]:
@@ -369,12 +378,17 @@ def _moe_lines(m: dict | None) -> list[str]:
 
 def _kv_lines(k: dict) -> list[str]:
     lines = [
-        f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}); "
+        f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}{_indexer_share(k)}); "
         f"the full {k['context_tokens']:,}-token context takes {_human_bytes(k['context_bytes'])}"
     ]
     if k["memory_bytes"] is not None:
         lines.append(f"             {_human_bytes(k['memory_bytes'])} holds {k['tokens_that_fit']:,} tokens")
     return lines
+
+
+def _indexer_share(k: dict) -> str:
+    share = k.get("indexer_bytes_per_token")
+    return f", of which {share:,} the DSA indexer keys" if share else ""
 
 
 def compact_layers(layers: list[int]) -> str:

@@ -67,6 +67,7 @@ SCHEMA: dict[str, Any] = {
         "sliding_window": OPT_INT,
         "attention_chunk_size": OPT_INT,
         "mla": (dict, None),
+        "indexer": (dict, None),
         "quantization": (dict, None),
         "parameters": {"total": int, "active_per_token": int},
         "notes": [str],
@@ -86,6 +87,7 @@ SCHEMA: dict[str, Any] = {
     "kv_cache": {
         "dtype": str,
         "bytes_per_token": int,
+        "indexer_bytes_per_token": int,
         "context_tokens": int,
         "context_bytes": int,
         "memory_bytes": OPT_INT,

@@ -108,6 +108,12 @@ class ModelConfig:
         """Bytes one token adds to the KV cache over all layers (MLA: the latent, not K and V)."""
         return sum(self.layer_kv_bytes_per_token(kv_cache_dtype))
 
+    def indexer_kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> int:
+        """The DSA indexer keys' share of `kv_bytes_per_token` (0 without an indexer)."""
+        if self.indexer is None:
+            return 0
+        return self.indexer.cache_width * kv_element_bytes(kv_cache_dtype, self.dtype) * self.layer_types.count(INDEXED)
+
     def _layer_cache_width(self, index: int) -> int:
         if self.layer_types[index] in CACHELESS_KINDS:
             return 0

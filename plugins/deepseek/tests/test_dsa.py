@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kernelbay.attention import BackendNotCapable
+from kernelbay.explain import explain_model, render_text
 from kernelbay_engine.runner import ModelRunner
+from tests._paths import REAL_CONFIGS
 from tests.models._parity import compare_generation, runner
 
 from ._tiny_v32 import INDEX_TOPK, PROMPTS, TINY_V32
@@ -32,3 +34,30 @@ def test_backends_without_dsa_refuse_naming_the_sparse_mode(v32, backend):
     _, model = v32
     with pytest.raises(BackendNotCapable, match=r"sparse_mode: dsa is not supported \(supported: none\)"):
         ModelRunner(model, num_blocks=64, block_size=4, attention_backend=backend)
+
+
+def test_explain_shows_the_indexer_its_cache_bytes_and_the_backend_choice():
+    """`kernelbay explain deepseek-v3.2`: indexer geometry, KV bytes with the indexer key, VANILLA chosen for the
+    indexed layers and SDPA/FLEX refused with the sparse mode named."""
+    doc = explain_model(REAL_CONFIGS / "deepseek-v3.2", memory="4GiB")
+    assert doc["config"]["indexer"] == {
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+        "index_topk": 2048,
+        "cache_width": 128,
+    }
+    kv = doc["kv_cache"]
+    assert (kv["bytes_per_token"], kv["indexer_bytes_per_token"]) == (61 * (512 + 64 + 128) * 2, 61 * 128 * 2)
+    assert kv["tokens_that_fit"] == 4 * 2**30 // (kv["bytes_per_token"] * 16) * 16  # whole blocks of the VANILLA spec
+    (group,) = doc["attention"]["layer_groups"]
+    assert (group["kind"], group["backend"], group["requirements"]["sparse_mode"]) == (
+        "indexed_attention",
+        "VANILLA",
+        "dsa",
+    )
+    refused = {c["name"]: c["failures"] for c in group["candidates"] if not c["capable"]}
+    for name in ("SDPA", "FLEX"):
+        assert "sparse_mode: dsa is not supported (supported: none)" in refused[name]
+    text = render_text(doc)
+    assert "DSA indexer (64 heads x 128, top-2048 keys per query)" in text
+    assert "85,888 bytes/token (bfloat16, of which 15,616 the DSA indexer keys)" in text
