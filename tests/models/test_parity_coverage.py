@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from plugins.deepseek.tests._tiny_v32 import TINY_V32
 from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
 from plugins.llama.tests._tiny_moe import TINY_MOE
 
 from ._tiny import TINY
 
 # The shared tiny configs and those plugins keep beside their own tests.
-ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE}
+ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE, **TINY_V32}
 
 
 def test_every_registered_family_architecture_has_a_parity_case(loaded):
@@ -28,6 +29,7 @@ def test_every_registered_family_architecture_has_a_parity_case(loaded):
         "Qwen3MoeForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
     }
     assert family <= set(names("model"))
     assert family <= covered, f"no parity case for {sorted(family - covered)}"
