@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kernelbay_engine.logprobs import record_prompt, record_sampled, wants_prompt_logits
 from kernelbay_engine.request import FinishReason, Request
 from kernelbay_engine.runner import StepRequest
 from kernelbay_engine.sampling import Sampler
@@ -71,14 +72,26 @@ class EngineCore:
     def _run(self, plan: StepPlan) -> list[int]:
         """Run the step; sample one token for each chunk that completes its request's tokens."""
         steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos, c.block_table) for c in plan.chunks]
-        logits = self.runner.step(steps)
+        logits = self._logits(plan, steps)
         rows = [i for i, c in enumerate(plan.chunks) if c.samples]
         if not rows:
             return []
         requests = [plan.chunks[i].request for i in rows]
         if len(rows) < len(plan.chunks):
             logits = logits[rows]
-        return self.sampler(logits, [r.params for r in requests], [r.generator for r in requests])
+        tokens = self.sampler(logits, [r.params for r in requests], [r.generator for r in requests])
+        record_sampled(requests, logits, tokens)
+        return tokens
+
+    def _logits(self, plan: StepPlan, steps: list[StepRequest]):
+        """The step's last-token logits; chunks whose prompt tokens need log-probabilities get them recorded."""
+        scored = [i for i, c in enumerate(plan.chunks) if wants_prompt_logits(c.request)]
+        if not scored:
+            return self.runner.step(steps)
+        logits, every = self.runner.step_with_all_logits(steps, scored)
+        for i, chunk_logits in every.items():
+            record_prompt(plan.chunks[i].request, plan.chunks[i].start_pos, chunk_logits)
+        return logits
 
     def _advance(self, request: Request, num_cached: int, token: int) -> None:
         request.num_cached = num_cached

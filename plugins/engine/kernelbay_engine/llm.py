@@ -305,6 +305,8 @@ class LLM:
             text,
             list(request.output_token_ids),
             request.finish_reason.value,
+            request.logprobs,
+            request.prompt_logprobs,
         )
 
     def _abort(self, call: _Call) -> None:

@@ -21,6 +21,11 @@ class RequestOutput:
     finish_reason: str
     """"stop" (end-of-sequence token or stop string, also one completed by the last allowed token) or
     "length" (max_tokens or the model's context reached without a stop)."""
+    logprobs: list[dict[int, float]] | None = None
+    """With SamplingParams(logprobs=k): per generated token, token id -> log-probability of the k most likely
+    and the generated one (kernelbay_engine.logprobs)."""
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """With SamplingParams(prompt_logprobs=k): the same per prompt token; None for the first (nothing predicts it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,8 @@ class Request:
         "finish_reason",
         "num_cached",
         "max_total_tokens",
+        "logprobs",
+        "prompt_logprobs",
     )
 
     def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams, max_model_len: int):
@@ -51,6 +53,12 @@ class Request:
         """Leading tokens whose keys/values are in the cache (0 while waiting, also after preemption)."""
         self.max_total_tokens = min(len(self.prompt_token_ids) + params.max_tokens, max_model_len)
         """Prompt plus every token it may generate: the most cache it can ever hold."""
+        self.logprobs: list[dict[int, float]] | None = [] if params.logprobs is not None else None
+        """One entry per generated token (see kernelbay_engine.logprobs), when asked for."""
+        self.prompt_logprobs: list[dict[int, float] | None] | None = (
+            [None] if params.prompt_logprobs is not None else None
+        )
+        """One entry per prompt token scored so far (None for the first), when asked for."""
 
     @property
     def num_tokens(self) -> int:

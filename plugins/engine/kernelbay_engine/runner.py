@@ -18,7 +18,7 @@ runner keeps no block accounting. Driven by hand (no block tables), the runner a
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -140,13 +140,21 @@ class ModelRunner:
         tokens = torch.tensor([t for r in requests for t in r.token_ids], dtype=torch.long, device=self.device)
         return tokens, metadata
 
-    @torch.inference_mode()
     def step(self, requests: Sequence[StepRequest]) -> torch.Tensor:
         """Run one step; returns logits [len(requests), vocab_size] for each request's last new token."""
+        return self.step_with_all_logits(requests, ())[0]
+
+    @torch.inference_mode()
+    def step_with_all_logits(
+        self, requests: Sequence[StepRequest], every_position: Collection[int]
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """`step`, plus logits [len(token_ids), vocab_size] at every new position of the requests at the indices
+        `every_position` (prompt log-probabilities need them)."""
         tokens, metadata = self.prepare(requests)
         hidden = self.model(tokens, metadata.positions, metadata)  # [T, hidden]
-        last = metadata.query_start_loc[1:].to(torch.long) - 1
-        return self.model.compute_logits(hidden[last])
+        starts = metadata.query_start_loc.to(torch.long)
+        full = {i: self.model.compute_logits(hidden[starts[i] : starts[i + 1]]) for i in every_position}
+        return self.model.compute_logits(hidden[starts[1:] - 1]), full
 
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""

@@ -41,6 +41,19 @@ def _stop_strings(stop) -> tuple | None:
     return tuple(stop)
 
 
+MAX_LOGPROBS = 20
+"""The most alternatives `logprobs` / `prompt_logprobs` may ask for per position (vLLM's default limit)."""
+
+
+def _logprobs_problem(name: str, value) -> str | None:
+    if value is None or (_is_int(value) and 0 <= value <= MAX_LOGPROBS):
+        return None
+    return (
+        f"{name} must be None or an integer from 0 to {MAX_LOGPROBS} (how many most likely tokens to report "
+        f"besides the actual one), got {value!r}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """How to pick each new token and when to stop.
@@ -59,6 +72,10 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    logprobs: int | None = None
+    """Per generated token, the log-probabilities of the `logprobs` most likely tokens and of the one sampled."""
+    prompt_logprobs: int | None = None
+    """The same for every prompt token after the first (see kernelbay_engine.logprobs)."""
 
     def __post_init__(self):
         stop = _stop_strings(self.stop)
@@ -93,6 +110,8 @@ class SamplingParams:
             None
             if all(isinstance(s, str) and s for s in self.stop)
             else f"stop must be non-empty strings, got {self.stop!r}",
+            _logprobs_problem("logprobs", self.logprobs),
+            _logprobs_problem("prompt_logprobs", self.prompt_logprobs),
         ]
 
     @property
