@@ -28,6 +28,17 @@ def test_logits_and_greedy_tokens_match_transformers_on_vanilla(v32):
     compare_generation(hf_model, runner(model, "VANILLA"), f"{NAME} VANILLA", prompts=PROMPTS)
 
 
+def test_the_engine_cache_holds_the_indexer_key_beside_the_latent(v32):
+    """The runner's paged cache prices and allocates kv_lora_rank + qk_rope_head_dim + index_head_dim per token and
+    layer: what ModelConfig.kv_bytes_per_token says."""
+    _, model = v32
+    cfg = model.config
+    run = ModelRunner(model, num_blocks=8, block_size=4, attention_backend="VANILLA")
+    width = cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim + cfg.indexer.index_head_dim
+    assert run.cache.bytes_per_block == cfg.num_hidden_layers * width * 4 * 4 == cfg.kv_bytes_per_token() * 4
+    assert {tuple(e.layer.backend.kv_cache.shape) for e in run.cache.layers} == {(1, 8, 4, 1, width)}
+
+
 @pytest.mark.parametrize("backend", ["SDPA", "FLEX"])
 def test_backends_without_dsa_refuse_naming_the_sparse_mode(v32, backend):
     """SDPA and FLEX do not declare sparse mode "dsa": requesting them is an error that names it."""
