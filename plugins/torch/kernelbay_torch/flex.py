@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 MIN_BUCKET = 128  # flex_attention's default block size
@@ -167,6 +167,7 @@ class FlexBackend(AttentionBackend[FlexMetadata]):
     chunked_attention = True
     encoder = True
     logit_softcap = True
+    sparse_modes = frozenset({SPARSE_NONE})  # not "dsa": DSA runs on MLA, which FLEX does not implement
 
     def _attend(self, q: torch.Tensor, md: FlexMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         if md.decode_index is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
 from kernelbay.attention import _cache_ops as ops
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
@@ -59,6 +59,7 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     block_sizes = ANY
     kv_layouts = frozenset(KVLayout)
     platforms = ANY
+    sparse_modes = frozenset({SPARSE_NONE})  # not "dsa": DSA runs on MLA, which SDPA does not implement
     sliding_window = True
     chunked_attention = True
     encoder = True
