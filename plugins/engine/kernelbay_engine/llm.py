@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelbay.errors import ConfigError, InputError, PromptTooLong
+from kernelbay.errors import InputError, PromptTooLong
 from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
@@ -423,10 +423,11 @@ class LLM:
 def _select_moe(config, moe_backend: str | None, dtype) -> None:
     """An unknown or incapable MoE kernel fails before any weight is read (the selection is cached)."""
     from kernelbay.moe import select_moe_for_model
+    from kernelbay_engine.layers.moe import no_moe_layers
 
     if config.moe is None:
         if moe_backend:
-            raise ConfigError(f"moe_backend={moe_backend!r} was given, but {config.architecture} has no MoE layers")
+            raise no_moe_layers(moe_backend, config.architecture)
         return
     with backend_errors():
         select_moe_for_model(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)

@@ -246,6 +246,15 @@ class SparseMoE(nn.Module):
         return out
 
 
+def no_moe_layers(requested: str, architecture: str) -> ConfigError:
+    """Naming an MoE kernel for a dense model is a mistake worth saying (exit 8, like an incapable backend)."""
+    from kernelbay.errors import IncapableBackend
+
+    return IncapableBackend(
+        f"moe_backend={requested!r} was given, but {architecture} has no MoE layers; leave it out for dense models"
+    )
+
+
 def moe_layers(model: nn.Module) -> list[SparseMoE]:
     return [m for m in model.modules() if isinstance(m, SparseMoE)]
 
@@ -259,7 +268,7 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
     layers = moe_layers(model)
     if not layers:
         if requested:
-            raise ConfigError(f"moe_backend={requested!r} was given, but {type(model).__name__} has no MoE layers")
+            raise no_moe_layers(requested, type(model).__name__)
         return None
     dtype = model.input_embeddings().weight.dtype
     chosen = select_moe_for_model(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
