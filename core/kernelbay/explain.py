@@ -6,7 +6,9 @@ The result is a plain dict following docs/explain-schema.md (`SCHEMA_VERSION`); 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from kernelbay.errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
 from kernelbay.inputs import backend_errors, check_model_folder
@@ -40,9 +42,11 @@ def explain_model(
     trust_remote_code: bool = False,
     moe_backend: str | None = None,
     model_impl: str = "auto",
+    quantization: str | None = None,
 ) -> dict:
     """The explain document for the model folder at `path` (see docs/explain-schema.md); `model_impl`: auto |
-    native | transformers, as for `kernelbay run` (which provider would serve)."""
+    native | transformers, as for `kernelbay run` (which provider would serve); `quantization` is passed to
+    the sections plugins contribute (the engine's: which linear kernel each layer would run)."""
     from kernelbay.config import ModelConfig
 
     folder = check_model_folder(path)
@@ -56,6 +60,7 @@ def explain_model(
         "provider": _provider_section(kind, name, model_impl),
         "attention": _attention_section(config, backend, kv_cache_dtype),
         "moe": _moe_section(config, moe_backend),
+        "sections": _plugin_sections(config, {"quantization": quantization}),
         "kv_cache": _kv_section(config, backend, kv_cache_dtype, memory),
     }
 
@@ -225,6 +230,19 @@ def _moe_section(config, requested: str | None) -> dict | None:
     }
 
 
+def _plugin_sections(config, options: dict) -> dict:
+    """Sections plugins contribute (hook `register_explain_sections`), by name; None answers are left out."""
+    from kernelbay.hooks import collect
+
+    sections: dict[str, dict] = {}
+    for item, _plugin in collect("register_explain_sections"):
+        name, make = cast("tuple[str, Callable[[Any, dict], dict | None]]", item)  # register(name, section)
+        section = make(config, options)
+        if section is not None:
+            sections[name] = section
+    return sections
+
+
 # -- KV cache --------------------------------------------------------------------------------------
 ENGINE_BLOCK_SIZE = 16
 """The engine's default block_size: it holds whole blocks, so `tokens_that_fit` counts whole blocks."""
@@ -302,6 +320,7 @@ def render_text(doc: dict) -> str:
         _provider_line(doc["provider"]),
         *_attention_lines(doc["attention"]),
         *_moe_lines(doc.get("moe")),
+        *(line for section in doc.get("sections", {}).values() for line in section["lines"]),
         *_kv_lines(doc["kv_cache"]),
     ]
     return "\n".join(lines)

@@ -84,6 +84,7 @@ SCHEMA: dict[str, Any] = {
         "layer_groups": [LAYER_GROUP],
     },
     "moe": (MOE, None),  # null for a dense model
+    "sections": dict,  # name -> a plugin's section (hook register_explain_sections), each with "lines": [str]
     "kv_cache": {
         "dtype": str,
         "bytes_per_token": int,

@@ -38,6 +38,11 @@ class HookSpecs:
         """Call `register(model_types, **rules)`: how configs of those model_types resolve what config.json
         leaves implicit (rule points: `kernelbay.config.RULE_POINTS`)."""
 
+    @hookspec
+    def register_explain_sections(self, register):
+        """Call `register(name, section)`; `section(config, options) -> dict | None` becomes
+        `explain`'s `sections[name]` (`options`: e.g. `quantization`); its `lines` are the text output's."""
+
 
 @dataclass(frozen=True)
 class BrokenHookPlugin:

@@ -11,6 +11,9 @@ from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend to explain as requested")
+    parser.add_argument(
+        "--quantization", metavar="NAME", help="explain the linear kernels of this quantization (int8, int4)"
+    )
     parser.add_argument("--moe-backend", metavar="NAME", help="MoE expert kernel to explain as requested")
     parser.add_argument(
         "--kv-dtype",
@@ -77,6 +80,7 @@ def run(args) -> int:
         trust_remote_code=args.trust_remote_code,
         model_impl=args.model_impl,
         moe_backend=args.moe_backend,
+        quantization=args.quantization,
     )
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0

@@ -1,0 +1,56 @@
+"""`kernelbay explain --quantization`: the engine's linear_kernels section names each linear's kernel and why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernelbay.errors import ConfigError
+from kernelbay.explain import explain_model, render_text
+from kernelbay.explain_schema import validate
+
+
+def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
+    """int4: projections on int4_group, the LM head on int8_channel; every candidate carries a reason."""
+    doc = explain_model(tiny_llama, quantization="int4")
+    assert validate(doc) == []
+    section = doc["sections"]["linear_kernels"]
+    kernels = {g["name"]: (g["kernel"], g["bits"], g["count"]) for g in section["groups"]}
+    assert kernels == {
+        "qkv_proj": ("int4_group", 4, 2),
+        "o_proj": ("int4_group", 4, 2),
+        "gate_up_proj": ("int4_group", 4, 2),
+        "down_proj": ("int4_group", 4, 2),
+        "lm_head": ("int8_channel", 8, 1),
+    }
+    head = next(g for g in section["groups"] if g["name"] == "lm_head")
+    reasons = {c["name"]: (c["reason"], c["failures"]) for c in head["candidates"]}
+    assert reasons["int4_group"] == ("not capable", ["8-bit weights: it runs 4-bit ones"])
+    assert reasons["int8_channel"][0].startswith("chosen: bf16 activations on ")
+    text = render_text(doc)
+    assert "lm_head              x1   [320, 64] 8-bit per-channel -> int8_channel" in text
+
+
+def test_no_section_without_quantization(tiny_llama):
+    """Plain weights: nothing to choose, no section."""
+    assert explain_model(tiny_llama)["sections"] == {}
+
+
+def test_an_unknown_quantization_is_named(tiny_llama):
+    with pytest.raises(ConfigError, match="unknown quantization 'int2': valid values are int8, int4"):
+        explain_model(tiny_llama, quantization="int2")
+
+
+def test_the_cli_option_reaches_the_section(tiny_llama):
+    """`kernelbay explain --quantization int8 --json` through the CLI host."""
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelbay.cli", "explain", str(tiny_llama), "--quantization", "int8", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    groups = json.loads(out.stdout)["sections"]["linear_kernels"]["groups"]
+    assert {g["kernel"] for g in groups} == {"int8_channel"}
