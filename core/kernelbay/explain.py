@@ -67,7 +67,7 @@ def explain_model(
 
 def _resolve(config, model_impl: str) -> tuple[str, str]:
     """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error); a provider
-    that refuses this config before loading (`refusal(config)`, as the transformers fallback has) says why."""
+    that refuses this config before loading (`refusal(hf_config)`, as the transformers fallback has) says why."""
     from kernelbay.config import resolution_target
     from kernelbay.registry import resolve_impl
 
@@ -95,27 +95,28 @@ def _config_section(config) -> dict:
 
 
 def _provider_section(kind: str, name: str, model_impl: str) -> dict:
-    from kernelbay.registry import Origin, slot_info
+    from kernelbay.registry import default_registry, slot_info
 
     info = slot_info(kind, name) or {}
-    claims = [c for c in (info.get("winner"), *info.get("displaced", [])) if c]
-    fallback = next((c for c in claims if c["provider"]["origin"] == Origin.FALLBACK), None)
-    serving = fallback if model_impl == "transformers" else info.get("winner")
-    provider = (serving or {}).get("provider") or {}
+    claims = [c for c in (info.get("winner"), *info.get("displaced", [])) if c]  # the serving one first
     note = None
-    if serving is not None and serving is fallback:
-        note = (
-            "the fallback: no native implementation installed"
-            if serving is info.get("winner")
-            else "model_impl='transformers': the fallback serves although a native implementation is installed"
-        )
+    if model_impl == "transformers" or not claims:  # _resolve succeeded: the fallback serves
+        fallback = default_registry().fallback_claim(kind)
+        if fallback is not None:
+            note = (
+                "model_impl='transformers': the fallback serves although a native implementation is installed"
+                if claims
+                else "the fallback: no native implementation installed"
+            )
+            claims.insert(0, fallback.to_dict())
+    provider = claims[0]["provider"] if claims else {}
     return {
         "module": provider.get("module"),
         "distribution": provider.get("distribution"),
         "version": provider.get("version"),
         "origin": provider.get("origin"),
         "path": provider.get("path"),
-        "displaced": [c["provider"] for c in claims if c is not serving],
+        "displaced": [c["provider"] for c in claims[1:]],
         "note": note,
     }
 

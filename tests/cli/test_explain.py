@@ -80,15 +80,16 @@ def test_kv_dtype_changes_the_budget():
 
 
 def test_unsupported_architecture_matches_the_api_error():
-    """The CLI prints the same message AutoModelForCausalLM raises, and exits 6."""
+    """The CLI prints the same message AutoModelForCausalLM raises, and exits 6 (native implementations only:
+    the transformers fallback would serve this architecture)."""
     from kernelbay.config import ModelConfig
     from kernelbay.errors import UnknownNameError
     from kernelbay_engine import AutoModelForCausalLM
 
-    folder = CONFIGS / "qwen3-30b-a3b"
+    folder = CONFIGS / "gpt-oss-20b"
     with pytest.raises(UnknownNameError) as api:
-        AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(folder))
-    code, _, err = explain_in_process(str(folder))
+        AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(folder), model_impl="native")
+    code, _, err = explain_in_process(str(folder), "--model-impl", "native")
     assert code == 6 and err.strip() == f"kernelbay explain: error: {api.value}"
 
 

@@ -40,11 +40,11 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     """A config kernelbay cannot resolve may be one its architecture's provider refuses anyway (the transformers
     fallback refuses encoder-decoders, state-space models, ...): that reason, when there is one, says more."""
     from ..errors import KernelbayError, UnsupportedArchitecture
-    from ..registry import resolve
+    from ..registry import resolve_impl
 
     arch = (getattr(hf_config, "architectures", None) or [None])[0]
     try:
-        refusal = getattr(resolve("model", arch), "refusal", None) if arch else None
+        refusal = getattr(resolve_impl("model", arch), "refusal", None) if arch else None
     except KernelbayError:  # nobody provides it: the config error stands
         return
     reason = refusal(hf_config) if callable(refusal) else None

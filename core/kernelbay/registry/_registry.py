@@ -256,17 +256,11 @@ class Registry:
     def _changed(self, key: tuple[str, str]) -> None:
         """The claims on `key` changed: forget its resolved object, warn if an external now displaces a built-in."""
         self._resolved.pop(key, None)
-        if key[1] == ANY_ARCHITECTURE:  # a fallback's claim reaches every name of its kind
-            for resolved in [k for k in self._resolved if k[0] == key[0]]:
-                del self._resolved[resolved]
         self._warn_displacement(self._slot(key))
 
     def _slot(self, key: tuple[str, str]) -> Slot | None:
         """The slot as the precedence rule derives it from the log (never stored: the log is the state)."""
         claims = [r for regs in self._log.values() for r in regs if r.key == key]
-        if key[1] != ANY_ARCHITECTURE:  # a fallback's "*" claims every name of its kind, at the lowest rank
-            wild = (key[0], ANY_ARCHITECTURE)
-            claims += [r for regs in self._log.values() for r in regs if r.key == wild and r.provider.is_fallback]
         slot = decide(key[0], key[1], claims, self._prefs)
         return slot if slot.winner is not None or slot.conflict else None
 
@@ -335,8 +329,7 @@ class Registry:
 
     def _import_indexed(self, kind: str, name: str) -> list[BrokenProvider]:
         broken = []
-        wild = self.index_entries(kind, ANY_ARCHITECTURE) if kind == "model" and name != ANY_ARCHITECTURE else []
-        for entry in self.index_entries(kind, name) + wild:
+        for entry in self.index_entries(kind, name):
             if entry.module in self._unloaded:
                 continue
             try:
@@ -407,39 +400,53 @@ class Registry:
             self._warned.add(mark)
             warn("%s", problem)
 
-    def resolve_impl(self, kind: str, name: str, model_impl: str = "auto") -> object:
-        """`resolve`, choosing between native providers and the fallback (vLLM's `model_impl`): "auto" takes the
-        slot's winner; "native" refuses a fallback winner (the unknown-name error); "transformers" takes the
-        fallback's claim even where a native provider wins."""
-        if model_impl not in MODEL_IMPLS:
-            raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
-        if model_impl == "auto":
-            return self.resolve(kind, name)
+    def fallback_claim(self, kind: str) -> Registration | None:
+        """The fallback's claim on every name of `kind` (its "*" slot, imported), if a fallback is installed."""
         with self._lock:
             self.discovery()
-            broken = self._import_indexed(kind, name)
-            slot = self._slot((kind, name))
-            claims = [] if slot is None else [r for r in (slot.winner, *slot.displaced) if r is not None]
-            fallback = next((r for r in claims if r.provider.is_fallback), None)
-            if model_impl == "native":
-                if fallback is not None and slot is not None and slot.winner is fallback:
-                    raise UnknownNameError(self._unknown_message(kind, name) + _NATIVE_ONLY)
+            broken = self._import_indexed(kind, ANY_ARCHITECTURE)
+            slot = self._slot((kind, ANY_ARCHITECTURE))
+        winner = slot.winner if slot is not None else None
+        if winner is not None and winner.provider.is_fallback:
+            return winner
+        if broken:  # installed but failing to import: say so rather than "not installed"
+            raise type(broken[0].error)(f"the fallback provider cannot be used: {broken[0].error}") from broken[0].error
+        return None
+
+    def _claimed_elsewhere(self, kind: str, name: str) -> bool:
+        """Some installed plugin advertises (kind, name), even if it is refused or never registered it."""
+        if self.index_entries(kind, name):
+            return True
+        return any(name in info.groups.get(INDEX_GROUP[kind], []) for info in self.discovery().plugins.values())
+
+    def resolve_impl(self, kind: str, name: str, model_impl: str = "auto") -> object:
+        """The provider of (kind, name) between native providers and the fallback (vLLM's `model_impl`): "native"
+        is `resolve` (never the fallback); "auto" is the native provider if any claims the name, else the
+        fallback's "*" claim (it ranks below built-in: it only fills what nobody claims); "transformers" takes
+        the fallback even where a native provider exists."""
+        if model_impl not in MODEL_IMPLS:
+            raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
+        if model_impl == "native":
+            return self.resolve(kind, name)
+        if model_impl == "auto":
+            try:
                 return self.resolve(kind, name)
-            if fallback is None:
-                failed = next((b.error for b in broken if b.provider.is_fallback), None)
-                if failed is not None:
-                    raise type(failed)(f"cannot use the fallback for {name!r}: {failed}") from failed
-                raise UnknownNameError(f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' {_NO_FALLBACK}")
-            return self._load_winner(fallback)
+            except UnknownNameError as err:
+                fallback = self.fallback_claim(kind) if kind == "model" else None
+                if fallback is None or self._claimed_elsewhere(kind, name):
+                    raise  # a plugin that should provide it but cannot is to be fixed, not papered over
+                trace("%s %r: no native provider (%s); the fallback %s serves", kind, name, err, fallback.target)
+                return self._load_winner(fallback)
+        fallback = self.fallback_claim(kind)
+        if fallback is None:
+            raise UnknownNameError(f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' {_NO_FALLBACK}")
+        return self._load_winner(fallback)
 
     def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""
         label = KIND_LABEL[kind]
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
-        winner_ranked = slot is not None and slot.winner is not None and not slot.winner.provider.is_fallback
         for b in broken:
-            if b.provider.is_fallback and winner_ranked:  # a broken fallback only matters where it would serve
-                continue
             if not (b.provider.is_builtin and winner_external):
                 raise type(b.error)(f"cannot resolve {label} {name!r}: {b.error}") from b.error
         if slot is not None and slot.conflict:
@@ -655,7 +662,6 @@ def _top_modules(info) -> set[str]:
 
 
 MODEL_IMPLS = ("auto", "native", "transformers")
-_NATIVE_ONLY = " (model_impl='native' refuses the transformers fallback that would serve it)"
 _NO_FALLBACK = "needs the fallback provider, which is not installed: pip install kernelbay-transformers"
 
 

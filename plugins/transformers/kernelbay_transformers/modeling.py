@@ -64,6 +64,8 @@ def _layer_for(module: nn.Module, path: str, config) -> Attention:
         )
     if not getattr(module, "is_causal", True):
         raise UnsupportedArchitecture(f"{path}: non-causal attention; the fallback serves causal LMs only")
+    if "sinks" in module._parameters:  # gpt-oss: a learned per-head sink joins the softmax
+        raise UnsupportedArchitecture(f"{path}: attention sinks, which kernelbay's attention layers do not implement")
     kind = config.layer_types[idx]
     return Attention(
         idx,

@@ -81,15 +81,16 @@ def _announce_fallback(kind: str, name: str, impl) -> None:
     """The fallback provider never serves silently: one warning naming it and why it serves."""
     from kernelbay.registry import default_registry
 
-    slot = default_registry().slot(kind, name)
-    claims = [] if slot is None else [r for r in (slot.winner, *slot.displaced) if r is not None]
-    fallback = next((r for r in claims if r.provider.is_fallback), None)
+    registry = default_registry()
+    fallback = registry.fallback_claim(kind)
     if fallback is None or _import_target(fallback.target) is not impl:
         return
+    slot = registry.slot(kind, name)
+    native = slot.winner if slot is not None else None
     why = (
-        "no native implementation installed"
-        if slot.winner is fallback
-        else f"model_impl='transformers' (the native provider is {slot.winner.provider.describe()})"
+        f"model_impl='transformers' (the native provider is {native.provider.describe()})"
+        if native is not None
+        else "no native implementation installed"
     )
     logger.warning("%s runs on the fallback provider %s: %s", name, fallback.provider.describe(), why)
 
