@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelbay.attention import BackendNotCapable
+from kernelbay.errors import ConfigError
 from kernelbay.explain import explain_model, render_text
 from kernelbay_engine.runner import ModelRunner
 from tests._paths import REAL_CONFIGS
@@ -37,6 +38,14 @@ def test_the_engine_cache_holds_the_indexer_key_beside_the_latent(v32):
     width = cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim + cfg.indexer.index_head_dim
     assert run.cache.bytes_per_block == cfg.num_hidden_layers * width * 4 * 4 == cfg.kv_bytes_per_token() * 4
     assert {tuple(e.layer.backend.kv_cache.shape) for e in run.cache.layers} == {(1, 8, 4, 1, width)}
+
+
+def test_an_fp8_kv_cache_is_refused_for_dsa(v32):
+    """The indexer keys would be stored with the latent's per-tensor fp8 scale (DeepSeek keeps its own per-block
+    scales): the option check refuses the combination before anything is allocated, saying what to use."""
+    _, model = v32
+    with pytest.raises(ConfigError, match=r"sparse attention \(dsa\) cannot be combined with a KV cache in another"):
+        ModelRunner(model, num_blocks=8, block_size=4, attention_backend="VANILLA", kv_cache_dtype="fp8_e4m3")
 
 
 @pytest.mark.parametrize("backend", ["SDPA", "FLEX"])
