@@ -42,6 +42,8 @@ def rope_parameters(f: Fields) -> dict[str, Any]:
 def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry | None) -> RopeConfig:
     params = rope_parameters(f)
     main, local = _split_per_layer_kind(params)
+    if local is None:  # an old-style rope_scaling as written; the class (Gemma 3) may still split it per kind
+        local = _split_per_layer_kind(_parsed_rope(f))[1]
     rope_type = _rope_type(main)
     original = _original_positions(f, main)
     return RopeConfig(
@@ -53,6 +55,11 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
         original_max_position_embeddings=original if rope_type != "default" else None,
         local_theta=_local_theta(f, local),
     )
+
+
+def _parsed_rope(f: Fields) -> dict:
+    parsed = f.parsed.get("rope_parameters")
+    return dict(parsed) if isinstance(parsed, Mapping) else {}
 
 
 def _original_positions(f: Fields, params: dict) -> int | None:

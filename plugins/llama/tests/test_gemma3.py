@@ -51,8 +51,17 @@ def test_explain_reads_the_real_gemma3_1b_geometry(capsys):
 
 def _gemma3_folder(tmp_path: Path, **changes) -> Path:
     config = {**json.loads((GEMMA3_1B / "config.json").read_text()), **changes}
+    config = {key: value for key, value in config.items() if value is not None}  # None: leave the key out
     (tmp_path / "config.json").write_text(json.dumps(config))
     return tmp_path
+
+
+def test_old_style_rope_scaling_leaves_sliding_layers_on_the_default_local_base(tmp_path):
+    """gemma-3-4b's config.json spelling (top-level rope_scaling, no rope_local_base_freq): the scaling is the
+    global layers', and sliding layers take Gemma3TextConfig's local base 10000, unscaled, as in transformers."""
+    folder = _gemma3_folder(tmp_path, rope_scaling={"rope_type": "linear", "factor": 8.0}, rope_local_base_freq=None)
+    rope = ModelConfig.from_pretrained(folder).rope
+    assert (rope.theta, rope.rope_type, rope.factor, rope.local_theta) == (1e6, "linear", 8.0, 10_000.0)
 
 
 def test_scaled_rope_on_sliding_layers_is_refused(tmp_path):
