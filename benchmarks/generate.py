@@ -1,14 +1,14 @@
 """kernelbay `LLM.generate` against transformers' `generate()` on one ~50M-parameter fp32 Llama (CPU).
 
     .venv/bin/python benchmarks/generate.py [--batches 1 8] [--prompt-len 32] [--new-tokens 128] [--repeat 3]
-                                            [--threads N] [--backend NAME] [--write FILE]
+                                            [--threads N] [--backend NAME] [--write FILE] [--model SHAPE]
 
 Builds a random-weight Llama with transformers (vocab 32000, hidden 512, 6 layers, GQA 8/4 heads,
 MLP 1536: 51.7M parameters), saves it as safetensors, loads it in both libraries, and for each batch
 size runs greedy decoding of `--new-tokens` tokens after `--prompt-len`-token prompts (end-of-sequence
 ignored, so every row generates them all). Runs alternate between the two libraries and the best
 of `--repeat` is kept; tokens must be identical. Prints tokens/s and the ratio; `--write FILE`
-also writes the table as Markdown.
+also writes the table as Markdown. `--model SHAPE` builds another family's shape instead (SHAPES).
 """
 
 from __future__ import annotations
@@ -36,14 +36,38 @@ MODEL = dict(
     eos_token_id=2,
     pad_token_id=0,
 )
+# --model NAME -> (transformers config class, its arguments): one ~50M random model per family shape.
+SHAPES = {
+    "llama": ("LlamaConfig", MODEL),
+    # gemma-3-1b-it's layout scaled down: 12 layers (5 sliding : 1 global, window shorter than the sequences),
+    # 4 query heads / 1 KV head of 128, tied embeddings, local/global RoPE bases 1e4 / 1e6: 52.6M parameters.
+    "gemma3": (
+        "Gemma3TextConfig",
+        {
+            **MODEL,
+            "hidden_size": 512,
+            "num_hidden_layers": 12,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 128,
+            "query_pre_attn_scalar": 128,
+            "sliding_window": 64,
+            "rope_theta": 1_000_000.0,
+            "rope_local_base_freq": 10_000.0,
+            "tie_word_embeddings": True,
+        },
+    ),
+}
 
 
-def build_checkpoint(folder: Path) -> int:
-    """Save the random fp32 Llama in `folder`; returns its parameter count."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_checkpoint(folder: Path, shape: str = "llama") -> int:
+    """Save the random fp32 model of SHAPES[shape] in `folder`; returns its parameter count."""
+    import transformers
 
+    config_class, kwargs = SHAPES[shape]
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**MODEL)).float().eval()
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, config_class)(**kwargs))
+    model = model.float().eval()
     model.save_pretrained(str(folder))
     return sum(p.numel() for p in model.parameters())
 
@@ -163,11 +187,12 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, help="torch threads for both libraries (default: torch's choice)")
     parser.add_argument("--write", type=Path, help="also write the results as Markdown to this file")
+    parser.add_argument("--model", default="llama", choices=sorted(SHAPES), help="model shape (default: llama)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        params = build_checkpoint(Path(tmp))
+        params = build_checkpoint(Path(tmp), args.model)
         runners = [HFRunner(Path(tmp)), KernelbayRunner(Path(tmp), args.backend, args.prepack)]
         for runner in runners:
             runner.generate(make_prompts(2, args.prompt_len), 4)  # warm-up
@@ -175,7 +200,7 @@ def main() -> None:
     backend = ", ".join(f"{k}: {v}" for k, v in runners[1].llm.attention_backends.items())
     packed = len(runners[1].llm.prepack_report.packed)
     header = (
-        f"{params / 1e6:.1f}M-parameter fp32 Llama, greedy, {args.prompt_len}-token prompts, "
+        f"{params / 1e6:.1f}M-parameter fp32 {args.model}, greedy, {args.prompt_len}-token prompts, "
         f"{args.new_tokens} new tokens, best of {args.repeat}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {platform.machine()}; kernelbay attention {backend}, "
         f"{packed} linear layers prepacked for oneDNN; "
