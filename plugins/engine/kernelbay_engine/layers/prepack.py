@@ -8,8 +8,10 @@ binding) ran the same product 2-3x faster. Packing is decided per layer shape by
 at the row counts the engine will run (weight evicted from cache first), and the dense weight is
 released afterwards, so weights are held once. Measured on a 206 MB fp32 model: steady RSS +29 MiB
 (allocator and oneDNN caches), and a transient +150 MiB while timing (a 64 MiB cache-flush buffer
-and one packed trial copy). A weight shared with another module (a tied LM head) is left dense:
-releasing it is impossible and keeping both would hold it twice.
+and one packed trial copy). A weight shared with another module is left dense (releasing it is
+impossible), except the tied LM head: its product is the largest of a decode step (SmolLM2-135M: 30% of
+it dense), so it is packed as a second copy and the embedding keeps the dense table (+vocab x hidden x
+dtype bytes). bfloat16 weights are packed too where the CPU has native bf16 (avx512_bf16 / amx_bf16).
 
     report = prepack_linear_weights(model, rows=(1, 8))       # "auto": measured per shape
     report = prepack_linear_weights(model, rows=(1,), policy="always")
@@ -98,6 +100,7 @@ def prepack_linear_weights(model: nn.Module, *, rows: Sequence[int], policy: str
         return report
     ok, reason = prepacking_available()
     shared = _shared_parameters(model)
+    shared.discard(id(getattr(getattr(model, "lm_head", None), "weight", None)))  # packed as a copy: see above
     kept = tuple(getattr(model, "prepack_exclude", ()))
     candidates = []  # (path, layer, shape key) of every eligible layer
     for path, layer in model.named_modules():
@@ -142,11 +145,17 @@ def _ineligible(layer: Linear, shared: set[int]) -> str | None:
         return "per-expert weights (batch_shape) are not packed"
     if w.device.type != "cpu" or w.is_meta:
         return f"weight is on {w.device}, packing is for CPU"
-    if w.dtype != torch.float32:
-        return f"weight dtype {w.dtype}: packing is used for float32 only"
+    if w.dtype not in _packed_dtypes():
+        return f"weight dtype {w.dtype}: packing is used for {' and '.join(map(str, _packed_dtypes()))} only"
     if id(w) in shared:
         return "weight is shared with another module (tied), so it stays dense"
     return None
+
+
+def _packed_dtypes() -> tuple[torch.dtype, ...]:
+    from kernelbay_engine.quant.kernels import BF16_FEATURES, cpu_flags
+
+    return (torch.float32, torch.bfloat16) if cpu_flags() & set(BF16_FEATURES) else (torch.float32,)
 
 
 def _decide(
@@ -178,7 +187,7 @@ def _pack(layer: Linear) -> str | None:
     except RuntimeError as exc:
         return f"oneDNN cannot pack it here: {exc}"
     layer.method = PackedLinearMethod(packed)
-    del layer.weight  # the dense copy goes: weights are held once
+    del layer.weight  # the dense copy goes: weights are held once (a tied table stays the embedding's)
     return None
 
 

