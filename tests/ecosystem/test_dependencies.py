@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from tests._paths import REPO
 
 CONTRACT_ONLY = ("plugins/torch", "plugins/flashinfer", "contrib/acme")  # attention backends and platforms
-NEEDS_RUNTIME = ("plugins/llama", "plugins/deepseek", "contrib/acme-llama")  # model families
+NEEDS_RUNTIME = ("plugins/llama", "plugins/deepseek", "plugins/gpt", "contrib/acme-llama")  # model families
 RUNTIME = {"kernelbay-engine", "kernelbay-llama", "kernelbay-deepseek"}
 
 

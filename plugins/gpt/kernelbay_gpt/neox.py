@@ -84,5 +84,10 @@ class GPTNeoXForCausalLM(CausalLM):
     def input_embeddings(self) -> nn.Module:
         return self.gpt_neox.embed_in
 
+    def checkpoint_rules(self) -> NameRules:
+        """Tied: a stored `embed_out.weight` duplicates the embedding table and is skipped (base: `lm_head`)."""
+        rules = super().checkpoint_rules()
+        return NameRules(rules.renames, rules.ignore, (*rules.tied, "embed_out.weight")) if self.tied else rules
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         return self.gpt_neox(input_ids, positions, metadata)

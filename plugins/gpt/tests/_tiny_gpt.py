@@ -33,8 +33,7 @@ def _neox(**kw) -> transformers.GPTNeoXConfig:
         num_attention_heads=4,
         intermediate_size=96,
         max_position_embeddings=512,
-        tie_word_embeddings=False,
-        **kw,
+        **{"tie_word_embeddings": False, **kw},
     )
 
 
@@ -52,7 +51,8 @@ TINY_GPT: dict[str, Tiny] = {
         lambda: _opt(do_layer_norm_before=False, word_embed_proj_dim=32),
     ),
     "neox-parallel": Tiny(
-        "pythia (parallel residual, rotary_pct 0.25)", lambda: _neox(rotary_pct=0.25, use_parallel_residual=True)
+        "pythia (parallel residual, rotary_pct 0.25; tied here, as a tied NeoX checkpoint would be)",
+        lambda: _neox(rotary_pct=0.25, use_parallel_residual=True, tie_word_embeddings=True),
     ),
     "neox-sequential": Tiny(
         "redpajama-incite-3b (sequential residual, full rotary)",

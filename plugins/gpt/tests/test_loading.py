@@ -58,6 +58,18 @@ def test_opt_as_facebook_published_it_loads(tiny_checkpoints, tmp_path):
     compare_generation(hf_model, runner(_load(folder), "SDPA"), "opt-350m facebook names", steps=2)
 
 
+def test_a_tied_neox_checkpoint_storing_embed_out_loads(tiny_checkpoints, tmp_path):
+    """Tied NeoX: an `embed_out.weight` saved beside the embeddings duplicates them and is skipped."""
+
+    def store_head(state):
+        state["embed_out.weight"] = state["gpt_neox.embed_in.weight"].clone()
+
+    folder, hf_model = _rewritten(tiny_checkpoints, tmp_path, "neox-parallel", store_head)
+    model = _load(folder)
+    assert model.embed_out.weight is model.gpt_neox.embed_in.weight
+    compare_generation(hf_model, runner(model, "SDPA"), "neox tied embed_out", steps=2)
+
+
 @pytest.mark.parametrize(
     ("name", "tensor"),
     [

@@ -14,3 +14,13 @@ def test_logits_and_greedy_tokens_match_transformers(loaded, name, backend):
     """Prefill of four prompts of different lengths plus 8 decode steps: logits within 1e-4, same tokens."""
     hf_model, model = loaded(name, TINY_GPT[name])
     compare_generation(hf_model, runner(model, backend), f"{name} {backend}")
+
+
+def test_every_architecture_of_the_plugin_has_a_parity_case(loaded):
+    """The matrix above covers each architecture kernelbay-gpt registers (its kernelbay.models entry points)."""
+    from importlib.metadata import entry_points
+
+    registered = {ep.name for ep in entry_points(group="kernelbay.models") if ep.value.startswith("kernelbay_gpt.")}
+    covered = {type(loaded(name, tiny)[1]).__name__ for name, tiny in TINY_GPT.items()}
+    assert registered == {"GPT2LMHeadModel", "OPTForCausalLM", "GPTNeoXForCausalLM", "FalconForCausalLM"}
+    assert registered <= covered, f"no parity case for {sorted(registered - covered)}"
