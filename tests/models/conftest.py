@@ -74,3 +74,19 @@ def loaded(tiny_checkpoints):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def loaded_moe(tiny_checkpoints):
+    """(name, MoE backend) -> (transformers model, kernelbay model loaded with that MoE kernel), once per module: a
+    kernel that repacks the experts holds their only copy, so each kernel gets its own load."""
+    cache = {}
+
+    def get(name, moe_backend: str, tiny: Tiny | None = None):
+        if (name, moe_backend) not in cache:
+            folder, hf_model = tiny_checkpoints.get(name, tiny)
+            model = AutoModelForCausalLM.from_pretrained(folder, progress=False, moe_backend=moe_backend)
+            cache[name, moe_backend] = (hf_model, model)
+        return cache[name, moe_backend]
+
+    return get

@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbay_engine.layers.moe import SparseMoE, bind_moe_backends
+from kernelbay_engine.layers.moe import SparseMoE, moe_layers
 from tests.models._parity import compare_generation, runner
 from tests.models._tiny import TINY_DEEPSEEK
 
 
 @pytest.mark.parametrize("moe_backend", ("TORCH_MOE", "TORCH_GROUPED_MOE"))
 @pytest.mark.parametrize("name", sorted(TINY_DEEPSEEK))
-def test_deepseek_matches_transformers_on_each_moe_backend(loaded, name, moe_backend):
+def test_deepseek_matches_transformers_on_each_moe_backend(loaded_moe, name, moe_backend):
     """Greedy, group-limited and noaux_tc routing through each kernel: logits within 1e-4, same tokens."""
-    hf_model, model = loaded(name)
-    assert bind_moe_backends(model, moe_backend).backend_name == moe_backend
+    hf_model, model = loaded_moe(name, moe_backend)
+    assert {layer.backend.name for layer in moe_layers(model)} == {moe_backend}
     compare_generation(hf_model, runner(model, "VANILLA"), f"{name} {moe_backend}")
 
 

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from tests.models.conftest import _one_thread, loaded, tiny_checkpoints  # noqa: F401  (fixtures)
+from tests.models.conftest import _one_thread, loaded, loaded_moe, tiny_checkpoints  # noqa: F401  (fixtures)

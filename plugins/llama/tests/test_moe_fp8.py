@@ -11,7 +11,6 @@ from kernelbay.attention import clear_selection_cache
 from kernelbay.moe import ExpertWeights
 from kernelbay_engine import AutoModelForCausalLM
 from kernelbay_engine.layers.moe import moe_layers
-from kernelbay_engine.models.quant import FP8_DTYPE
 from kernelbay_torch.moe import TorchGroupedMoEBackend, TorchMoEBackend
 from plugins.engine.tests.models.test_fp8 import _fp8_checkpoint
 from plugins.llama.tests._tiny_moe import TINY_MOE
@@ -32,12 +31,10 @@ def test_fp8_experts_are_read_as_stored(fp8_qwen3_moe, moe_backend):
     folder, reference = fp8_qwen3_moe
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False, moe_backend=moe_backend)
     layer = moe_layers(model)[0]
-    assert layer.experts.gate_up_proj.weight.dtype == FP8_DTYPE and layer.experts.stored_format() == (
-        "fp8_block",
-        (16, 16),
-    )
-    assert layer.backend.geometry.weight_format == "fp8_block"
-    assert layer.prepared.gate_up.dtype == torch.float32, "the CPU kernels dequantize once, in prepare_weights"
+    assert layer.experts.stored_format() == ("fp8_block", (16, 16))
+    assert layer.backend.geometry.weight_format == "fp8_block" and layer.prepared.gate_up_scale is None
+    # the CPU kernels dequantize once, in prepare_weights, and hold the only copy: the FP8 tensors are released
+    assert layer.experts.released_by == moe_backend and not hasattr(layer.experts.gate_up_proj, "weight_scale_inv")
     compare_generation(reference, runner(model, "VANILLA"), f"qwen3_moe fp8 {moe_backend}", steps=3)
 
 

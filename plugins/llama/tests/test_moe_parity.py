@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import safetensors.torch
-import torch
 
+from kernelbay.errors import ConfigError
 from kernelbay_engine import AutoModelForCausalLM
-from kernelbay_engine.layers.moe import SparseMoE, bind_moe_backends
+from kernelbay_engine.layers.moe import SparseMoE, bind_moe_backends, moe_layers
 from plugins.llama.tests._tiny_moe import TINY_MOE
 from tests.models._parity import BACKENDS, compare_generation, runner
 
@@ -17,10 +17,11 @@ MOE_BACKENDS = ("TORCH_MOE", "TORCH_GROUPED_MOE")
 @pytest.mark.parametrize("moe_backend", MOE_BACKENDS)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(TINY_MOE))
-def test_logits_and_greedy_tokens_match_transformers(loaded, name, backend, moe_backend):
+def test_logits_and_greedy_tokens_match_transformers(loaded_moe, name, backend, moe_backend):
     """Mixed-length prefill plus 8 decode steps: logits within 1e-4, same greedy tokens."""
-    hf_model, model = loaded(name, TINY_MOE[name])
-    assert bind_moe_backends(model, moe_backend).backend_name == moe_backend
+    hf_model, model = loaded_moe(name, moe_backend, TINY_MOE[name])
+    assert model.moe_selection.backend_name == moe_backend
+    assert {layer.backend.name for layer in moe_layers(model)} == {moe_backend}
     compare_generation(hf_model, runner(model, backend), f"{name} {backend} {moe_backend}")
 
 
@@ -42,17 +43,22 @@ def test_transformers_stacked_expert_tensors_load(loaded, tmp_path, name):
     state = {k: v.contiguous() for k, v in hf_model.state_dict().items()}
     assert any(k.endswith("mlp.experts.gate_up_proj") for k in state)
     safetensors.torch.save_file(state, tmp_path / "model.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(tmp_path, progress=False)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, progress=False, moe_backend="TORCH_MOE")
     prompts = [[1, 5, 9, 22], [7]]
     compare_generation(hf_model, runner(model, "VANILLA"), f"{name} stacked", prompts=prompts, steps=2)
 
 
-def test_expert_weights_are_the_loaded_tensors(loaded):
-    """The dense kernels prepare nothing: the bound weights are the loaded parameters themselves, held once."""
-    _, model = loaded("mixtral", TINY_MOE["mixtral"])
-    for moe_backend in MOE_BACKENDS:
-        bind_moe_backends(model, moe_backend)
-        layer = model.model.layers[0].mlp
-        assert layer.prepared.gate_up is layer.experts.gate_up_proj.weight
-        assert layer.experts.gate_up_proj.weight.shape == (4, 64, 64)
-        assert torch.equal(layer.prepared.down, layer.experts.down_proj.weight)
+def test_expert_weights_are_held_once(loaded_moe):
+    """TORCH_MOE computes with the loaded parameters themselves, so it can be swapped for another kernel;
+    TORCH_GROUPED_MOE repacks them for oneDNN and the loaded copy is released, so swapping it needs a new load."""
+    _, model = loaded_moe("mixtral", "TORCH_MOE", TINY_MOE["mixtral"])
+    layer = model.model.layers[0].mlp
+    assert layer.prepared.gate_up is layer.experts.gate_up_proj.weight
+    assert layer.experts.gate_up_proj.weight.shape == (4, 64, 64)
+    assert layer.prepared.down is layer.experts.down_proj.weight
+    _, grouped = loaded_moe("mixtral", "TORCH_GROUPED_MOE", TINY_MOE["mixtral"])
+    experts = grouped.model.layers[0].mlp.experts
+    assert not hasattr(experts.gate_up_proj, "weight") and experts.released_by == "TORCH_GROUPED_MOE"
+    assert len(grouped.model.layers[0].mlp.prepared.packed_gate_up) == 4
+    with pytest.raises(ConfigError, match=r"repacked by the MoE backend TORCH_GROUPED_MOE .* load the model again"):
+        bind_moe_backends(grouped, "TORCH_MOE")

@@ -17,8 +17,9 @@ Public interface:
 - `bind_moe_backends(model, requested=None)`: one kernel for the model's MoE layers, chosen by the core's
   `select_moe_for_model` (a requested name, else KERNELBAY_MOE_BACKEND, else the platform's priority; unknown or
   incapable names are the selector's errors), built from each layer's geometry, with `prepare_weights` run once
-  per layer. `AutoModelForCausalLM.from_pretrained` calls it after loading; calling it again switches kernels
-  (the loaded weights are kept as stored, the prepared ones are per binding).
+  per layer. `AutoModelForCausalLM.from_pretrained` calls it after loading. A kernel that keeps the loaded tensors
+  (TORCH_MOE on dense weights) can be switched by calling it again; one that repacks them (TORCH_GROUPED_MOE's oneDNN
+  layout, any dequantization) holds the only copy, the loaded one is released, and switching needs a new load.
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ class Experts(nn.Module):
         parts = {gate: intermediate_size, up: intermediate_size}
         self.gate_up_proj = ExpertLinear(hidden_size, parts, num_experts=num_experts, bias=bias)
         self.down_proj = ExpertLinear(intermediate_size, {down: hidden_size}, num_experts=num_experts, bias=bias)
+        self.released_by: str | None = None
+
+    def release(self, backend: str) -> None:
+        """Drop the loaded weight tensors (not the biases) once a kernel holds its own repacked copy."""
+        for layer in (self.gate_up_proj, self.down_proj):
+            for name in ("weight", "weight_scale_inv"):
+                if hasattr(layer, name):
+                    delattr(layer, name)
+        self.released_by = backend
 
     def stored_format(self) -> tuple[str, tuple[int, int] | None]:
         """("fp8_block", block) when the weights were created FP8 block-scaled, else ("dense", None)."""
@@ -164,6 +174,11 @@ class Experts(nn.Module):
 
     def expert_weights(self) -> ExpertWeights:
         """The loaded tensors themselves (no copy), in `ExpertWeights` layout."""
+        if self.released_by is not None:
+            raise ConfigError(
+                f"the expert weights were repacked by the MoE backend {self.released_by} and their loaded copy "
+                f"released (weights are held once); load the model again with moe_backend=NAME to use another kernel"
+            )
         gu, down = self.gate_up_proj, self.down_proj
         return ExpertWeights(
             gu.weight,
@@ -255,6 +270,14 @@ def no_moe_layers(requested: str, architecture: str) -> ConfigError:
     )
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a is b:
+        return True
+    if a.is_meta or b.is_meta:
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 def moe_layers(model: nn.Module) -> list[SparseMoE]:
     return [m for m in model.modules() if isinstance(m, SparseMoE)]
 
@@ -282,13 +305,16 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
     for layer in layers:
         fmt, block = layer.experts.stored_format()
         geometry = replace(layer.geometry, weight_format=fmt, block_size=block)
-        weights = layer.experts.expert_weights()
+        weights = loaded = layer.experts.expert_weights()
         if dequantized and fmt != "dense":  # no chosen kernel reads the stored format: dense floats, once
             weights, geometry = dense_weights(geometry, weights, dtype), layer.geometry
         if geometry not in backends:
             backends[geometry] = selection.backend_cls(geometry)
         backend = backends[geometry]
         with torch.inference_mode():
-            layer.bind(backend, backend.prepare_weights(weights))
+            prepared = backend.prepare_weights(weights)
+        layer.bind(backend, prepared)
+        if not (_same_storage(prepared.gate_up, loaded.gate_up) or _same_storage(prepared.down, loaded.down)):
+            layer.experts.release(backend.name)  # the kernel holds its own copy: the loaded one goes
     model.moe_selection = selection
     return selection

@@ -140,9 +140,9 @@ def _shared_parameters(model: nn.Module) -> set[int]:
 def _ineligible(layer: Linear, shared: set[int]) -> str | None:
     if type(layer.method) is not UnquantizedLinearMethod:
         return f"weights are {layer.method!r}, only plain weights are packed"
-    w = layer.weight
-    if layer.batch_shape:
+    if layer.batch_shape:  # before reading the weight: a repacked MoE layer released it (layers/moe.py)
         return "per-expert weights (batch_shape) are not packed"
+    w = layer.weight
     if w.device.type != "cpu" or w.is_meta:
         return f"weight is on {w.device}, packing is for CPU"
     if w.dtype not in _packed_dtypes():
