@@ -39,6 +39,12 @@ MODEL = dict(
 # --model NAME -> (transformers config class, its arguments): one ~50M random model per family shape.
 SHAPES = {
     "llama": ("LlamaConfig", MODEL),
+    # Mixtral's layout (every layer MoE, 8 experts, top-2 renormalised) at hidden 512, 7 layers, GQA 8/4 heads,
+    # expert width 768, vocab 32000: 104.4M parameters (54.8M active per token).
+    "mixtral": (
+        "MixtralConfig",
+        {**MODEL, "num_hidden_layers": 7, "intermediate_size": 768, "num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
     # gemma-3-1b-it's layout scaled down: 12 layers (5 sliding : 1 global, window shorter than the sequences),
     # 4 query heads / 1 KV head of 128, tied embeddings, local/global RoPE bases 1e4 / 1e6: 52.6M parameters.
     "gemma3": (

@@ -30,6 +30,7 @@ CONFIG_FIELDS = (
     "max_position_embeddings",
     "sliding_window",
     "attention_chunk_size",
+    "attention_sinks",
 )
 
 
@@ -330,6 +331,7 @@ def render_text(doc: dict) -> str:
 def _config_line(c: dict) -> str:
     extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
     extra += ", MLA" if c["mla"] else ""
+    extra += ", attention sinks" if c.get("attention_sinks") else ""
     indexer = c.get("indexer")
     if indexer:
         extra += (

@@ -66,6 +66,7 @@ SCHEMA: dict[str, Any] = {
         "max_position_embeddings": int,
         "sliding_window": OPT_INT,
         "attention_chunk_size": OPT_INT,
+        "attention_sinks": bool,
         "mla": (dict, None),
         "indexer": (dict, None),
         "quantization": (dict, None),

@@ -14,7 +14,7 @@ class IgnoresSoftcap(VanillaBackend):
 
     name = "FAKE_IGNORES_SOFTCAP"
 
-    def _attend_one(self, q, k, v, mask):
+    def _attend_one(self, q, k, v, mask, sinks=None):
         scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * self.geometry.scale
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))

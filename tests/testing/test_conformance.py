@@ -36,10 +36,10 @@ def test_sdpa_passes_and_refuses_only_softcap_and_mla():
 
 
 def test_flex_eager_passes_every_claimed_spec():
-    """[FLEX] (eager kernel) passes everything but MLA, which it refuses honestly."""
+    """[FLEX] (eager kernel) passes everything but MLA and attention sinks, which it refuses honestly."""
     report = check_backend("FLEX", options=FLEX_EAGER)
     refused = {name for name, status in statuses(report).items() if status != "pass"}
-    assert report.passed and refused == set(MLA_SPECS), report.render()
+    assert report.passed and refused == {*MLA_SPECS, "sinks", "sinks_decode", "sinks_sliding"}, report.render()
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ def test_a_claimed_but_ignored_softcap_fails():
 def test_an_off_by_one_window_fails_only_the_window_specs():
     """A sliding window that sees one key too many fails exactly the sliding-window specs."""
     failed = {r.spec for r in check_backend(_fakes.WindowOffByOne).results if r.status == "fail"}
-    assert failed == {"sliding_window", "runs_sliding_decode"}
+    assert failed == {"sliding_window", "runs_sliding_decode", "sinks_sliding"}
 
 
 def test_an_exception_is_a_failure_with_its_message():

@@ -34,7 +34,7 @@ def test_one_item_per_spec(tmp_path):
     """[SDPA] gives one item per spec: its claims pass, its refusals are skips naming the capability."""
     done = pytest_in(tmp_path, "--kernelbay-backend", "SDPA")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "26 passed, 4 skipped" in done.stdout
+    assert "29 passed, 4 skipped" in done.stdout
     assert "not claimed: logit_softcap: attention logit soft-capping is not supported" in done.stdout
 
 
@@ -54,7 +54,7 @@ def test_a_failing_spec_fails_its_item(tmp_path):
     done = pytest_in(tmp_path, "--kernelbay-backend", "FAKE_WINDOW_OFF_BY_ONE", "-k", "sliding or small_decode")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[FAKE_WINDOW_OFF_BY_ONE] sliding_window: max err " in done.stdout
-    assert "2 failed, 1 passed" in done.stdout  # sliding_window, runs_sliding_decode; small_decode
+    assert "3 failed, 1 passed" in done.stdout  # sliding_window, runs_sliding_decode, sinks_sliding; small_decode
 
 
 def test_an_unknown_backend_is_a_usage_error(tmp_path):

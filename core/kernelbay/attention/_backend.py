@@ -31,6 +31,7 @@ _GEOMETRY_KEYS = (
     "logit_softcap",
     "mla",
     "indexer",
+    "sinks",
     "kv_b_proj",
     "kv_cache_dtype",
     "options",
@@ -69,6 +70,8 @@ class AttentionBackend(Generic[TMetadata]):
     encoder: ClassVar[bool] = False
     chunked_attention: ClassVar[bool] = False
     logit_softcap: ClassVar[bool] = False
+    sinks: ClassVar[bool] = False
+    """Attention sinks: `_attend` adds `args.sinks` [num_heads] (one logit per head) to each softmax denominator."""
     fused_rope: ClassVar[bool] = False
     fused_qkv: ClassVar[bool] = False
     preferred_block_size: ClassVar[int] = 16
@@ -169,6 +172,7 @@ class AttentionBackend(Generic[TMetadata]):
             logit_softcap=geometry.get("logit_softcap"),
             mla=geometry.get("mla"),
             indexer=geometry.get("indexer"),
+            sinks=geometry.get("sinks", False),
         )  # a layer that holds its record passes it (`geometry=`): built once
         self._refuse_unsupported_geometry()
         self.quant_config = quant_config
@@ -225,6 +229,7 @@ class AttentionBackend(Generic[TMetadata]):
         args = resolve_forward_args(forward_args)
         self._check_inputs(q, metadata)
         self._check_topk(q, args)
+        self._check_sinks(q, args)
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
@@ -282,6 +287,22 @@ class AttentionBackend(Generic[TMetadata]):
             raise ValueError(
                 f"layer {g.layer_idx} is DSA: pass AttentionForwardArgs(topk_indices=...), an integer tensor "
                 f"[T, index_topk] = {list(want)} of key positions (-1 pads), got {got}"
+            )
+
+    def _check_sinks(self, q: torch.Tensor, args: AttentionForwardArgs) -> None:
+        """A sinks layer cannot attend right without its per-head logits; any other layer must not get them."""
+        g, sinks = self.geometry, args.sinks
+        if not g.sinks:
+            if sinks is not None:
+                raise ValueError(
+                    f"layer {g.layer_idx}: sinks given to a layer built without them; build it with sinks=True"
+                )
+            return
+        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (g.num_heads,) or not sinks.is_floating_point():
+            got = f"{sinks.dtype} {tuple(sinks.shape)}" if isinstance(sinks, torch.Tensor) else repr(sinks)
+            raise ValueError(
+                f"layer {g.layer_idx} has attention sinks: pass AttentionForwardArgs(sinks=...), a float tensor "
+                f"[num_heads] = [{g.num_heads}] of per-head sink logits, got {got}"
             )
 
     def _mla_plane(self, mla: MLASpec) -> torch.Tensor:

@@ -28,6 +28,7 @@ _CHECKS = (
     ("encoder", "encoder", "bidirectional encoder attention"),
     ("chunked_attention", "chunked_attention", "chunked attention"),
     ("logit_softcap", "logit_softcap", "attention logit soft-capping"),
+    ("sinks", "sinks", "attention sinks"),
     ("dtype", "dtypes", None),
     ("kv_cache_dtype", "kv_cache_dtypes", None),
     ("block_size", "block_sizes", None),
@@ -39,7 +40,7 @@ _CHECKS = (
 )
 # Geometry is fixed when a layer is built; the rest (dtypes, cache, platform) is chosen at run time.
 GEOMETRY = frozenset(
-    {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode"}
+    {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode", "sinks"}
 )
 
 

@@ -32,6 +32,7 @@ def create_attention(
     logit_softcap: float | None = None,
     mla=None,
     indexer=None,
+    sinks: bool = False,
     kv_b_proj=None,
     quant_config=None,
     kv_cache_dtype: str | None = "auto",
@@ -54,6 +55,7 @@ def create_attention(
         logit_softcap,
         mla_spec,
         IndexerSpec.from_any(indexer) if indexer is not None else None,
+        sinks,
     )
     return build_backend(
         backend,

@@ -20,6 +20,9 @@ class AttentionForwardArgs:
     """DSA layers only (sparse mode "dsa"): [T, index_topk] integer tensor, the keys each query attends to as
     positions in its own request's sequence (0 .. seq_len - 1, the layer's causal mask still applies); -1 pads
     a row whose query sees fewer keys. The indexer picks them (model code) before the layer attends."""
+    sinks: Any = None
+    """Layers with attention sinks only (geometry.sinks): [num_heads] float tensor, each head's learned sink
+    logit, which joins the softmax denominator (exp(sink) added to the sum; it contributes no value)."""
 
     def __post_init__(self):
         if not isinstance(self.causal, bool):

@@ -105,6 +105,9 @@ class AttentionGeometry:
     mla: MLASpec | None = None
     indexer: IndexerSpec | None = None
     """DSA layers: the indexer whose top-k keys each query attends to (sparse mode "dsa"); MLA only."""
+    sinks: bool = False
+    """Attention sinks (GPT-OSS): a learned logit per query head joins each softmax denominator with no value,
+    so a query may attend to "nothing"; the values reach the backend as `AttentionForwardArgs.sinks`."""
 
     def __post_init__(self):
         object.__setattr__(self, "attn_type", AttentionType.parse(self.attn_type))

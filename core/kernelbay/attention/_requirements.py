@@ -23,6 +23,8 @@ class AttentionRequirements:
     sliding_window: bool = False
     chunked_attention: bool = False
     logit_softcap: bool = False
+    sinks: bool = False
+    """Per-head attention sink logits in the softmax denominator (GPT-OSS)."""
     sparse_mode: str = SPARSE_NONE
     block_size: int | None = None
     """A block size the engine insists on; None lets the backend pick its preferred one."""
@@ -70,6 +72,7 @@ class AttentionRequirements:
             sliding_window=geometry.sliding_window is not None,
             chunked_attention=geometry.chunk_size is not None,
             logit_softcap=geometry.logit_softcap is not None,
+            sinks=geometry.sinks,
             **runtime,
         )
 
@@ -94,6 +97,7 @@ class AttentionRequirements:
             attn_type=kind,
             use_mla=mla is not None,
             logit_softcap=getattr(cfg, "attn_logit_softcapping", None) is not None,
+            sinks=getattr(cfg, "attention_sinks", False),
             **runtime,
         )
 

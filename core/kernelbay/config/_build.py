@@ -116,6 +116,7 @@ def _assemble(
         attention_scale=scale,
         v_head_dim=mla.v_head_dim if mla else head_dim,
         attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
+        attention_sinks=bool(rules.ask("attention_sinks")),
         final_logit_softcapping=f.get_float("final_logit_softcapping"),
         quantization=resolve_quantization(f, folder),
         blocksparse=plan.blocksparse,

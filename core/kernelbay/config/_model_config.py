@@ -50,6 +50,7 @@ class ModelConfig:
     attention_scale: float = 0.0  # softmax scale applied to q·k
     v_head_dim: int = 0  # value head width (differs from head_dim under MLA)
     attn_logit_softcapping: float | None = None
+    attention_sinks: bool = False  # per-head sink logits in every attention softmax (a family rule says so)
     final_logit_softcapping: float | None = None
     quantization: QuantConfig | None = None
     blocksparse: BlockSparseGeometry | None = None  # geometry of "blocksparse_attention" layers
@@ -171,6 +172,7 @@ _PLAIN_FIELDS = (
     "position_embedding",
     "attention_scale",
     "attn_logit_softcapping",
+    "attention_sinks",
     "final_logit_softcapping",
     "draft_vocab_size",
 )

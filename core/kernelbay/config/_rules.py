@@ -29,6 +29,7 @@ RULE_POINTS: dict[str, type] = {
     "intermediate_size": int,  # the dense FFN width (the widest, when layers differ)
     "attention_scale": Real,  # the softmax scale applied to q·k
     "position_embedding": str,  # "rope" | "alibi" | "learned"
+    "attention_sinks": bool,  # every attention layer has per-head sink logits (GPT-OSS)
     "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
 }
 
@@ -148,8 +149,9 @@ class FamilyRules:
         return answer
 
     def _check(self, point: str, slot, answer) -> None:
-        if isinstance(answer, bool) or not isinstance(answer, RULE_POINTS[point]):
-            raise self._error(point, slot, f"rule returned {answer!r}, not {RULE_POINTS[point].__name__} or None")
+        wanted = RULE_POINTS[point]
+        if (isinstance(answer, bool) and wanted is not bool) or not isinstance(answer, wanted):
+            raise self._error(point, slot, f"rule returned {answer!r}, not {wanted.__name__} or None")
         if isinstance(answer, LayerPlan) and len(answer.kinds) != self._view.num_hidden_layers:
             raise self._error(
                 point,

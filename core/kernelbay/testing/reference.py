@@ -3,8 +3,9 @@
 Written from the protocol's definitions alone (`AttentionGeometry`), never from a backend: causal masking
 (none for encoder layers), GQA/MQA head groups, the sliding window (keys at most `sliding_window - 1`
 positions behind the query), chunked attention (same `chunk_size`-aligned chunk), logit soft-cap, scale,
-MLA (a per-head k_nope || v from `kv_b_proj(latent)`, the shared k_pe joining every head) and the KV-cache
-storage round trip (fp8 e4m3: divided by the layer's scale, clamped to +-448, rounded, multiplied back).
+attention sinks (a per-head logit in the softmax denominator, with no value), MLA (a per-head k_nope || v from
+`kv_b_proj(latent)`, the shared k_pe joining every head) and the KV-cache storage round trip (fp8 e4m3:
+divided by the layer's scale, clamped to +-448, rounded, multiplied back).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _heads(geometry: AttentionGeometry, keys: torch.Tensor, values: torch.Tensor
     return torch.cat([k_nope, k_pe], dim=-1), v
 
 
-def _attend(geometry: AttentionGeometry, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _attend(geometry: AttentionGeometry, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks=None) -> torch.Tensor:
     """One request: q [Tq, H, D] (its last Tq positions) over k [S, H, D], v [S, H, Dv] -> [Tq, H, Dv]."""
     scores = torch.einsum("qhd,khd->hqk", q.double(), k) * geometry.scale
     cap = geometry.logit_softcap
@@ -60,7 +61,12 @@ def _attend(geometry: AttentionGeometry, q: torch.Tensor, k: torch.Tensor, v: to
         scores = cap * torch.tanh(scores / cap)
     seq_len = k.shape[0]
     mask = visible(geometry, torch.arange(seq_len - q.shape[0], seq_len), torch.arange(seq_len))
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if sinks is None:
+        probs = scores.softmax(dim=-1).nan_to_num(0.0)
+    else:
+        sink = sinks.double().view(-1, 1, 1).expand(-1, scores.shape[1], 1)
+        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # the sink's share goes to no value
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
@@ -74,14 +80,19 @@ def reference_attention(
     kv_b_proj=None,
     kv_cache_dtype: str = "auto",
     kv_scales: tuple[float, float] = (1.0, 1.0),
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of a packed step, float64 [T, num_heads, v_head_dim].
 
     queries [T, num_heads, head_dim], packed request after request, `query_lens` [B] tokens each; keys and
     values per request over its whole sequence (context, then the step's new tokens): [seq_len, kv_heads,
     head_dim] each (MLA: latent [seq_len, kv_lora_rank] and k_pe [seq_len, qk_rope_head_dim]). A request's
-    queries are its last query_len positions.
+    queries are its last query_len positions. `sinks` [num_heads]: the layer's sink logits (geometry.sinks).
     """
+    if geometry.sinks != (sinks is not None):
+        raise ValueError(
+            f"geometry.sinks is {geometry.sinks} but sinks {'were not' if geometry.sinks else 'were'} given"
+        )
     k_scale, v_scale = kv_scales if geometry.mla is None else (kv_scales[0], kv_scales[0])
     if sum(query_lens) != queries.shape[0]:
         raise ValueError(f"queries hold {queries.shape[0]} tokens but query_lens add up to {sum(query_lens)}")
@@ -89,6 +100,6 @@ def reference_attention(
     for q_len, k, v in zip(query_lens, keys, values, strict=True):
         k, v = stored(k, kv_cache_dtype, k_scale), stored(v, kv_cache_dtype, v_scale)
         k, v = _heads(geometry, k, v, kv_b_proj, queries.dtype)
-        out.append(_attend(geometry, queries[start : start + q_len], k, v))
+        out.append(_attend(geometry, queries[start : start + q_len], k, v, sinks))
         start += q_len
     return torch.cat(out)

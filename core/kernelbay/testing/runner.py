@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import AttentionBackend, create_attention
+from ..attention import AttentionBackend, AttentionForwardArgs, create_attention
 from ..attention._factory import backend_class
 from ..dtypes import torch_dtype
 from .reference import reference_attention
@@ -29,12 +29,18 @@ class StepData:
     """[T, num_heads, head_dim], the step's new tokens packed request after request."""
     kv_b_proj: torch.nn.Module | None
     """MLA only: latent [*, kv_lora_rank] -> [*, num_heads * (qk_nope_head_dim + v_head_dim)]."""
+    sinks: torch.Tensor | None = None
+    """Sinks specs only: [num_heads] sink logits, passed as AttentionForwardArgs.sinks."""
 
     def to(self, device) -> StepData:
         """A copy on `device` (this one is left where it is, for the reference)."""
         proj = copy.deepcopy(self.kv_b_proj).to(device) if self.kv_b_proj is not None else None
         return StepData(
-            [k.to(device) for k in self.keys], [v.to(device) for v in self.values], self.queries.to(device), proj
+            [k.to(device) for k in self.keys],
+            [v.to(device) for v in self.values],
+            self.queries.to(device),
+            proj,
+            self.sinks.to(device) if self.sinks is not None else None,
         )
 
 
@@ -58,7 +64,10 @@ def make_data(spec: BatchSpec, seed: int = 0) -> StepData:
     else:
         keys = [rand(q + c, spec.num_kv_heads, spec.head_dim) for q, c in spec.requests]
         values = [rand(q + c, spec.num_kv_heads, spec.head_dim) for q, c in spec.requests]
-    return StepData(keys, values, rand(spec.num_tokens, spec.num_heads, spec.head_dim), proj)
+    queries = rand(spec.num_tokens, spec.num_heads, spec.head_dim)
+    # drawn last, so every other spec's data stays as it was; x2: some heads lean on the sink, some ignore it
+    sinks = (rand(spec.num_heads).float() * 2).to(dtype) if spec.sinks else None
+    return StepData(keys, values, queries, proj, sinks)
 
 
 def block_tables(spec: BatchSpec, seed: int = 0) -> tuple[int, list[tuple[int, ...]]]:
@@ -89,6 +98,7 @@ def build_layer(backend, spec: BatchSpec, data: StepData, options=None) -> Atten
         sliding_window=spec.sliding_window,
         chunk_size=spec.chunk_size,
         logit_softcap=spec.logit_softcap,
+        sinks=spec.sinks,
         mla=spec.mla,
         kv_b_proj=data.kv_b_proj,
         kv_cache_dtype=spec.kv_cache_dtype,
@@ -129,7 +139,8 @@ def run_step(
         md = type(layer).prepare(
             [(q, c, t) for (q, c), t in zip(spec.requests, tables, strict=True)], spec.block_size, spec.layout, device
         )
-        return layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md)
+        args = AttentionForwardArgs(sinks=data.sinks) if data.sinks is not None else None
+        return layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md, args)
 
 
 def run_backend(
@@ -157,4 +168,5 @@ def reference_output(spec: BatchSpec, data: StepData, kv_scales: tuple[float, fl
             kv_b_proj=data.kv_b_proj,
             kv_cache_dtype=spec.kv_cache_dtype,
             kv_scales=kv_scales,
+            sinks=data.sinks,
         )

@@ -28,6 +28,8 @@ class BatchSpec:
     sliding_window: int | None = None
     chunk_size: int | None = None
     logit_softcap: float | None = None
+    sinks: bool = False
+    """Per-head attention sink logits (random, passed as AttentionForwardArgs.sinks)."""
     scale: float | None = None
     """Softmax scale; None: head_dim ** -0.5."""
     mla: MLASpec | None = None
@@ -50,6 +52,7 @@ class BatchSpec:
             kv_cache_dtype=self.kv_cache_dtype,
             attn_type=AttentionType.parse(self.attn_type),
             logit_softcap=self.logit_softcap is not None,
+            sinks=self.sinks,
             use_mla=self.mla is not None,
             block_size=self.block_size,
             kv_layout=KVLayout.parse(self.layout),
@@ -67,6 +70,7 @@ class BatchSpec:
             self.chunk_size,
             self.logit_softcap,
             self.mla,
+            sinks=self.sinks,
         )
 
 
@@ -86,6 +90,11 @@ SPECS = {
     "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type="sliding_attention", sliding_window=8),
     "chunked": BatchSpec("chunked", (*MIXED, (3, 40)), attn_type="chunked_attention", chunk_size=16),
     "softcap": BatchSpec("softcap", MIXED, logit_softcap=5.0),
+    "sinks": BatchSpec("sinks", (*MIXED, (1, 70)), num_heads=8, num_kv_heads=2, sinks=True),
+    "sinks_decode": BatchSpec("sinks_decode", ((1, 12), (1, 30), (1, 7)), sinks=True),
+    "sinks_sliding": BatchSpec(
+        "sinks_sliding", (*MIXED, (1, 70)), attn_type="sliding_attention", sliding_window=8, sinks=True
+    ),
     "fp8_kv": BatchSpec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
     "block_32": BatchSpec("block_32", (*MIXED, (1, 70)), block_size=32),
     "block_64": BatchSpec("block_64", (*MIXED, (1, 70)), block_size=64),

@@ -77,6 +77,7 @@ class Attention(torch.nn.Module):
         prefix: str = "",
         chunk_size: int | None = None,
         indexer=None,
+        sinks: bool = False,
     ):
         super().__init__()
         self.geometry = AttentionGeometry(
@@ -91,6 +92,7 @@ class Attention(torch.nn.Module):
             logit_softcap,
             MLASpec.from_any(mla) if mla is not None else None,
             IndexerSpec.from_any(indexer) if indexer is not None else None,
+            sinks,
         )
         if self.geometry.mla is not None and kv_b_proj is None:
             raise ValueError(f"layer {layer_idx} ({prefix or 'attention'}): MLA needs kv_b_proj")

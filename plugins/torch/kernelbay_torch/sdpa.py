@@ -48,7 +48,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     views when every request's blocks are one run of an NHD cache. Prefill: one call per request.
     Decode folds the query heads sharing a KV head into the query length (reads each KV head once).
 
-    Honest capabilities: no logit soft-cap (SDPA cannot apply tanh capping), no MLA.
+    Honest capabilities: no logit soft-cap (SDPA cannot apply tanh capping), no MLA. Sinks are exact: one extra
+    key per request with a zero key and a zero value, its logit the head's sink through a float mask.
     """
 
     name = "SDPA"
@@ -63,6 +64,7 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     sliding_window = True
     chunked_attention = True
     encoder = True
+    sinks = True
 
     @classmethod
     def get_kv_cache_stride_order(cls, layout: KVLayout | str = KVLayout.NHD) -> tuple[int, ...]:
@@ -72,14 +74,16 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return (0, 3, 1, 2, 4) if KVLayout.parse(layout) is KVLayout.NHD else (0, 2, 1, 3, 4)
 
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
-        if md.decode_index is not None and not self._views_pay_off(md, q.dtype):
-            return self._decode_batched(q, md)
         g = self.geometry
+        if md.decode_index is not None and not g.sinks and not self._views_pay_off(md, q.dtype):
+            return self._decode_batched(q, md)
         out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
         causal = self.is_causal(args)
         for i, (q0, q1, k0, k1) in enumerate(request_spans(md)):
             k, v = self._request_kv(md, i, k0, k1, q.dtype)
-            if q1 - q0 == 1 and causal:
+            if g.sinks:
+                out[q0:q1] = self._sinks_one(q[q0:q1], k, v, md.positions[q0:q1], causal, args.sinks)
+            elif q1 - q0 == 1 and causal:
                 out[q0] = self._decode_one(q[q0], k, v, md.seq_lens_host[i] - 1)
             else:
                 out[q0:q1] = self._prefill_one(q[q0:q1], k, v, md.positions[q0:q1], causal)
@@ -133,6 +137,26 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
             _heads_first(v),
             attn_mask=mask,
             is_causal=plain_causal,
+            scale=g.scale,
+            enable_gqa=g.num_heads != g.num_kv_heads,
+        )
+        return out[0].transpose(0, 1)
+
+    def _sinks_one(self, q, k, v, q_pos, causal: bool, sinks: torch.Tensor) -> torch.Tensor:
+        """q [Tq, H, D] over k/v [S, kv_heads, D] with sinks [H] -> [Tq, H, D]: the sink is a last key that scores
+        0 (zero key) plus its logit (float mask) and adds nothing to the output (zero value) -- the same softmax."""
+        g = self.geometry
+        seq_len, pad = k.shape[0], k.new_zeros(1, *k.shape[1:])
+        keep = allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
+        bias = q.new_zeros(g.num_heads, q.shape[0], seq_len + 1)
+        if keep is not None:
+            bias[..., :seq_len].masked_fill_(~keep, float("-inf"))
+        bias[..., seq_len] = sinks.to(q.dtype).unsqueeze(1)
+        out = F.scaled_dot_product_attention(
+            _heads_first(q),
+            _heads_first(torch.cat([k, pad])),
+            _heads_first(torch.cat([v, pad])),
+            attn_mask=bias.unsqueeze(0),
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
         )

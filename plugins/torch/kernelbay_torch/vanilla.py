@@ -33,6 +33,7 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
     chunked_attention = True
     encoder = True
     logit_softcap = True
+    sinks = True
     sparse_modes = frozenset({SPARSE_NONE, SPARSE_DSA})  # DSA: the mask keeps only the indexer's top-k keys
 
     def _attend(self, q: torch.Tensor, md: AttentionMetadata, args: AttentionForwardArgs) -> torch.Tensor:
@@ -46,7 +47,7 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
             if args.topk_indices is not None:
                 picked = selected_keys(args.topk_indices[q0:q1], k1 - k0)
                 mask = picked if mask is None else mask & picked
-            out[q0:q1] = self._attend_one(q[q0:q1], keys, values, mask).to(q.dtype)
+            out[q0:q1] = self._attend_one(q[q0:q1], keys, values, mask, args.sinks).to(q.dtype)
         return out
 
     def _keys_values(self, slots: torch.Tensor, md: AttentionMetadata, dtype: torch.dtype):
@@ -65,13 +66,18 @@ class VanillaBackend(AttentionBackend[AttentionMetadata]):
         k_pe = k_pe.unsqueeze(1).expand(-1, g.num_heads, -1)
         return torch.cat([k_nope, k_pe], dim=-1), v
 
-    def _attend_one(self, q, k, v, mask):
-        """q [Tq, H, D], k [S, H, D], v [S, H, Dv], mask [Tq, S] or None -> [Tq, H, Dv], in float32."""
+    def _attend_one(self, q, k, v, mask, sinks=None):
+        """q [Tq, H, D], k [S, H, D], v [S, H, Dv], mask [Tq, S] or None, sinks [H] or None -> [Tq, H, Dv],
+        in float32."""
         scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * self.geometry.scale
         cap = self.geometry.logit_softcap
         if cap is not None:
             scores = cap * torch.tanh(scores / cap)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query that sees no key outputs zeros
+        if sinks is not None:  # one more logit per head in the denominator, with no value: dropped after softmax
+            sink = sinks.float().view(-1, 1, 1).expand(-1, scores.shape[1], 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query that sees no key outputs zeros
         return torch.einsum("hqk,khd->qhd", probs, v.float())
