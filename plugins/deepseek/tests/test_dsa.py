@@ -7,9 +7,9 @@ import pytest
 from kernelbay.attention import BackendNotCapable
 from kernelbay.errors import ConfigError
 from kernelbay.explain import explain_model, render_text
-from kernelbay_engine.runner import ModelRunner
+from kernelbay_engine.runner import ModelRunner, StepRequest
 from tests._paths import REAL_CONFIGS
-from tests.models._parity import compare_generation, runner
+from tests.models._parity import TOLERANCE, compare_generation, reference_logits, runner
 
 from ._tiny_v32 import INDEX_TOPK, PROMPTS, TINY_V32
 
@@ -27,6 +27,20 @@ def test_logits_and_greedy_tokens_match_transformers_on_vanilla(v32):
     hf_model, model = v32
     assert max(map(len, PROMPTS)) > INDEX_TOPK and model.config.indexer.index_topk == INDEX_TOPK
     compare_generation(hf_model, runner(model, "VANILLA"), f"{NAME} VANILLA", prompts=PROMPTS)
+
+
+def test_chunked_prefill_picks_among_cached_and_new_keys(v32):
+    """A prompt prefilled in two chunks, the second beside a decode: the indexer scores the cached keys with the
+    new ones, so every position's logits match transformers' on the whole sequence."""
+    hf_model, model = v32
+    run = runner(model, "VANILLA")
+    long, short = PROMPTS[0], PROMPTS[2]
+    run.step([StepRequest(0, long[:5], 0), StepRequest(1, short, 0)])
+    logits = run.step([StepRequest(0, long[5:], 5), StepRequest(1, [7], len(short))])
+    expected = reference_logits(hf_model, [long, [*short, 7]])
+    assert (logits - expected).abs().max().item() <= TOLERANCE
+    for request in (0, 1):
+        run.free(request)
 
 
 def test_the_engine_cache_holds_the_indexer_key_beside_the_latent(v32):
