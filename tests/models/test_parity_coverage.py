@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from plugins.deepseek.tests._tiny_v32 import TINY_V32
 from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
+from plugins.llama.tests._tiny_gpt_oss import TINY_GPT_OSS
 from plugins.llama.tests._tiny_moe import TINY_MOE
 
 from ._tiny import TINY
 
 # The shared tiny configs and those plugins keep beside their own tests.
-ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE, **TINY_V32}
+ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE, **TINY_V32, **TINY_GPT_OSS}
 
 
 def test_every_registered_family_architecture_has_a_parity_case(loaded):
@@ -27,6 +28,7 @@ def test_every_registered_family_architecture_has_a_parity_case(loaded):
         "MixtralForCausalLM",
         "Qwen2MoeForCausalLM",
         "Qwen3MoeForCausalLM",
+        "GptOssForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
         "DeepseekV32ForCausalLM",

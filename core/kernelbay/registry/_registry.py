@@ -54,6 +54,7 @@ FIRST_PARTY_PROVIDES = {
                 "MixtralForCausalLM",
                 "Qwen2MoeForCausalLM",
                 "Qwen3MoeForCausalLM",
+                "GptOssForCausalLM",
             ),
             "kernelbay-llama",
         ),

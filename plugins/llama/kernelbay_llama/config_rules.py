@@ -21,6 +21,17 @@ def register_model_type_rules(register):
     register(("llama4", "llama4_text"), layers=llama4_layers)
     register("nemotron-nas", layers=nas_layers, intermediate_size=nas_ffn_width)
     register("phi3small", layers=phi3small_layers, attention_scale=phi3small_mup_scale)
+    register("gpt_oss", moe=gpt_oss_moe, attention_sinks=gpt_oss_sinks)
+
+
+def gpt_oss_moe(config) -> dict:
+    """GPT-OSS's experts (gate_up and down) and its router have biases; config.json never says so."""
+    return {"bias": True, "router_bias": True}
+
+
+def gpt_oss_sinks(config) -> bool:
+    """Every GPT-OSS attention layer has a learned sink logit per head (`self_attn.sinks`)."""
+    return True
 
 
 def gemma2_layers(config) -> LayerPlan | None:

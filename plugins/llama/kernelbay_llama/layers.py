@@ -11,7 +11,8 @@ Member differences handled here (each a field of `Features`):
   attention and final logit soft-capping,
   alternating sliding-window layers (from `config.layer_types`);
 - Gemma 3: Gemma-2's layout plus (1 + w) q/k norms; sliding layers rotate with their own base
-  (`config.rope.local_theta`) and without the RoPE scaling of the global layers.
+  (`config.rope.local_theta`) and without the RoPE scaling of the global layers;
+- GPT-OSS: a learned sink logit per head (`self_attn.sinks`) in every attention softmax.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from kernelbay.attention import AttentionMetadata
+from kernelbay.attention import AttentionForwardArgs, AttentionMetadata
 from kernelbay.config import SLIDING
 from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
@@ -37,6 +38,7 @@ class Features:
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm over head_dim on q and k
     gemma: bool = False  # Gemma-2/3: (1 + w) norms, sandwich norms, scaled embeddings
+    sinks: bool = False  # GPT-OSS: per-head attention sink logits
     activation: str = "silu"
 
 
@@ -57,6 +59,8 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(head_dim, config.rms_norm_eps, unit_offset=features.gemma)
             self.k_norm = RMSNorm(head_dim, config.rms_norm_eps, unit_offset=features.gemma)
         self.qk_norm = features.qk_norm
+        # [heads] sink logits, handed to the backend each call (AttentionForwardArgs.sinks)
+        self.sinks = nn.Parameter(torch.empty(heads), requires_grad=False) if features.sinks else None
         self.rotary = rotary  # shared with every layer; holds no parameters
         kind = config.layer_types[layer_idx]
         self.attn = Attention(
@@ -69,6 +73,7 @@ class LlamaAttention(nn.Module):
             sliding_window=config.sliding_window if kind == "sliding_attention" else None,
             logit_softcap=config.attn_logit_softcapping,
             prefix=f"model.layers.{layer_idx}.self_attn.attn",
+            sinks=features.sinks,
         )
 
     def forward(
@@ -80,7 +85,8 @@ class LlamaAttention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary.apply(q, k, *cos_sin)
-        out = self.attn(q, k, v, metadata)  # [T, heads, head_dim]
+        args = AttentionForwardArgs(sinks=self.sinks) if self.sinks is not None else None
+        out = self.attn(q, k, v, metadata, args)  # [T, heads, head_dim]
         return self.o_proj(out.reshape(out.shape[0], heads * head_dim))
 
 

@@ -38,6 +38,8 @@ class WeightFormat:
         """`quant`: a `kernelbay.config.QuantConfig` or None."""
         if quant is None:
             return cls()
+        if getattr(quant, "quant_method", None) == "mxfp4":  # GPT-OSS: only its experts, which load as stored
+            return cls()
         method, fmt = getattr(quant, "quant_method", None), getattr(quant, "fmt", None) or "e4m3"
         block = getattr(quant, "weight_block_size", None)
         problems = []
