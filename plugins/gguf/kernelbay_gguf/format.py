@@ -7,6 +7,7 @@ chat template (`tokenizer`, built by transformers' GGUF support) and the tensors
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +17,34 @@ from kernelbay.errors import MalformedConfig
 from kernelbay_engine.loading import CheckpointError, CheckpointFormat
 from kernelbay_engine.tokenizer import TokenizerError
 from kernelbay_gguf.metadata import architecture, config_dict
-from kernelbay_gguf.tensors import GGUFSource
+from kernelbay_gguf.tensors import GGUFSource, TensorInfo, check_tensor, tensor_info, with_permutation
 
 _FIX = "the file is truncated or not a GGUF model: re-download it"
 
 
-@functools.lru_cache(maxsize=4)
-def _reader(path: Path, size: int, mtime: int) -> GGUFReader:
-    """One parse per file version (config, tokenizer and tensors all ask); the data stays memory-mapped."""
-    return GGUFReader(path, "c")  # copy-on-write: mapped tensors are writable, the file never changes
+@dataclass(frozen=True)
+class ParsedFile:
+    """What one parse of a GGUF file yields and the loader keeps: plain records, no reference to the file."""
+
+    metadata: dict[str, Any]  # key -> value; an array is given as its length
+    tensors: tuple[TensorInfo, ...]
+    has_tokenizer: bool
 
 
-def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> GGUFReader:
-    """The parsed file, or `error` naming it and what is wrong."""
+class _Unreadable(Exception):
+    """GGUFReader refused the file; re-raised as the caller's error type."""
+
+
+@functools.lru_cache(maxsize=2)
+def _parse(path: Path, size: int, mtime: int) -> ParsedFile:
+    """One parse per file version (config, tensors and tokenizer all ask). GGUFReader's view of the file
+    (~150 MiB of Python objects for a 49k-token vocabulary) is dropped as soon as the records are made."""
     try:
-        stat = path.stat()
-        return _reader(path, stat.st_size, stat.st_mtime_ns)
+        reader = GGUFReader(path)
     except (ValueError, OSError, KeyError, IndexError, TypeError) as err:  # what GGUFReader raises on bad bytes
-        raise error(f"{path} is not a readable GGUF file ({type(err).__name__}: {err}); {_FIX}") from None
+        raise _Unreadable(f"{path} is not a readable GGUF file ({type(err).__name__}: {err}); {_FIX}") from None
+    tensors = tuple(tensor_info(t) for t in reader.tensors)
+    return ParsedFile(metadata(reader), tensors, "tokenizer.ggml.tokens" in reader.fields)
 
 
 def metadata(reader: GGUFReader) -> dict[str, Any]:
@@ -47,28 +58,37 @@ def metadata(reader: GGUFReader) -> dict[str, Any]:
     return values
 
 
+def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> ParsedFile:
+    """The parsed file, or `error` naming it and what is wrong."""
+    try:
+        stat = path.stat()
+        return _parse(path, stat.st_size, stat.st_mtime_ns)
+    except (OSError, _Unreadable) as err:
+        raise error(str(err)) from None
+
+
 class GGUFFormat(CheckpointFormat):
     name = "gguf"
 
     @classmethod
     def config_dict(cls, path: Path) -> dict[str, Any]:
-        reader = read_gguf(path, MalformedConfig)
-        return config_dict(metadata(reader), {t.name for t in reader.tensors}, str(path))
+        parsed = read_gguf(path, MalformedConfig)
+        return config_dict(parsed.metadata, {t.name for t in parsed.tensors}, str(path))
 
     @classmethod
     def open(cls, path: Path, *, allow_pickle: bool = False) -> GGUFSource:
-        reader = read_gguf(path)
-        fields = metadata(reader)
+        parsed = read_gguf(path)
+        fields = parsed.metadata
         name, arch = architecture(fields, str(path))
         heads = None
         if arch.permuted_qk:
             n_head = fields[f"{name}.attention.head_count"]
             heads = (n_head, fields.get(f"{name}.attention.head_count_kv", n_head))
-        return GGUFSource(path, reader, heads)
+        return GGUFSource(path, (with_permutation(check_tensor(path, t), heads) for t in parsed.tensors))
 
     @classmethod
     def has_tokenizer(cls, path: Path) -> bool:
-        return "tokenizer.ggml.tokens" in read_gguf(path, TokenizerError).fields
+        return read_gguf(path, TokenizerError).has_tokenizer
 
     @classmethod
     def tokenizer(cls, path: Path):

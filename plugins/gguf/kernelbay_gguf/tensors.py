@@ -3,20 +3,21 @@
 GGUF names (`blk.3.attn_q.weight`) map to the names kernelbay's model families load
 (`model.layers.3.self_attn.q_proj.weight`); llama.cpp's head-wise Q/K row interleaving is undone
 for the architectures it applies to. Tensors the file stores in a float type the model uses, and
-that need no permutation, can be mapped straight from the file (`mmap=True`).
+that need no permutation, can be mapped straight from the file (`mmap=True`). The file is mapped
+only while a model loads: afterwards nothing of it stays resident.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader, ReaderTensor
+from gguf import ReaderTensor, quant_shape_to_byte_shape
 from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
@@ -66,21 +67,52 @@ def unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One tensor: its GGUF record, HF shape ([out, in]), and the head count its rows are permuted by (0: none)."""
+class TensorInfo:
+    """One tensor as the header describes it: HF shape ([out, in]), absolute byte range, type."""
 
-    tensor: ReaderTensor
+    name: str
+    qtype: Q
     shape: tuple[int, ...]
-    permute_heads: int = 0
+    start: int
+    nbytes: int
+    present: int  # bytes the file really holds there (less when truncated or the offset is wrong)
+    permute_heads: int = 0  # the head count its rows are permuted by (0: none)
+
+
+def tensor_info(t: ReaderTensor) -> TensorInfo:
+    shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dimensions innermost first
+    return TensorInfo(t.name, t.tensor_type, shape, int(t.data_offset), int(t.n_bytes), int(t.data.nbytes))
+
+
+def check_tensor(path: Path, info: TensorInfo) -> TensorInfo:
+    """Before anything loads: a type kernelbay reads, and bytes that are all in the file."""
+    if info.qtype not in SUPPORTED_TYPES:
+        supported = ", ".join(sorted(q.name for q in SUPPORTED_TYPES))
+        raise CheckpointError(
+            f"{path}: tensor {info.name!r} is stored as {info.qtype.name}, which kernelbay-gguf cannot read "
+            f"(supported: {supported}); re-quantize the model to one of those"
+        )
+    if info.present != info.nbytes:
+        raise CheckpointError(
+            f"{path}: tensor {info.name!r} needs {info.nbytes} bytes at offset {info.start}, the file holds "
+            f"{info.present} there; the file is truncated or its tensor offsets are wrong: re-download it"
+        )
+    return info
+
+
+def with_permutation(info: TensorInfo, heads: tuple[int, int] | None) -> TensorInfo:
+    """`heads`: (attention heads, KV heads) when the file's Q/K rows are permuted, else None."""
+    if heads is None or not re.fullmatch(r"blk\.\d+\.attn_[qk]\.(weight|bias)", info.name):
+        return info
+    return replace(info, permute_heads=heads[0] if ".attn_q." in info.name else heads[1])
 
 
 class GGUFSource:
     """`WeightSource` over one GGUF file (kernelbay_engine.loading.formats)."""
 
-    def __init__(self, path: Path, reader: GGUFReader, heads: tuple[int, int] | None):
-        """`heads`: (attention heads, KV heads) when Q/K rows are permuted, else None."""
+    def __init__(self, path: Path, tensors: Iterable[TensorInfo]):
         self.folder = path
-        self.entries = {hf_name(t.name): _entry(path, t, heads) for t in reader.tensors}
+        self.entries = {hf_name(t.name): t for t in tensors}
 
     @property
     def names(self) -> list[str]:
@@ -90,64 +122,46 @@ class GGUFSource:
         return self.entries[name].shape
 
     def nbytes_of(self, name: str) -> int:
-        return int(self.entries[name].tensor.n_bytes)
+        return self.entries[name].nbytes
 
     def in_file_order(self, names: Iterable[str]) -> list[str]:
-        return sorted(names, key=lambda n: self.entries[n].tensor.data_offset)
+        return sorted(names, key=lambda n: self.entries[n].start)
 
     def reader(self) -> GGUFTensorReader:
         return GGUFTensorReader(self)
 
 
-def _entry(path: Path, t: ReaderTensor, heads: tuple[int, int] | None) -> Entry:
-    """Checked before anything loads: a type kernelbay reads, and bytes that are all in the file."""
-    if t.tensor_type not in SUPPORTED_TYPES:
-        supported = ", ".join(sorted(q.name for q in SUPPORTED_TYPES))
-        raise CheckpointError(
-            f"{path}: tensor {t.name!r} is stored as {t.tensor_type.name}, which kernelbay-gguf cannot read "
-            f"(supported: {supported}); re-quantize the model to one of those"
-        )
-    if t.data.nbytes != t.n_bytes:
-        raise CheckpointError(
-            f"{path}: tensor {t.name!r} needs {t.n_bytes} bytes at offset {t.data_offset}, the file holds "
-            f"{t.data.nbytes} there; the file is truncated or its tensor offsets are wrong: re-download it"
-        )
-    shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dimensions innermost first
-    permute = 0
-    if heads is not None and re.fullmatch(r"blk\.\d+\.attn_[qk]\.(weight|bias)", t.name):
-        permute = heads[0] if ".attn_q." in t.name else heads[1]
-    return Entry(t, shape, permute)
-
-
 class GGUFTensorReader:
-    """`TensorReader`: dequantize (and un-permute) one tensor at a time into its parameter."""
+    """`TensorReader`: maps the file while open; dequantizes (and un-permutes) one tensor at a time."""
 
     def __init__(self, source: GGUFSource):
         self.checkpoint = source
+        self._file: np.memmap | None = None
 
     def __enter__(self) -> GGUFTensorReader:
+        self._file = np.memmap(self.checkpoint.folder, dtype=np.uint8, mode="c")  # copy-on-write: writable views
         return self
 
     def __exit__(self, *exc) -> None:
-        return None
+        self._file = None  # mapped parameters keep their own reference to the mapping
+
+    def _bytes(self, info: TensorInfo) -> np.ndarray:
+        if self._file is None:
+            raise RuntimeError("read tensors inside `with source.reader() as reader:`")
+        raw = self._file[info.start : info.start + info.nbytes]
+        return raw.reshape(quant_shape_to_byte_shape(info.shape, info.qtype))
 
     def mapped(self, name: str, dtype: torch.dtype) -> torch.Tensor | None:
-        entry = self.checkpoint.entries[name]
-        if MAPPABLE.get(entry.tensor.tensor_type) != dtype or entry.permute_heads:
+        info = self.checkpoint.entries[name]
+        if MAPPABLE.get(info.qtype) != dtype or info.permute_heads or info.start % dtype.itemsize:
             return None
-        return torch.from_numpy(entry.tensor.data).view(entry.shape)  # the reader maps copy-on-write
+        return torch.from_numpy(self._bytes(info)).view(dtype).view(info.shape)
 
     def read_into(self, name: str, dest: torch.Tensor) -> None:
-        entry = self.checkpoint.entries[name]
-        if tuple(dest.shape) != entry.shape:
-            raise CheckpointError(f"{shape_mismatch(name, entry.shape, dest.shape)} {SHAPE_HINT}")
-        values = torch.from_numpy(_float_values(entry.tensor)).view(entry.shape)
-        if entry.permute_heads:
-            values = unpermute_rows(values, entry.permute_heads)
+        info = self.checkpoint.entries[name]
+        if tuple(dest.shape) != info.shape:
+            raise CheckpointError(f"{shape_mismatch(name, info.shape, dest.shape)} {SHAPE_HINT}")
+        values = torch.from_numpy(dequantize(self._bytes(info), info.qtype)).view(info.shape)
+        if info.permute_heads:
+            values = unpermute_rows(values, info.permute_heads)
         dest.copy_(values)
-
-
-def _float_values(t: ReaderTensor) -> np.ndarray:
-    if t.tensor_type in MAPPABLE:
-        return np.asarray(t.data)
-    return dequantize(t.data, t.tensor_type)

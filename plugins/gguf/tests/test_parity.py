@@ -41,3 +41,12 @@ def test_head_dim_comes_from_key_length(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     assert model.config.head_dim == 24
     compare_generation(source, runner(model, "SDPA"), "qwen3 head_dim 24")
+
+
+def test_mmap_maps_the_float_tensors_and_matches(tiny_gguf):
+    """mmap=True: F32 tensors that need no un-permuting are views of the file; the model still matches."""
+    path = tiny_gguf("qwen2")
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False, mmap=True)
+    norm = dict(model.named_parameters())["model.norm.weight"]
+    assert not norm.untyped_storage().resizable(), "the final norm should be mapped from the file, not copied"
+    compare_generation(transformers_from_gguf(path), runner(model, "SDPA"), "qwen2 F32 mmap", steps=2)
