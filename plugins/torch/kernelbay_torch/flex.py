@@ -152,7 +152,10 @@ def _softcap_mod(cap: float):
 
 
 class FlexBackend(AttentionBackend[FlexMetadata]):
-    """Compiled block-sparse attention; sliding window, chunked and soft-cap via mask/score mods."""
+    """Compiled block-sparse attention; sliding window, chunked and soft-cap via mask/score mods.
+
+    No sinks: they need the kernel's log-sum-exp (o * sigmoid(lse - sink)), which compiled flex_attention does not
+    return on CPU (torch 2.13: "return_lse is not supported yet")."""
 
     name = "FLEX"
     Metadata = FlexMetadata
