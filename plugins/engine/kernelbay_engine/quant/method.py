@@ -67,8 +67,11 @@ class QuantizedLinearMethod(LinearMethod):
         return self.run(eye).t().float()
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        y = self.run(x.to(self.kernel.compute_dtype).reshape(-1, x.shape[-1])).to(x.dtype)
-        y = y.reshape(*x.shape[:-1], y.shape[-1])
+        # A decode step calls this ~120 times: each op skipped when not needed is ~2-5 us saved per layer.
+        compute, flat = self.kernel.compute_dtype, x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        y = self.run(flat if flat.dtype == compute else flat.to(compute))
+        y = y if y.dtype == x.dtype else y.to(x.dtype)
+        y = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         return y + layer.bias if layer.has_bias else y
 
     def __repr__(self) -> str:
