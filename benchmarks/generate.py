@@ -63,6 +63,12 @@ SHAPES = {
             "tie_word_embeddings": True,
         },
     ),
+    # GPT-2's layout (Conv1D projections, learned positions, LayerNorm, gelu_new, tied embeddings) at
+    # hidden 512, 10 layers, 8 heads, MLP 4 x 512, vocab 32000: 48.4M parameters.
+    "gpt2": (
+        "GPT2Config",
+        dict(vocab_size=32000, n_embd=512, n_layer=10, n_head=8, n_positions=1024, bos_token_id=1, eos_token_id=2),
+    ),
 }
 
 
