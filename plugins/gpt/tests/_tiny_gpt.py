@@ -45,6 +45,12 @@ def _falcon(**kw) -> transformers.FalconConfig:
 
 TINY_GPT: dict[str, Tiny] = {
     "gpt2": Tiny("gpt2 (Conv1D weights, learned positions, gelu_new)", _gpt2),
+    "gpt2-layer-scaled": Tiny(
+        "GPT-2 with scale_attn_by_inverse_layer_idx (Stanford CRFM's Mistral GPT-2s)",
+        lambda: transformers.GPT2Config(
+            **SIZES, n_embd=64, n_layer=3, n_head=4, n_positions=512, scale_attn_by_inverse_layer_idx=True
+        ),
+    ),
     "opt-125m": Tiny("opt-125m (pre-norm, positions offset by 2)", lambda: _opt(do_layer_norm_before=True)),
     "opt-350m": Tiny(
         "opt-350m (post-norm, project_in/out to a narrower embedding)",
@@ -65,6 +71,10 @@ TINY_GPT: dict[str, Tiny] = {
     "falcon-40b": Tiny(
         "falcon-40b (new decoder architecture: 2 grouped KV heads, ln_attn + ln_mlp)",
         lambda: _falcon(new_decoder_architecture=True, num_kv_heads=2, parallel_attn=True, bias=False),
+    ),
+    "falcon-11b": Tiny(
+        "falcon2-11b (new decoder architecture with num_ln_in_parallel_attn=1: one input_layernorm)",
+        lambda: _falcon(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1, bias=False),
     ),
     "falcon-sequential": Tiny(
         "Falcon's original decoder without parallel_attn or multi-query (per-head [q, k, v], biases)",
