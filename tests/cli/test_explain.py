@@ -86,7 +86,7 @@ def test_unsupported_architecture_matches_the_api_error():
     from kernelbay.errors import UnknownNameError
     from kernelbay_engine import AutoModelForCausalLM
 
-    folder = CONFIGS / "gpt-oss-20b"
+    folder = CONFIGS / "phi-3-small-8k-instruct"
     with pytest.raises(UnknownNameError) as api:
         AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(folder), model_impl="native")
     code, _, err = explain_in_process(str(folder), "--model-impl", "native")

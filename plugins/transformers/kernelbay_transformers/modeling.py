@@ -20,6 +20,7 @@ from torch import nn
 from kernelbay import register_model
 from kernelbay.errors import UnsupportedArchitecture
 from kernelbay_engine.attention import Attention
+from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.models.base import CausalLM
 
 from . import attention as paged
@@ -53,6 +54,17 @@ def build_transformers_model(config, cls: type, dtype: torch.dtype) -> nn.Module
     with parameters_on_meta():
         model = cls._from_config(hf_config, attn_implementation=paged.IMPLEMENTATION, dtype=dtype)
     return model.eval()
+
+
+def adopt_linears(model: nn.Module, head: str = "lm_head") -> int:
+    """Replace every plain `nn.Linear` by kernelbay's `Linear` of the same shape and parameter names, so the
+    engine's weight formats, prepacking and quantization apply as in a native family (the head stays plain)."""
+    plain = [(path, m) for path, m in model.named_modules() if type(m) is nn.Linear]
+    for path, old in plain:
+        parent, _, name = path.rpartition(".")
+        new = Linear(old.in_features, old.out_features, bias=old.bias is not None, quantizable=path != head)
+        setattr(model.get_submodule(parent) if parent else model, name, new)
+    return len(plain)
 
 
 def _layer_for(module: nn.Module, path: str, config) -> Attention:
@@ -119,6 +131,7 @@ class TransformersForCausalLM(CausalLM):
                 f"'{hf_cls.base_model_prefix}', and kernelbay's runner reads the embeddings at model.embed_tokens"
             )
         hf = build_transformers_model(config, hf_cls, torch.get_default_dtype())
+        adopt_linears(hf)  # their weights are created by AutoModelForCausalLM with the other kernelbay layers
         for name, child in hf.named_children():  # transformers' names are the checkpoint's names
             self.add_module(name, child)
         self._base = (hf.base_model,)  # a tuple: the base model is already a child, under its own name
