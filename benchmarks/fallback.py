@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generate import HFRunner, KernelbayRunner, build_checkpoint, check_same, make_prompts, timed  # noqa: E402
+from generate import HFRunner, KernelbayRunner, build_checkpoint, check_same, make_prompts, timed
 
 
 class NativeRunner(KernelbayRunner):
@@ -65,7 +65,7 @@ def main() -> None:
         params = build_checkpoint(Path(tmp))
         runners = [HFRunner(Path(tmp)), NativeRunner(Path(tmp), None, "auto"), FallbackRunner(Path(tmp))]
         print(f"Llama {params / 1e6:.1f}M fp32, {torch.get_num_threads()} threads, tokens identical in all three")
-        print("| batch | transformers tok/s | native tok/s | fallback tok/s | fallback / native | fallback / transformers |")
+        print("| batch | transformers tok/s | native tok/s | fallback tok/s | fallback / native | fallback / transf. |")
         print("|---:|---:|---:|---:|---:|---:|")
         for batch in args.batches:
             best = measure(runners, batch, args)
