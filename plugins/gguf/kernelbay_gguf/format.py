@@ -102,3 +102,11 @@ class GGUFFormat(CheckpointFormat):
                 f"the tokenizer in {path} cannot be built ({type(err).__name__}: {err}); "
                 f"pass prompts as lists of token ids, or use a folder with tokenizer.json"
             ) from err
+
+    @classmethod
+    def keep_quantized(cls, model, path: Path) -> dict[str, str]:
+        """Switch a model loaded from `path` to the file's Q8_0/Q4_0/Q4_1 codes where a kernel runs them
+        (kernelbay_gguf.quantized); returns, per linear layer, what it runs or why it keeps float weights."""
+        from kernelbay_gguf.quantized import keep_quantized
+
+        return keep_quantized(model, path)

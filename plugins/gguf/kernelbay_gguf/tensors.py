@@ -145,7 +145,7 @@ class GGUFTensorReader:
     def __exit__(self, *exc) -> None:
         self._file = None  # mapped parameters keep their own reference to the mapping
 
-    def _bytes(self, info: TensorInfo) -> np.ndarray:
+    def raw(self, info: TensorInfo) -> np.ndarray:
         if self._file is None:
             raise RuntimeError("read tensors inside `with source.reader() as reader:`")
         raw = self._file[info.start : info.start + info.nbytes]
@@ -155,13 +155,13 @@ class GGUFTensorReader:
         info = self.checkpoint.entries[name]
         if MAPPABLE.get(info.qtype) != dtype or info.permute_heads or info.start % dtype.itemsize:
             return None
-        return torch.from_numpy(self._bytes(info)).view(dtype).view(info.shape)
+        return torch.from_numpy(self.raw(info)).view(dtype).view(info.shape)
 
     def read_into(self, name: str, dest: torch.Tensor) -> None:
         info = self.checkpoint.entries[name]
         if tuple(dest.shape) != info.shape:
             raise CheckpointError(f"{shape_mismatch(name, info.shape, dest.shape)} {SHAPE_HINT}")
-        values = torch.from_numpy(dequantize(self._bytes(info), info.qtype)).view(info.shape)
+        values = torch.from_numpy(dequantize(self.raw(info), info.qtype)).view(info.shape)
         if info.permute_heads:
             values = unpermute_rows(values, info.permute_heads)
         dest.copy_(values)
