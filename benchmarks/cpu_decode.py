@@ -13,6 +13,8 @@ ignored; tokens/s = generated tokens / wall time of the whole call (prefill incl
 llama.cpp runs through `llama-cpp-python` in a separate interpreter (--llamacpp-python, default
 $LLAMACPP_PYTHON): without one its rows are skipped, with a line saying so. The read bandwidth is measured
 here (torch sum over 1 GiB with the same threads); "% of bw" is (weight bytes read per step / step time) over it.
+`--kernels` first times one pass over the model's linears alone (random weights of the same shapes, each
+format's kernel) at each batch size: how close the kernels themselves come to the bandwidth limit.
 "x llama.cpp" compares with the llama.cpp row of the nearest format: Q4_1 for int4 and int8, F16 for bf16, F32
 for fp32 and transformers.
 """
@@ -281,6 +283,60 @@ def _llamacpp(job: dict):
     return run, os.path.getsize(job["model"])
 
 
+# -- kernels alone ---------------------------------------------------------------------------------------
+# SmolLM2-135M's linears: 30 x (qkv, o, gate_up, down) and the tied LM head, [out, in].
+LINEARS = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
+
+
+def kernel_steps(threads: int, rows: int, bandwidth: float) -> list[str]:
+    """One pass over every linear of the model per format (weights far beyond the cache): ms and % of bw."""
+    import torch
+
+    from kernelbay_engine.layers.linear import Linear
+    from kernelbay_engine.layers.prepack import prepack_linear_weights
+    from kernelbay_engine.models.quant import UnquantizedLinearMethod
+    from kernelbay_engine.quant import quantize, set_quantized_weight
+
+    torch.set_num_threads(threads)
+    lines = []
+    for label, dtype, bits in (
+        ("fp32 packed", torch.float32, None),
+        ("bf16 packed", torch.bfloat16, None),
+        ("int8_channel", torch.float32, 8),
+        ("int4_group", torch.float32, 4),
+    ):
+        model, nbytes = torch.nn.Module(), 0
+        for i, (n, k) in enumerate(LINEARS):
+            layer = Linear(k, n)
+            layer.create_weights(UnquantizedLinearMethod(), dtype)
+            torch.nn.init.normal_(layer.weight, std=0.02)
+            if bits is not None:
+                set_quantized_weight(layer, quantize(layer.weight, bits, 32 if bits == 4 else None))
+                nbytes += layer.method.nbytes
+            else:
+                nbytes += n * k * layer.weight.element_size()
+            model.add_module(f"l{i}", layer)
+        if bits is None:
+            prepack_linear_weights(model, rows=(rows,), policy="always")
+        xs = {k: torch.randn(rows, k, dtype=torch.bfloat16 if bits else dtype) for k in (576, 1536)}
+        layers = list(model.children())
+        with torch.inference_mode():
+            for _ in range(3):
+                for layer in layers:
+                    layer(xs[layer.in_features])
+            best = float("inf")
+            for _ in range(10):
+                start = time.perf_counter()
+                for layer in layers:
+                    layer(xs[layer.in_features])
+                best = min(best, time.perf_counter() - start)
+        gbs = nbytes / best / 1e9
+        lines.append(
+            f"| {label} | {rows} | {best * 1e3:.2f} | {nbytes / 2**20:.0f} | {gbs:.1f} | {gbs / bandwidth:.0%} |"
+        )
+    return ["| kernel | rows | ms per pass | MiB read | GB/s | % of bw |", "|---|---:|---:|---:|---:|---:|", *lines]
+
+
 # -- report --------------------------------------------------------------------------------------------
 def table(results: dict, batches, bandwidth: float) -> str:
     head = "| engine | " + " | ".join(f"batch {b} tok/s | x llama.cpp | % of bw" for b in batches)
@@ -333,10 +389,11 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--engines", nargs="*", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/kernelbay-cpu-decode"))
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--kernels", action="store_true", help="also time the linear kernels alone (no model)")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -347,6 +404,9 @@ def main() -> None:
     folder = converted_folder(gguf, args.work)
     bandwidth = read_bandwidth(args.threads)
     print(f"read bandwidth ({args.threads} threads, torch sum over 1 GiB): {bandwidth:.1f} GB/s", flush=True)
+    if args.kernels:
+        for rows in args.batches:
+            print("\n".join(kernel_steps(args.threads, rows, bandwidth)), flush=True)
     results: dict[str, dict] = {}
     for engine in args.engines:
         python, model = sys.executable, gguf if engine == "kernelbay-gguf" else folder
