@@ -38,3 +38,48 @@ def test_model_impl_transformers_on_llama_matches_native(tiny_checkpoints, backe
     assert isinstance(fallback, TransformersForCausalLM) and not isinstance(native, TransformersForCausalLM)
     compare_generation(hf_model, runner(fallback, backend), f"llama3 fallback {backend}")
     compare_generation(hf_model, runner(native, backend), f"llama3 native {backend}")
+
+
+REMOTE_CONFIG = """from transformers import Olmo2Config
+
+
+class MyOlmoConfig(Olmo2Config):
+    model_type = "my_olmo"
+"""
+REMOTE_MODEL = """from transformers import Olmo2ForCausalLM
+
+from .configuration_mine import MyOlmoConfig
+
+
+class MyOwnForCausalLM(Olmo2ForCausalLM):
+    config_class = MyOlmoConfig
+"""
+
+
+def test_trusted_remote_code_is_served(tiny_checkpoints, tmp_path):
+    """A folder whose own code (auto_map) implements the model runs on the fallback only with
+    trust_remote_code=True, and then matches transformers like a native transformers class."""
+    import json
+    import shutil
+
+    from kernelbay.errors import ConfigError
+
+    source, hf_model = tiny_checkpoints.get("olmo2", TINY_FALLBACK["olmo2"])
+    shutil.copy(source / "model.safetensors", tmp_path)
+    config = json.loads((source / "config.json").read_text())
+    config.update(
+        model_type="my_olmo",
+        architectures=["MyOwnForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_mine.MyOlmoConfig",
+            "AutoModelForCausalLM": "modeling_mine.MyOwnForCausalLM",
+        },
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "configuration_mine.py").write_text(REMOTE_CONFIG)
+    (tmp_path / "modeling_mine.py").write_text(REMOTE_MODEL)
+    with pytest.raises(ConfigError, match="trust-remote-code"):  # untrusted, the folder's config code never runs
+        AutoModelForCausalLM.from_pretrained(tmp_path, progress=False)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, progress=False, trust_remote_code=True)
+    assert isinstance(model, TransformersForCausalLM)
+    compare_generation(hf_model, runner(model, "SDPA"), "remote-code olmo2 SDPA")
