@@ -9,7 +9,10 @@ from tests.models._tiny import COMMON, Tiny
 
 
 def _mixtral() -> transformers.MixtralConfig:
-    return transformers.MixtralConfig(**{**COMMON, "intermediate_size": 32}, num_local_experts=4, num_experts_per_tok=2)
+    """Every layer MoE (4 experts, top-2), and a sliding window shorter than the longest prompt."""
+    return transformers.MixtralConfig(
+        **{**COMMON, "intermediate_size": 32}, num_local_experts=4, num_experts_per_tok=2, sliding_window=5
+    )
 
 
 def _qwen2_moe() -> transformers.Qwen2MoeConfig:
@@ -22,6 +25,19 @@ def _qwen2_moe() -> transformers.Qwen2MoeConfig:
         shared_expert_intermediate_size=40,
         mlp_only_layers=[1],
         norm_topk_prob=False,
+    )
+
+
+def _qwen2_moe_sparse_step() -> transformers.Qwen2MoeConfig:
+    """decoder_sparse_step=2: only every second layer (1, 3) is MoE; weights renormalised."""
+    return transformers.Qwen2MoeConfig(
+        **{**COMMON, "num_hidden_layers": 4},
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        shared_expert_intermediate_size=32,
+        decoder_sparse_step=2,
+        norm_topk_prob=True,
     )
 
 
@@ -42,5 +58,6 @@ def _qwen3_moe() -> transformers.Qwen3MoeConfig:
 TINY_MOE: dict[str, Tiny] = {
     "mixtral": Tiny("mixtral-8x7b-v0.1", _mixtral),
     "qwen2_moe": Tiny("qwen1.5-moe-a2.7b", _qwen2_moe),
+    "qwen2_moe_sparse_step": Tiny("qwen1.5-moe-a2.7b (decoder_sparse_step=2)", _qwen2_moe_sparse_step),
     "qwen3_moe": Tiny("qwen3-30b-a3b", _qwen3_moe),
 }

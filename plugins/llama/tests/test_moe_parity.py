@@ -33,6 +33,8 @@ def test_layers_are_moe_where_the_config_says(loaded):
     moe = model.model.layers[0].mlp
     assert moe.shared_expert_gate is not None and moe.shared_expert.down_proj.in_features == 40
     assert (moe.geometry.num_experts, moe.geometry.top_k, moe.gate.routing.normalize) == (6, 2, False)
+    _, stepped = loaded("qwen2_moe_sparse_step", TINY_MOE["qwen2_moe_sparse_step"])
+    assert [isinstance(layer.mlp, SparseMoE) for layer in stepped.model.layers] == [False, True, False, True]
 
 
 @pytest.mark.parametrize("name", sorted(TINY_MOE))
