@@ -21,6 +21,7 @@ from kernelbay.inputs import backend_errors, check_model_folder
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.inputs import demo_model_folder, model_errors
+from kernelbay_engine.loading.formats import format_for
 from kernelbay_engine.memory import plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
 from kernelbay_engine.request import Request
@@ -76,6 +77,7 @@ class LLM:
     one, "never" none.
     quantization: "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a
     float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant); None keeps them.
+    "gguf" keeps a GGUF file's own Q8_0/Q4_0/Q4_1 weights quantized (its weight format's keep_quantized).
     model_impl: "auto" (a native family where one is installed, else the transformers fallback),
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
@@ -110,6 +112,7 @@ class LLM:
         _check_prepack_policy(prepack_weights)
         _check_quantization(quantization)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
+        _check_file_quantization(quantization, self.folder)
         config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         _select_moe(config, moe_backend, dtype)
         from kernelbay_engine import AutoModelForCausalLM
@@ -405,6 +408,8 @@ class LLM:
         """Quantize the loaded linears before anything packs or reads them (None: leave them)."""
         if mode is None:
             return None
+        if mode == FILE_QUANTIZATION:
+            return format_for(self.folder).keep_quantized(self.model, self.folder)
         from kernelbay_engine.quant import quantize_model
 
         return quantize_model(self.model, mode)
@@ -443,8 +448,23 @@ def _check_prepack_policy(policy) -> None:
 def _check_quantization(mode) -> None:
     from kernelbay_engine.quant import MODES
 
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"quantization must be None or one of {', '.join(map(repr, MODES))}; got {mode!r}")
+    if mode is not None and mode not in (*MODES, FILE_QUANTIZATION):
+        raise ValueError(
+            f"quantization must be None or one of {', '.join(map(repr, MODES))}; got {mode!r} "
+            f"({FILE_QUANTIZATION!r} keeps a .gguf file's own Q8_0/Q4_0/Q4_1 weights)"
+        )
+
+
+FILE_QUANTIZATION = "gguf"
+"""quantization= value that keeps a weight file's own quantized codes (formats with keep_quantized)."""
+
+
+def _check_file_quantization(mode, path: Path) -> None:
+    if mode == FILE_QUANTIZATION and not hasattr(format_for(path), "keep_quantized"):
+        raise ValueError(
+            f"quantization={mode!r} keeps a GGUF file's own quantized weights, but {str(path)!r} is not a .gguf "
+            f"file; use quantization='int8' or 'int4' to quantize a float checkpoint"
+        )
 
 
 def _max_model_len(config, requested: int | None) -> int:

@@ -71,3 +71,16 @@ def test_smollm2_kept_quantized_perplexity_within_1_percent_of_dequantized(smoll
         perplexities.append(math.exp(nll))
     dequantized, kept = perplexities
     assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
+
+
+def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf):
+    """LLM(x.gguf, quantization="gguf"): the report names each layer's kernel; generation runs."""
+    llm = LLM(tiny_gguf("llama", Q.Q4_1), progress=False, quantization="gguf")
+    assert set(llm.quant_report.values()) == {"GGUF Q4_1 on int4_group"}
+    assert len(llm.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
+
+
+def test_quantization_gguf_on_a_safetensors_folder_is_refused():
+    """The embedded demo checkpoint is a safetensors folder: refused before its weights load."""
+    with pytest.raises(ValueError, match=r"quantization='gguf' keeps a GGUF file's own quantized weights"):
+        LLM(quantization="gguf")
