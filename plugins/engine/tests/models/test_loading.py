@@ -156,8 +156,10 @@ def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
             [torch.cat([g, u]) for g, u in zip(per["gate_proj"], per["up_proj"], strict=True)]
         )
         state[f"{prefix}.down_proj"] = torch.stack(per["down_proj"])
-    stacked = AutoModelForCausalLM.from_pretrained(write_variant(folder, tmp_path / "stacked", state), progress=False)
-    reference = AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    # TORCH_MOE computes with the loaded tensors (a repacking kernel would release them)
+    variant = write_variant(folder, tmp_path / "stacked", state)
+    stacked = AutoModelForCausalLM.from_pretrained(variant, progress=False, moe_backend="TORCH_MOE")
+    reference = AutoModelForCausalLM.from_pretrained(folder, progress=False, moe_backend="TORCH_MOE")
     assert torch.equal(
         stacked.model.layers[2].mlp.experts.gate_up_proj.weight,
         reference.model.layers[2].mlp.experts.gate_up_proj.weight,
