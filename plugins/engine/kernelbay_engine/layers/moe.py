@@ -13,13 +13,16 @@ Public interface:
   (a `NameRules` rename the family adds). FP8 block-scaled checkpoints load as stored.
 - `SparseMoE`: router + experts + an optional always-on shared expert (a `GatedMLP` under the family's name,
   optionally scaled by `sigmoid(shared_expert_gate(x))`, Qwen2-MoE); `forward(x [T, H]) -> [T, H]` calls the bound
-  MoE backend's `forward(x, topk_ids, topk_weights, weights)`.
+  MoE backend's `forward(x, topk_ids, topk_weights, weights)`. `SparseMoE.from_config(config, layer_idx, names=...)`
+  builds the layer `config.moe` puts there (None where the FFN is dense).
 - `bind_moe_backends(model, requested=None)`: one kernel for the model's MoE layers, chosen by the core's
   `select_moe_for_model` (a requested name, else KERNELBAY_MOE_BACKEND, else the platform's priority; unknown or
   incapable names are the selector's errors), built from each layer's geometry, with `prepare_weights` run once
   per layer. `AutoModelForCausalLM.from_pretrained` calls it after loading. A kernel that keeps the loaded tensors
   (TORCH_MOE on dense weights) can be switched by calling it again; one that repacks them (TORCH_GROUPED_MOE's oneDNN
   layout, any dequantization) holds the only copy, the loaded one is released, and switching needs a new load.
+  `moe_layers(model)` lists the bound layers; `no_moe_layers(name, arch)` is the error for a kernel named for a
+  dense model.
 """
 
 from __future__ import annotations
