@@ -28,8 +28,8 @@ from kernelbay.moe import ExpertWeights, MoEGeometry, stored_expert_format
 from kernelbay_engine.layers.moe import Routing, SparseMoE
 from kernelbay_engine.loading import NameRules
 
+from .family import LlamaFamilyForCausalLM, _hf
 from .layers import Features
-from .modeling import LlamaFamilyForCausalLM, _hf
 
 MXFP4_BLOCK = 32  # values per e8m0 scale (16 bytes of e2m1 pairs)
 
