@@ -7,6 +7,8 @@ The fused `query_key_value` is grouped per KV head in both (`split_grouped_qkv`)
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -54,7 +56,7 @@ class FalconDecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos_sin: CosSin, metadata: AttentionMetadata) -> torch.Tensor:
         attn_norm, mlp_norm = (getattr(self, n) if n else None for n in self.norms)
-        attend = lambda h: self.self_attention(h, cos_sin, metadata)  # noqa: E731
+        attend = partial(self.self_attention, cos_sin=cos_sin, metadata=metadata)
         return residual(x, attend, self.mlp, attn_norm, mlp_norm, parallel=self.parallel)
 
 

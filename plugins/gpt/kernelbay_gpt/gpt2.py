@@ -3,6 +3,8 @@ whose checkpoint weights are stored transposed ([in, out]); the fused `c_attn` h
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -48,7 +50,7 @@ class GPT2Block(nn.Module):
         self.mlp = MLP(hidden, config.intermediate_size, act, names=("c_fc", "c_proj"), transposed=True)
 
     def forward(self, x: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
-        return residual(x, lambda h: self.attn(h, metadata), self.mlp, self.ln_1, self.ln_2, parallel=False)
+        return residual(x, partial(self.attn, metadata=metadata), self.mlp, self.ln_1, self.ln_2, parallel=False)
 
 
 class GPT2Model(nn.Module):

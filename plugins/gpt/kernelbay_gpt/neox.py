@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -42,7 +44,7 @@ class GPTNeoXLayer(nn.Module):
         self.parallel = bool(hf_value(config, "use_parallel_residual", True))
 
     def forward(self, x: torch.Tensor, cos_sin: CosSin, metadata: AttentionMetadata) -> torch.Tensor:
-        attend = lambda h: self.attention(h, cos_sin, metadata)  # noqa: E731
+        attend = partial(self.attention, cos_sin=cos_sin, metadata=metadata)
         return residual(
             x, attend, self.mlp, self.input_layernorm, self.post_attention_layernorm, parallel=self.parallel
         )
