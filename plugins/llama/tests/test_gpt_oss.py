@@ -15,7 +15,7 @@ from kernelbay.attention import BackendNotCapable, clear_selection_cache
 from kernelbay.config import FULL, SLIDING, ModelConfig
 from kernelbay.explain import explain_model
 from kernelbay.moe import dequantize_mxfp4
-from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
 from kernelbay_engine.layers.moe import bind_moe_backends, moe_layers
 from kernelbay_engine.loading import load_weights, open_checkpoint
 from kernelbay_engine.runner import ModelRunner
@@ -175,3 +175,16 @@ def test_explain_reads_the_real_gpt_oss_geometry(name, layers, experts, active, 
         flex = next(c for c in group["candidates"] if c["name"] == "FLEX")
         assert "sinks: attention sinks is not supported" in flex["failures"]
     assert config["dtype"] == "float32" and doc["kv_cache"]["bytes_per_token"] == layers * 2 * 8 * 64 * 4
+
+
+def test_llm_generates_transformers_greedy_tokens_with_the_default_kernels(tiny_checkpoints):
+    """Through LLM (scheduler, default choices: SDPA for both layer groups, the platform's MoE kernel), a batch of
+    prompts longer than the window decodes the tokens transformers' greedy generate does."""
+    folder, hf_model = tiny_checkpoints.get("gpt_oss", TINY)
+    llm = LLM(folder, progress=False, max_num_seqs=2)
+    prompts = [[1, 5, 9, 22, 7, 3, 8, 90, 4], [40, 2]]
+    outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    with torch.no_grad():
+        for prompt, out in zip(prompts, outputs, strict=True):
+            expected = hf_model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, eos_token_id=None)
+            assert out.token_ids == expected[0, len(prompt) :].tolist()
