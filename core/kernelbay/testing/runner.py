@@ -31,6 +31,10 @@ class StepData:
     """MLA only: latent [*, kv_lora_rank] -> [*, num_heads * (qk_nope_head_dim + v_head_dim)]."""
     sinks: torch.Tensor | None = None
     """Sinks specs only: [num_heads] sink logits, passed as AttentionForwardArgs.sinks."""
+    topk_indices: torch.Tensor | None = None
+    """DSA specs only: [T, index_topk] int32 key positions each query may see (-1 pads), AttentionForwardArgs'."""
+    index_keys: list[torch.Tensor] | None = None
+    """DSA specs only: per request [seq_len, index_head_dim], the indexer keys the cache keeps beside the latent."""
 
     def to(self, device) -> StepData:
         """A copy on `device` (this one is left where it is, for the reference)."""
@@ -41,6 +45,8 @@ class StepData:
             self.queries.to(device),
             proj,
             self.sinks.to(device) if self.sinks is not None else None,
+            self.topk_indices.to(device) if self.topk_indices is not None else None,
+            [k.to(device) for k in self.index_keys] if self.index_keys is not None else None,
         )
 
 
@@ -67,7 +73,21 @@ def make_data(spec: BatchSpec, seed: int = 0) -> StepData:
     queries = rand(spec.num_tokens, spec.num_heads, spec.head_dim)
     # drawn last, so every other spec's data stays as it was; x2: some heads lean on the sink, some ignore it
     sinks = (rand(spec.num_heads).float() * 2).to(dtype) if spec.sinks else None
-    return StepData(keys, values, queries, proj, sinks)
+    picks, index_keys = _dsa_data(spec, gen, rand) if spec.indexer is not None else (None, None)
+    return StepData(keys, values, queries, proj, sinks, picks, index_keys)
+
+
+def _dsa_data(spec: BatchSpec, gen: torch.Generator, rand):
+    """Random top-k picks among each query's visible keys, in random order (a row seeing fewer pads with -1),
+    and random indexer keys."""
+    assert spec.indexer is not None
+    topk, rows = spec.indexer.index_topk, []
+    for q_len, ctx in spec.requests:
+        for pos in range(ctx, ctx + q_len):
+            chosen = torch.randperm(pos + 1, generator=gen)[:topk]
+            rows.append(torch.cat([chosen, chosen.new_full((topk - chosen.numel(),), -1)]))
+    keys = [rand(q + c, spec.indexer.index_head_dim) for q, c in spec.requests]
+    return torch.stack(rows).to(torch.int32), keys
 
 
 def block_tables(spec: BatchSpec, seed: int = 0) -> tuple[int, list[tuple[int, ...]]]:
@@ -100,6 +120,7 @@ def build_layer(backend, spec: BatchSpec, data: StepData, options=None) -> Atten
         logit_softcap=spec.logit_softcap,
         sinks=spec.sinks,
         mla=spec.mla,
+        indexer=spec.indexer,
         kv_b_proj=data.kv_b_proj,
         kv_cache_dtype=spec.kv_cache_dtype,
         options=options,
@@ -135,12 +156,36 @@ def run_step(
     cache = layer.kv_cache_spec(spec.dtype, spec.block_size, spec.layout).allocate(num_blocks, device)
     layer.attach_kv_cache(cache, *kv_scales)
     with torch.no_grad():
+        _cache_index_keys(layer, spec, data, tables, device)
         _cache_contexts(layer, spec, data, tables, device)
         md = type(layer).prepare(
             [(q, c, t) for (q, c), t in zip(spec.requests, tables, strict=True)], spec.block_size, spec.layout, device
         )
-        args = AttentionForwardArgs(sinks=data.sinks) if data.sinks is not None else None
-        return layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md, args)
+        args = AttentionForwardArgs(sinks=data.sinks, topk_indices=data.topk_indices)
+        out = layer.forward(data.queries, _new_tokens(spec, data.keys), _new_tokens(spec, data.values), md, args)
+        _check_index_keys(layer, data, md)
+        return out
+
+
+def _cache_index_keys(layer: AttentionBackend, spec: BatchSpec, data: StepData, tables, device) -> None:
+    """DSA: write every request's indexer keys (context and new tokens) first, as a model's indexer does."""
+    if data.index_keys is None:
+        return
+    rows = [(q + c, 0, t) for (q, c), t in zip(spec.requests, tables, strict=True)]
+    layer.write_index_keys(torch.cat(data.index_keys), type(layer).prepare(rows, spec.block_size, spec.layout, device))
+
+
+def _check_index_keys(layer: AttentionBackend, data: StepData, md) -> None:
+    """DSA: the indexer keys read back as written, after the latents were written beside them."""
+    if data.index_keys is None:
+        return
+    want = torch.cat(data.index_keys)
+    got = layer.read_index_keys(md.kv_gather_index, md.layout, want.dtype)
+    if not torch.equal(got, want):
+        raise AssertionError(
+            f"the indexer keys read back differ from those written (max diff {(got - want).abs().max().item():.3g}): "
+            "the cache spec must keep index_head_dim per token after the latent, and write_kv leave it alone"
+        )
 
 
 def run_backend(
@@ -169,4 +214,5 @@ def reference_output(spec: BatchSpec, data: StepData, kv_scales: tuple[float, fl
             kv_cache_dtype=spec.kv_cache_dtype,
             kv_scales=kv_scales,
             sinks=data.sinks,
+            topk_indices=data.topk_indices,
         )

@@ -5,7 +5,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..attention import AttentionGeometry, AttentionRequirements, AttentionType, KVLayout, MLASpec
+from ..attention import (
+    SPARSE_DSA,
+    SPARSE_NONE,
+    AttentionGeometry,
+    AttentionRequirements,
+    AttentionType,
+    IndexerSpec,
+    KVLayout,
+    MLASpec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,9 @@ class BatchSpec:
     scale: float | None = None
     """Softmax scale; None: head_dim ** -0.5."""
     mla: MLASpec | None = None
+    indexer: IndexerSpec | None = None
+    """DSA (MLA only): each query attends to index_topk keys picked at random (AttentionForwardArgs.topk_indices);
+    the indexer keys are written to the cache too and must read back unchanged."""
     contiguous_blocks: bool = False
     """True: each request's blocks are one run of consecutive ids (zero-copy paths); False: scattered."""
 
@@ -54,6 +66,7 @@ class BatchSpec:
             logit_softcap=self.logit_softcap is not None,
             sinks=self.sinks,
             use_mla=self.mla is not None,
+            sparse_mode=SPARSE_DSA if self.indexer is not None else SPARSE_NONE,
             block_size=self.block_size,
             kv_layout=KVLayout.parse(self.layout),
         )
@@ -70,6 +83,7 @@ class BatchSpec:
             self.chunk_size,
             self.logit_softcap,
             self.mla,
+            self.indexer,
             sinks=self.sinks,
         )
 
@@ -141,6 +155,15 @@ MLA_SPECS = {
         num_kv_heads=2,
         head_dim=16,
         mla=MLASpec(kv_lora_rank=8, qk_nope_head_dim=16, qk_rope_head_dim=0, v_head_dim=8),
+    ),
+    "mla_dsa": BatchSpec(
+        "mla_dsa",
+        MIXED,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=48,
+        mla=_MLA,
+        indexer=IndexerSpec(index_n_heads=2, index_head_dim=16, index_topk=8),
     ),
 }
 ALL_SPECS = {**SPECS, **MLA_SPECS, "custom_scale": BatchSpec("custom_scale", MIXED, scale=0.3)}

@@ -50,6 +50,8 @@ def dense_attention(spec: BatchSpec, data) -> torch.Tensor:
             q = data.queries[t].float()
             t += 1
             vis = [j for j in range(ctx + q_len) if _visible(p, j, spec)]
+            if spec.indexer is not None:  # DSA: only the keys this query's top-k row names
+                vis = [j for j in vis if j in data.topk_indices[t - 1].tolist()]
             scores = torch.einsum("hd,jhd->hj", q, keys[vis].float()) * scale
             if spec.logit_softcap is not None:
                 scores = spec.logit_softcap * torch.tanh(scores / spec.logit_softcap)
@@ -62,7 +64,8 @@ def dense_attention(spec: BatchSpec, data) -> torch.Tensor:
 
 
 def test_vanilla_matches_dense_on_every_named_spec():
-    """VANILLA equals the plain loop on every named spec (all layouts, dtypes, window, chunk, soft-cap, sinks, fp8)."""
+    """VANILLA equals the plain loop on every named spec (all layouts, dtypes, window, chunk, soft-cap, sinks, fp8,
+    MLA, DSA)."""
     for spec in [*SPECS.values(), *MLA_SPECS.values()]:
         data = make_data(spec)
         with torch.no_grad():
