@@ -67,20 +67,18 @@ def explain_model(
 
 
 def _resolve(config, model_impl: str) -> tuple[str, str]:
-    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error); a provider
-    that refuses this config before loading (`refusal(hf_config)`, as the transformers fallback has) says why."""
+    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error, a refusing
+    fallback's reason included)."""
     from kernelbay.config import resolution_target
     from kernelbay.registry import resolve_impl
 
     kind, name = resolution_target(config)
     try:
-        impl = resolve_impl(kind, name, model_impl)
+        resolve_impl(kind, name, model_impl, config.hf_config)
     except UnknownNameError as err:
+        if isinstance(err, UnsupportedArchitecture):
+            raise
         raise UnsupportedArchitecture(str(err)) from err
-    refusal = getattr(impl, "refusal", None)
-    reason = refusal(config.hf_config) if callable(refusal) else None
-    if reason:
-        raise UnsupportedArchitecture(f"{name}: its provider {impl.__module__} cannot serve it: {reason}")
     return kind, name
 
 

@@ -44,12 +44,12 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
 
     arch = (getattr(hf_config, "architectures", None) or [None])[0]
     try:
-        refusal = getattr(resolve_impl("model", arch), "refusal", None) if arch else None
+        if arch:
+            resolve_impl("model", arch, hf_config=hf_config)
+    except UnsupportedArchitecture as refused:
+        raise UnsupportedArchitecture(f"{refused} (Config: {err})") from err
     except KernelbayError:  # nobody provides it: the config error stands
         return
-    reason = refusal(hf_config) if callable(refusal) else None
-    if reason:
-        raise UnsupportedArchitecture(f"{arch} cannot be served: {reason} (and: {err})") from err
 
 
 def build_from_hf_config(hf_config, encoder_only: bool) -> ModelConfig:

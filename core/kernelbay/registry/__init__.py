@@ -86,9 +86,10 @@ def resolve(kind: str, name: str):
     return default_registry().resolve(kind, name)
 
 
-def resolve_impl(kind: str, name: str, model_impl: str = "auto"):
-    """`resolve` with vLLM's `model_impl`: "auto" (the winner), "native" (never the fallback), "transformers"."""
-    return default_registry().resolve_impl(kind, name, model_impl)
+def resolve_impl(kind: str, name: str, model_impl: str = "auto", hf_config=None):
+    """`resolve` with vLLM's `model_impl`: "native" (never the fallback), "auto" (native, else the fallback),
+    "transformers" (the fallback); with `hf_config`, a fallback refusing it is UnsupportedArchitecture."""
+    return default_registry().resolve_impl(kind, name, model_impl, hf_config)
 
 
 def names(kind: str) -> list[str]:

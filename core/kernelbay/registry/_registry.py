@@ -8,7 +8,14 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from .._trace import trace, warn
-from ..errors import InputError, PluginImportError, RegistrationConflict, UnknownNameError, unknown_name_message
+from ..errors import (
+    InputError,
+    PluginImportError,
+    RegistrationConflict,
+    UnknownNameError,
+    UnsupportedArchitecture,
+    unknown_name_message,
+)
 from ._discovery import Discovery, EntryPointRecord, discover
 from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import (
@@ -420,11 +427,13 @@ class Registry:
             return True
         return any(name in info.groups.get(INDEX_GROUP[kind], []) for info in self.discovery().plugins.values())
 
-    def resolve_impl(self, kind: str, name: str, model_impl: str = "auto") -> object:
+    def resolve_impl(self, kind: str, name: str, model_impl: str = "auto", hf_config=None) -> object:
         """The provider of (kind, name) between native providers and the fallback (vLLM's `model_impl`): "native"
         is `resolve` (never the fallback); "auto" is the native provider if any claims the name, else the
         fallback's "*" claim (it ranks below built-in: it only fills what nobody claims); "transformers" takes
-        the fallback even where a native provider exists."""
+        the fallback even where a native provider exists. With `hf_config`, a fallback that refuses it
+        (its `refusal(hf_config)`: encoder-decoders, state-space models, ...) is UnsupportedArchitecture, the
+        native error and the fallback's reason together."""
         if model_impl not in MODEL_IMPLS:
             raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
         if model_impl == "native":
@@ -437,11 +446,22 @@ class Registry:
                 if fallback is None or self._claimed_elsewhere(kind, name):
                     raise  # a plugin that should provide it but cannot is to be fixed, not papered over
                 trace("%s %r: no native provider (%s); the fallback %s serves", kind, name, err, fallback.target)
-                return self._load_winner(fallback)
+                return self._serving_fallback(fallback, hf_config, str(err))
         fallback = self.fallback_claim(kind)
         if fallback is None:
             raise UnknownNameError(f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' {_NO_FALLBACK}")
-        return self._load_winner(fallback)
+        return self._serving_fallback(fallback, hf_config, f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'")
+
+    def _serving_fallback(self, fallback: Registration, hf_config, context: str) -> object:
+        """The fallback's class, unless it refuses `hf_config` (then the error says `context` and why)."""
+        impl = self._load_winner(fallback)
+        refusal = getattr(impl, "refusal", None) if hf_config is not None else None
+        reason = refusal(hf_config) if callable(refusal) else None
+        if reason:
+            raise UnsupportedArchitecture(
+                f"{context.rstrip('.')}. The fallback {fallback.provider.describe()} cannot serve it: {reason}."
+            )
+        return impl
 
     def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""

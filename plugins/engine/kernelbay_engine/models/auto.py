@@ -109,7 +109,7 @@ def construct_model(
     if implementation not in IMPLEMENTATION_MODES:
         raise ValueError(f"implementation must be one of {IMPLEMENTATION_MODES}, got {implementation!r}")
     kind, name = resolution_target(config)
-    impl = resolve_impl(kind, name, model_impl)
+    impl = resolve_impl(kind, name, model_impl, config.hf_config)  # a refusing fallback says why, before building
     _announce_fallback(kind, name, impl)
     try:
         return _build(impl, config, dtype, meta)
