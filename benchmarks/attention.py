@@ -8,6 +8,7 @@ fragmented run). Usage:
 
     python benchmarks/attention.py --quick
     python benchmarks/attention.py --backends SDPA,VANILLA --batches 1,8,32 --contexts 128,512,2048,4096
+    python benchmarks/attention.py --quick --backends SDPA --sinks   # GPT-OSS layers (the ideal stays sink-free)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelbay import resolve
-from kernelbay.attention import create_attention
+from kernelbay.attention import AttentionForwardArgs, create_attention
 from kernelbay.dtypes import torch_dtype
 from kernelbay_engine.kv_cache import KVCacheManager
 
@@ -35,6 +36,7 @@ class Geometry:
     head_dim: int = 64
     dtype: str = "float32"
     block_size: int = 16
+    sinks: bool = False  # layers with per-head sink logits (GPT-OSS)
 
 
 @dataclass
@@ -103,7 +105,8 @@ def measure(backend: str, kind: str, batch: int, context: int, geo: Geometry, pl
     q_len = 1 if kind == "decode" else context
     cached = context - q_len
     num_blocks, tables = block_tables([context] * batch, geo, placement)
-    layer = create_attention(0, geo.num_heads, geo.head_dim, geo.num_kv_heads, backend=cls)
+    layer = create_attention(0, geo.num_heads, geo.head_dim, geo.num_kv_heads, backend=cls, sinks=geo.sinks)
+    args = AttentionForwardArgs(sinks=torch.randn(geo.num_heads, dtype=dtype)) if geo.sinks else None
     cache = layer.kv_cache_spec(geo.dtype, geo.block_size).allocate(num_blocks).normal_()
     layer.attach_kv_cache(cache)
     requests = [(q_len, cached, t) for t in tables]
@@ -117,7 +120,7 @@ def measure(backend: str, kind: str, batch: int, context: int, geo: Geometry, pl
     with torch.no_grad():
         candidates = ideal_sdpa(dense_q, dense_k, dense_v, causal=kind == "prefill")
         ideal_fn = min(candidates, key=lambda fn: median_us(fn, 3))
-        step = lambda: layer.forward(q, k_new, v_new, md)  # noqa: E731
+        step = lambda: layer.forward(q, k_new, v_new, md, args)  # noqa: E731
         first_us = median_us(step, 1)
         backend_us, ideal_us = interleaved(step, ideal_fn, repeats)
     prepare_us = median_us(lambda: cls.prepare(requests, geo.block_size), max(repeats, 5))
@@ -146,6 +149,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     p.add_argument("--quick", action="store_true", help="batch 8 / context 2048 decode and prefill 512 only")
+    p.add_argument("--sinks", action="store_true", help="layers with attention sinks (GPT-OSS)")
     p.add_argument("--json", help="also write the rows to this file")
     return p.parse_args()
 
@@ -162,7 +166,7 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    geo = Geometry(dtype=args.dtype)
+    geo = Geometry(dtype=args.dtype, sinks=args.sinks)
     print(f"# {geo}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(
         f"{'backend':8} {'kind':7} {'B':>3} {'ctx':>5} {'placement':9} {'backend_us':>11} {'ideal_us':>9} "

@@ -75,8 +75,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
 
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         g = self.geometry
-        if md.decode_index is not None and not g.sinks and not self._views_pay_off(md, q.dtype):
-            return self._decode_batched(q, md)
+        if md.decode_index is not None and (g.sinks or not self._views_pay_off(md, q.dtype)):
+            return self._decode_batched(q, md, args.sinks)  # sinks: the gathered copy takes their column anyway
         out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
         causal = self.is_causal(args)
         for i, (q0, q1, k0, k1) in enumerate(request_spans(md)):
@@ -146,32 +146,38 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         """q [Tq, H, D] over k/v [S, kv_heads, D] with sinks [H] -> [Tq, H, D]: the sink is a last key that scores
         0 (zero key) plus its logit (float mask) and adds nothing to the output (zero value) -- the same softmax."""
         g = self.geometry
-        seq_len, pad = k.shape[0], k.new_zeros(1, *k.shape[1:])
+        seq_len = k.shape[0]
         keep = allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
-        bias = q.new_zeros(g.num_heads, q.shape[0], seq_len + 1)
-        if keep is not None:
-            bias[..., :seq_len].masked_fill_(~keep, float("-inf"))
-        bias[..., seq_len] = sinks.to(q.dtype).unsqueeze(1)
+        bias = _sink_bias(keep, sinks.view(-1, 1), (g.num_heads, q.shape[0], seq_len + 1), q.dtype)
         out = F.scaled_dot_product_attention(
             _heads_first(q),
-            _heads_first(torch.cat([k, pad])),
-            _heads_first(torch.cat([v, pad])),
+            _heads_first(_sink_column(k)),
+            _heads_first(_sink_column(v)),
             attn_mask=bias.unsqueeze(0),
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
         )
         return out[0].transpose(0, 1)
 
-    def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata) -> torch.Tensor:
-        """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer."""
+    def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata, sinks: torch.Tensor | None) -> torch.Tensor:
+        """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer (sinks: one more
+        key per request, gathered then zeroed, its logit the sink, as in `_sinks_one`: no extra copy)."""
         g = self.geometry
-        batch, width = md.decode_index.shape
-        k = self._gather("k", 0, md.decode_index, md.layout, q.dtype, self.k_scale)
-        v = self._gather("v", 1, md.decode_index, md.layout, q.dtype, self.v_scale)
-        k = k.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
-        v = v.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2)
+        index = md.decode_index
+        if sinks is not None:
+            index = torch.cat([index, index[:, :1]], dim=1)
+        batch, width = index.shape
+        k = self._gather("k", 0, index, md.layout, q.dtype, self.k_scale).view(batch, width, g.num_kv_heads, -1)
+        v = self._gather("v", 1, index, md.layout, q.dtype, self.v_scale).view(batch, width, g.num_kv_heads, -1)
         folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
-        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=self._decode_mask(md), scale=g.scale)
+        mask = self._decode_mask(md)
+        if sinks is not None:
+            k[:, -1], v[:, -1] = 0.0, 0.0
+            shape = (batch if mask is not None else 1, *folded.shape[1:3], width)
+            mask = _sink_bias(mask, sinks.view(g.num_kv_heads, g.num_queries_per_kv), shape, q.dtype)
+        out = F.scaled_dot_product_attention(
+            folded, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=g.scale
+        )
         return out.reshape(batch, g.num_heads, g.head_dim)
 
     def _gather(self, purpose: str, plane: int, index: torch.Tensor, layout: KVLayout, dtype, scale: float):
@@ -193,6 +199,21 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         # decode queries are each request's last token, so "causal" only hides the padding
         mask = allowed_keys(md.positions.unsqueeze(1), key_pos, g, True)
         return mask.view(md.num_reqs, 1, 1, width)
+
+
+def _sink_column(x: torch.Tensor) -> torch.Tensor:
+    """[S, heads, D] keys or values -> [S + 1, heads, D]: a zero key (scores 0) and a zero value (adds nothing)."""
+    return torch.cat([x, x.new_zeros(1, *x.shape[1:])])
+
+
+def _sink_bias(keep: torch.Tensor | None, sinks: torch.Tensor, shape: tuple[int, ...], dtype) -> torch.Tensor:
+    """Float SDPA mask `shape` = [..., S + 1]: -inf where `keep` (bool, broadcast to [..., S]) hides a key, the sink
+    logits (broadcast to shape[:-1]) in the last column, so the zero sink key scores exactly its sink."""
+    bias = torch.zeros(shape, dtype=dtype, device=sinks.device)
+    if keep is not None:
+        bias[..., :-1].masked_fill_(~keep, float("-inf"))
+    bias[..., -1] = sinks.to(dtype)
+    return bias
 
 
 def _heads_first(x: torch.Tensor) -> torch.Tensor:
