@@ -40,8 +40,11 @@ class MoEConfig:
     limit: float | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "activation", canonical_activation(self.activation))
         problems = []
+        try:
+            object.__setattr__(self, "activation", canonical_activation(self.activation))
+        except ValueError as err:
+            problems.append(f"hidden_act: {err}")
         if self.routing not in ROUTINGS:
             problems.append(f"routing {self.routing!r} is not one of {', '.join(ROUTINGS)}")
         if not 0 < self.top_k <= self.num_experts:
