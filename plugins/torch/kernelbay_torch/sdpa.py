@@ -49,7 +49,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
     Decode folds the query heads sharing a KV head into the query length (reads each KV head once).
 
     Honest capabilities: no logit soft-cap (SDPA cannot apply tanh capping), no MLA. Sinks are exact: one extra
-    key per request with a zero key and a zero value, its logit the head's sink through a float mask.
+    key per request whose score is the head's sink (a float mask at decode, a lifted query component in prefill)
+    and whose value is zero.
     """
 
     name = "SDPA"
@@ -143,21 +144,27 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return out[0].transpose(0, 1)
 
     def _sinks_one(self, q, k, v, q_pos, causal: bool, sinks: torch.Tensor) -> torch.Tensor:
-        """q [Tq, H, D] over k/v [S, kv_heads, D] with sinks [H] -> [Tq, H, D]: the sink is a last key that scores
-        0 (zero key) plus its logit (float mask) and adds nothing to the output (zero value) -- the same softmax."""
+        """q [Tq, H, D] over k/v [S, kv_heads, D] with sinks [H] -> [Tq, H, D]. The sink is one more key, seen by
+        every query, that scores exactly the head's sink: each query gains a component sink / scale, the sink key is
+        the unit vector on it (real keys are 0 there), and its value is zero -- the same softmax, with a bool mask
+        shared by the heads instead of a per-head float one (whose [H, Tq, S + 1] build costs as much as SDPA)."""
         g = self.geometry
         seq_len = k.shape[0]
         keep = allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
-        bias = _sink_bias(keep, sinks.view(-1, 1), (g.num_heads, q.shape[0], seq_len + 1), q.dtype)
+        if keep is not None:
+            keep = torch.cat([keep, keep.new_ones(keep.shape[0], 1)], dim=1)
+        lifted = (sinks.to(q.dtype) / g.scale).view(1, -1, 1).expand(q.shape[0], -1, 1)
+        k_ext = F.pad(k, (0, 1, 0, 0, 0, 1))  # [S + 1, kv_heads, D + 1]
+        k_ext[-1, :, -1] = 1.0
         out = F.scaled_dot_product_attention(
-            _heads_first(q),
-            _heads_first(_sink_column(k)),
-            _heads_first(_sink_column(v)),
-            attn_mask=bias.unsqueeze(0),
+            _heads_first(torch.cat([q, lifted], dim=-1)),
+            _heads_first(k_ext),
+            _heads_first(F.pad(v, (0, 1, 0, 0, 0, 1))),  # SDPA's fused kernels want one head size for q, k, v
+            attn_mask=keep,
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
         )
-        return out[0].transpose(0, 1)
+        return out[0].transpose(0, 1)[..., : g.head_dim]
 
     def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata, sinks: torch.Tensor | None) -> torch.Tensor:
         """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer (sinks: one more
@@ -199,11 +206,6 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         # decode queries are each request's last token, so "causal" only hides the padding
         mask = allowed_keys(md.positions.unsqueeze(1), key_pos, g, True)
         return mask.view(md.num_reqs, 1, 1, width)
-
-
-def _sink_column(x: torch.Tensor) -> torch.Tensor:
-    """[S, heads, D] keys or values -> [S + 1, heads, D]: a zero key (scores 0) and a zero value (adds nothing)."""
-    return torch.cat([x, x.new_zeros(1, *x.shape[1:])])
 
 
 def _sink_bias(keep: torch.Tensor | None, sinks: torch.Tensor, shape: tuple[int, ...], dtype) -> torch.Tensor:
