@@ -79,8 +79,11 @@ def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
 
 def _announce_fallback(kind: str, name: str, impl) -> None:
     """The fallback provider never serves silently: one warning naming it and why it serves."""
-    from kernelbay.registry import default_registry
+    from kernelbay.registry import default_registry, registered_slots
+    from kernelbay.registry._records import ANY_ARCHITECTURE
 
+    if (kind, ANY_ARCHITECTURE) not in registered_slots(impl):  # a native class: nothing to announce
+        return
     registry = default_registry()
     fallback = registry.fallback_claim(kind)
     if fallback is None or _import_target(fallback.target) is not impl:
