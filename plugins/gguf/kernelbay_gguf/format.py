@@ -17,7 +17,7 @@ from kernelbay.errors import MalformedConfig
 from kernelbay_engine.loading import CheckpointError, CheckpointFormat
 from kernelbay_engine.tokenizer import TokenizerError
 from kernelbay_gguf.metadata import architecture, config_dict
-from kernelbay_gguf.tensors import GGUFSource, TensorInfo, check_tensor, tensor_info, with_permutation
+from kernelbay_gguf.tensors import GGUFSource, TensorInfo, as_stored_by, check_tensor, tensor_info
 
 _FIX = "the file is truncated or not a GGUF model: re-download it"
 
@@ -84,7 +84,8 @@ class GGUFFormat(CheckpointFormat):
         if arch.permuted_qk:
             n_head = fields[f"{name}.attention.head_count"]
             heads = (n_head, fields.get(f"{name}.attention.head_count_kv", n_head))
-        return GGUFSource(path, (with_permutation(check_tensor(path, t), heads) for t in parsed.tensors))
+        tensors = (as_stored_by(check_tensor(path, t), arch, heads) for t in parsed.tensors)
+        return GGUFSource(path, tensors, arch.block_names)
 
     @classmethod
     def has_tokenizer(cls, path: Path) -> bool:

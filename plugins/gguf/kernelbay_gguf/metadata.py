@@ -6,7 +6,8 @@ needs and the file lacks is an error naming it; an architecture without a mappin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelbay.errors import MalformedConfig, UnsupportedArchitecture
@@ -14,17 +15,25 @@ from kernelbay.errors import MalformedConfig, UnsupportedArchitecture
 
 @dataclass(frozen=True, slots=True)
 class Architecture:
-    """One GGUF architecture: the HF class it loads as, and whether llama.cpp permuted its Q/K rows."""
+    """One GGUF architecture: the HF class it loads as, and how llama.cpp's converter changed its tensors."""
 
     hf_architecture: str
     model_type: str
     permuted_qk: bool  # convert_hf_to_gguf interleaves Q/K rows for its rotary layout (Llama only)
+    block_names: Mapping[str, str] = field(default_factory=dict)  # GGUF block tensor -> HF name, where not Llama's
+    norm_offset: float = 0.0  # added back to every norm weight on read (Gemma's converter stores 1 + w)
 
 
+_GEMMA2_BLOCKS = {
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
 ARCHITECTURES = {
     "llama": Architecture("LlamaForCausalLM", "llama", permuted_qk=True),
     "qwen2": Architecture("Qwen2ForCausalLM", "qwen2", permuted_qk=False),
     "qwen3": Architecture("Qwen3ForCausalLM", "qwen3", permuted_qk=False),
+    "gemma2": Architecture("Gemma2ForCausalLM", "gemma2", False, _GEMMA2_BLOCKS, norm_offset=-1.0),
 }
 
 # GGUF key (after "{arch}.") -> config.json field; the required ones first.
@@ -41,6 +50,8 @@ OPTIONAL_KEYS = {
     "attention.key_length": "head_dim",
     "rope.freq_base": "rope_theta",
     "attention.sliding_window": "sliding_window",
+    "attn_logit_softcapping": "attn_logit_softcapping",
+    "final_logit_softcapping": "final_logit_softcapping",
     "vocab_size": "vocab_size",
 }
 TOKEN_KEYS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"}
@@ -67,12 +78,12 @@ def config_dict(fields: dict[str, Any], tensor_names: set[str], source: str) -> 
     if missing:
         raise MalformedConfig(f"{source} lacks the metadata key(s) {', '.join(missing)}; the file is incomplete")
     config: dict[str, Any] = {"model_type": arch.model_type, "architectures": [arch.hf_architecture]}
-    for key, field in {**REQUIRED_KEYS, **OPTIONAL_KEYS}.items():
+    for key, hf_field in {**REQUIRED_KEYS, **OPTIONAL_KEYS}.items():
         if f"{name}.{key}" in fields:
-            config[field] = fields[f"{name}.{key}"]
-    for key, field in TOKEN_KEYS.items():
+            config[hf_field] = fields[f"{name}.{key}"]
+    for key, hf_field in TOKEN_KEYS.items():
         if f"tokenizer.ggml.{key}" in fields:
-            config[field] = fields[f"tokenizer.ggml.{key}"]
+            config[hf_field] = fields[f"tokenizer.ggml.{key}"]
     if "vocab_size" not in config:
         config["vocab_size"] = _vocab_size(fields, source)
     _check_rope_scaling(fields, name, tensor_names, source)

@@ -10,7 +10,7 @@ only while a model loads: afterwards nothing of it stays resident.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
+from kernelbay_gguf.metadata import Architecture
 
 # Read by dequantizing to float32 with the gguf package; anything else is refused by name.
 SUPPORTED_TYPES = frozenset(
@@ -50,12 +51,14 @@ _BLOCK_NAMES = {
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
-def hf_name(name: str) -> str:
-    """The Hugging Face name of a GGUF tensor; an unknown one keeps its name (the load plan reports it)."""
+def hf_name(name: str, block_names: Mapping[str, str] | None = None) -> str:
+    """The Hugging Face name of a GGUF tensor (`block_names`: an architecture's own block names over Llama's);
+    an unknown one keeps its name (the load plan reports it)."""
     block = _BLOCK.fullmatch(name)
     if block:
         index, part, kind = block.groups()
-        return f"model.layers.{index}.{_BLOCK_NAMES[part]}.{kind}" if part in _BLOCK_NAMES else name
+        names = {**_BLOCK_NAMES, **(block_names or {})}
+        return f"model.layers.{index}.{names[part]}.{kind}" if part in names else name
     stem, _, kind = name.rpartition(".")
     return f"{_GLOBAL_NAMES[stem]}.{kind}" if stem in _GLOBAL_NAMES else name
 
@@ -77,6 +80,7 @@ class TensorInfo:
     nbytes: int
     present: int  # bytes the file really holds there (less when truncated or the offset is wrong)
     permute_heads: int = 0  # the head count its rows are permuted by (0: none)
+    offset: float = 0.0  # added to every value on read (Gemma's norms)
 
 
 def tensor_info(t: ReaderTensor) -> TensorInfo:
@@ -100,19 +104,21 @@ def check_tensor(path: Path, info: TensorInfo) -> TensorInfo:
     return info
 
 
-def with_permutation(info: TensorInfo, heads: tuple[int, int] | None) -> TensorInfo:
-    """`heads`: (attention heads, KV heads) when the file's Q/K rows are permuted, else None."""
-    if heads is None or not re.fullmatch(r"blk\.\d+\.attn_[qk]\.(weight|bias)", info.name):
-        return info
-    return replace(info, permute_heads=heads[0] if ".attn_q." in info.name else heads[1])
+def as_stored_by(info: TensorInfo, arch: Architecture, heads: tuple[int, int] | None) -> TensorInfo:
+    """What the converter did to this tensor: Q/K rows permuted (`heads`: attention and KV heads), norms shifted."""
+    if heads is not None and re.fullmatch(r"blk\.\d+\.attn_[qk]\.(weight|bias)", info.name):
+        info = replace(info, permute_heads=heads[0] if ".attn_q." in info.name else heads[1])
+    if arch.norm_offset and info.name.endswith("norm.weight"):
+        info = replace(info, offset=arch.norm_offset)
+    return info
 
 
 class GGUFSource:
     """`WeightSource` over one GGUF file (kernelbay_engine.loading.formats)."""
 
-    def __init__(self, path: Path, tensors: Iterable[TensorInfo]):
+    def __init__(self, path: Path, tensors: Iterable[TensorInfo], block_names: Mapping[str, str] | None = None):
         self.folder = path
-        self.entries = {hf_name(t.name): t for t in tensors}
+        self.entries = {hf_name(t.name, block_names): t for t in tensors}
 
     @property
     def names(self) -> list[str]:
@@ -153,7 +159,7 @@ class GGUFTensorReader:
 
     def mapped(self, name: str, dtype: torch.dtype) -> torch.Tensor | None:
         info = self.checkpoint.entries[name]
-        if MAPPABLE.get(info.qtype) != dtype or info.permute_heads or info.start % dtype.itemsize:
+        if MAPPABLE.get(info.qtype) != dtype or info.permute_heads or info.offset or info.start % dtype.itemsize:
             return None
         return torch.from_numpy(self.raw(info)).view(dtype).view(info.shape)
 
@@ -164,4 +170,4 @@ class GGUFTensorReader:
         values = torch.from_numpy(dequantize(self.raw(info), info.qtype)).view(info.shape)
         if info.permute_heads:
             values = unpermute_rows(values, info.permute_heads)
-        dest.copy_(values)
+        dest.copy_(values + info.offset if info.offset else values)

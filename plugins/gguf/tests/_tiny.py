@@ -15,4 +15,14 @@ TINY_GGUF: dict[str, tuple[str, Tiny]] = {
         # head_dim 128 as in Qwen3: transformers' GGUF reader ignores attention.key_length (kernelbay maps it)
         Tiny("qwen3-0.6b", lambda: transformers.Qwen3Config(**COMMON, head_dim=128, tie_word_embeddings=True)),
     ),
+    "gemma2": (
+        "gemma2",
+        # query_pre_attn_scalar: GGUF has no key for it, transformers (and kernelbay) take the class default 256
+        Tiny(
+            "gemma-2-2b",
+            lambda: transformers.Gemma2Config(
+                **COMMON, head_dim=24, sliding_window=5, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
+            ),
+        ),
+    ),
 }

@@ -6,6 +6,7 @@ transformers' own GGUF reader (the reference) and kernelbay's read the same byte
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gguf
@@ -30,11 +31,19 @@ BLOCK = {
 GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 
 
-def gguf_name(hf: str) -> str:
+GEMMA2_BLOCK = {
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+
+
+def gguf_name(hf: str, arch: str = "llama") -> str:
     stem, _, kind = hf.rpartition(".")
     if stem.startswith("model.layers."):
         index, _, part = stem[len("model.layers.") :].partition(".")
-        return f"blk.{index}.{BLOCK[part]}.{kind}"
+        names = {**BLOCK, **GEMMA2_BLOCK} if arch == "gemma2" else BLOCK
+        return f"blk.{index}.{names[part]}.{kind}"
     return f"{GLOBAL[stem]}.{kind}"
 
 
@@ -58,9 +67,13 @@ def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ..
         "eos": (writer.add_eos_token_id, config.eos_token_id),
     }
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if head_dim != config.hidden_size // config.num_attention_heads:
+    if head_dim != config.hidden_size // config.num_attention_heads or arch == "gemma2":
         keys["key_length"] = (writer.add_key_length, head_dim)
         keys["value_length"] = (writer.add_value_length, head_dim)
+    if arch == "gemma2":  # what convert_hf_to_gguf's Gemma2Model writes besides
+        keys["sliding_window"] = (writer.add_sliding_window, config.sliding_window)
+        for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+            keys[cap] = (functools.partial(writer.add_float32, f"{arch}.{cap}"), getattr(config, cap))
     for name, (add, value) in keys.items():
         if name not in skip:
             add(value)
@@ -83,7 +96,9 @@ def write_gguf(
         if hf == "lm_head.weight" and config.tie_word_embeddings:
             continue
         data = tensor.detach().to(torch.float32).numpy()
-        name = gguf_name(hf)
+        name = gguf_name(hf, arch)
+        if arch == "gemma2" and name.endswith("norm.weight"):
+            data = data + 1  # Gemma's converter stores the (1 + w) its RMSNorm multiplies by
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             heads = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
             data = permute(data, heads)
