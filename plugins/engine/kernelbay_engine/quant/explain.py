@@ -7,6 +7,7 @@ kernel selector, and every candidate's reason is listed, as for attention backen
 
 from __future__ import annotations
 
+from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
@@ -24,6 +25,12 @@ def linear_kernels_section(config, options: dict) -> dict | None:
     mode = options.get("quantization")
     if mode is None:
         return None
+    if mode == "gguf":  # LLM(quantization="gguf"): the file's own codes, chosen per tensor type by kernelbay-gguf
+        raise ConfigError(
+            "explain --quantization gguf cannot list the kernels yet: they follow each tensor's GGUF type, which "
+            "kernelbay-gguf does not expose to explain; run the model and read llm.quant_report, or explain "
+            "--quantization int8 / int4 for quantization after loading"
+        )
     spec = quant_mode(mode)
     groups: dict[tuple, dict] = {}
     for path, layer in _linears(config):

@@ -40,8 +40,11 @@ def test_no_section_without_quantization(tiny_llama):
 
 
 def test_an_unknown_quantization_is_named(tiny_llama):
+    """A misspelt mode lists the valid ones; 'gguf' (the file's own codes) says why explain cannot list it yet."""
     with pytest.raises(ConfigError, match="unknown quantization 'int2': valid values are int8, int4"):
         explain_model(tiny_llama, quantization="int2")
+    with pytest.raises(ConfigError, match="explain --quantization gguf cannot list the kernels yet"):
+        explain_model(tiny_llama, quantization="gguf")
 
 
 def test_the_cli_option_reaches_the_section(tiny_llama):
