@@ -67,7 +67,8 @@ class _Tracked:
 class LLM:
     """A loaded model, its paged KV cache and a continuous-batching scheduler.
 
-    model: a folder with config.json, safetensors weights and (for text prompts) a tokenizer;
+    model: a folder with config.json, safetensors weights and (for text prompts) a tokenizer, or a .gguf file
+    (or a folder holding only one: config, tokenizer and weights from the file, with kernelbay-gguf);
     None means the demo checkpoint shipped with kernelbay. kv_cache_memory: bytes or "2GiB"
     (default: room for max_num_seqs full-context requests, capped at 512 MiB).
     enable_chunked_prefill: a prompt longer than what is left of a step's max_num_batched_tokens is
