@@ -37,15 +37,21 @@ def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: b
 
 
 def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
-    """A config kernelbay cannot resolve may be one its architecture's provider refuses anyway (the transformers
-    fallback refuses encoder-decoders, state-space models, ...): that reason, when there is one, says more."""
+    """A config kernelbay cannot resolve, for an architecture transformers implements, may be one its provider
+    refuses anyway (the transformers fallback refuses encoder-decoders, state-space models, ...): that reason says
+    more. A malformed config of any other architecture (a name transformers does not know, a family rule's
+    refusal) keeps its own error."""
+    import transformers
+
     from ..errors import KernelbayError, UnsupportedArchitecture
     from ..registry import resolve_impl
 
-    arch = (getattr(hf_config, "architectures", None) or [None])[0]
+    names = getattr(hf_config, "architectures", None)
+    arch = names[0] if isinstance(names, (list, tuple)) and names else None
+    if not (isinstance(arch, str) and hasattr(transformers, arch)):
+        return
     try:
-        if arch:
-            resolve_impl("model", arch, hf_config=hf_config)
+        resolve_impl("model", arch, hf_config=hf_config)
     except UnsupportedArchitecture as refused:
         raise UnsupportedArchitecture(f"{refused} (Config: {err})") from err
     except KernelbayError:  # nobody provides it: the config error stands
@@ -117,6 +123,7 @@ def _assemble(
         v_head_dim=mla.v_head_dim if mla else head_dim,
         attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
         attention_sinks=bool(rules.ask("attention_sinks")),
+        gated_ffn=rules.ask("gated_ffn") is not False,
         final_logit_softcapping=f.get_float("final_logit_softcapping"),
         quantization=resolve_quantization(f, folder),
         blocksparse=plan.blocksparse,

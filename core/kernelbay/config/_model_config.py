@@ -50,6 +50,7 @@ class ModelConfig:
     attention_scale: float = 0.0  # softmax scale applied to q·k
     v_head_dim: int = 0  # value head width (differs from head_dim under MLA)
     attn_logit_softcapping: float | None = None
+    gated_ffn: bool = True  # FFN matrices gate, up and down; False (a family rule): up and down only
     attention_sinks: bool = False  # per-head sink logits in every attention softmax (a family rule says so)
     final_logit_softcapping: float | None = None
     quantization: QuantConfig | None = None

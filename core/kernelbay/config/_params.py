@@ -1,7 +1,7 @@
 """Parameter counts from the resolved geometry: how big a model is, and how much of it one token reads.
 
-Counted: embeddings (and an untied LM head), attention projections, FFNs as gated (gate, up, down), routers and
-experts; norms, biases and rotary tables are left out (under 0.1% for the models here)."""
+Counted: embeddings (and an untied LM head), attention projections, FFNs (gate, up and down, or up and down where
+a family rule says `gated_ffn` is False), routers and experts; norms, biases and rotary tables are left out (under 0.1% for the models here)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def parameter_counts(c) -> dict[str, int]:
     embed = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
     layers = [i for i, kind in enumerate(c.layer_types) if kind != "no_attention"]
     attention = _attention(c) * len(layers)
-    dense_ffn = 3 * c.hidden_size * c.intermediate_size
+    dense_ffn = (3 if c.gated_ffn else 2) * c.hidden_size * c.intermediate_size
     moe = c.moe
     if moe is None:
         total = embed + attention + dense_ffn * c.num_hidden_layers

@@ -29,6 +29,7 @@ RULE_POINTS: dict[str, type] = {
     "intermediate_size": int,  # the dense FFN width (the widest, when layers differ)
     "attention_scale": Real,  # the softmax scale applied to q·k
     "position_embedding": str,  # "rope" | "alibi" | "learned"
+    "gated_ffn": bool,  # False: the FFN is up/down only (GPT-2, OPT, NeoX, Falcon), not gate/up/down
     "attention_sinks": bool,  # every attention layer has per-head sink logits (GPT-OSS)
     "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
 }

@@ -14,6 +14,12 @@ def register_model_type_rules(register):
     register(("gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"), intermediate_size=four_times_hidden)
     register(("falcon", "RefinedWeb", "RefinedWebModel"), architecture=falcon_legacy_architecture)
     register("bloom", position_embedding=lambda config: "alibi")
+    register(("gpt2", "gpt_bigcode", "opt", "gpt_neox", "falcon", "RefinedWebModel", "bloom"), gated_ffn=not_gated)
+
+
+def not_gated(config) -> bool:
+    """Their MLP is up -> activation -> down: two matrices, not Llama's three (parameter counts read it)."""
+    return False
 
 
 def four_times_hidden(config) -> int:
