@@ -16,7 +16,7 @@ from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, 
 from ._loading import config_class_for, read_config_json
 from ._model_config import MODEL_KINDS, ModelConfig
 from ._naming import draft_architecture, resolution_target
-from ._records import ROPE_TYPES, BlockSparseGeometry, MLAGeometry, QuantConfig, RopeConfig
+from ._records import ROPE_TYPES, BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 from ._weight_files import weight_format_class
 
@@ -35,6 +35,7 @@ __all__ = [
     "BlockSparseGeometry",
     "ConfigRuleError",
     "ConfigView",
+    "IndexerGeometry",
     "LayerPlan",
     "MLAGeometry",
     "ModelConfig",
