@@ -1,7 +1,8 @@
 """Parameter counts from the resolved geometry: how big a model is, and how much of it one token reads.
 
 Counted: embeddings (and an untied LM head), attention projections, FFNs (gate, up and down, or up and down where
-a family rule says `gated_ffn` is False), routers and experts; norms, biases and rotary tables are left out (under 0.1% for the models here)."""
+a family rule says `gated_ffn` is False), routers and experts; norms, biases and rotary tables are left out
+(under 0.1% for the models here)."""
 
 from __future__ import annotations
 
