@@ -107,9 +107,9 @@ def test_known_model_type_never_runs_auto_map_code_untrusted(write_config):
 
 def test_trusted_remote_code_runs(write_config, monkeypatch, tmp_path):
     """With trust_remote_code=True the folder's config class is used."""
-    import transformers.dynamic_module_utils as dyn
+    from tests._remote_code import isolate_remote_code
 
-    monkeypatch.setattr(dyn, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
+    isolate_remote_code(monkeypatch, tmp_path / "hf_modules")
     folder = write_config(
         tiny(
             model_type="acme_lm",

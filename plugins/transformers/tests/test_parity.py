@@ -56,13 +56,18 @@ class MyOwnForCausalLM(Olmo2ForCausalLM):
 """
 
 
-def test_trusted_remote_code_is_served(tiny_checkpoints, tmp_path):
+def test_trusted_remote_code_is_served(tiny_checkpoints, tmp_path, monkeypatch):
     """A folder whose own code (auto_map) implements the model runs on the fallback only with
     trust_remote_code=True, and then matches transformers like a native transformers class."""
     import json
     import shutil
 
     from kernelbay.errors import ConfigError
+    from tests._remote_code import isolate_remote_code
+
+    isolate_remote_code(monkeypatch, tmp_path / "hf_modules")
+    tmp_path = tmp_path / "model"
+    tmp_path.mkdir()
 
     source, hf_model = tiny_checkpoints.get("olmo2", TINY_FALLBACK["olmo2"])
     shutil.copy(source / "model.safetensors", tmp_path)
