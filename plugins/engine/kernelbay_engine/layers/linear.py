@@ -122,10 +122,6 @@ class ExpertLinear(MergedLinear):
     def __init__(self, in_features: int, parts: Mapping[str, int], *, num_experts: int, bias: bool = False):
         super().__init__(in_features, parts, bias=bias, batch_shape=(num_experts,))
 
-    def expert_weight(self, expert: int) -> torch.Tensor:
-        """W of one expert, [out_features, in_features], dequantised if stored quantized."""
-        return self._require_method().weight(self, expert)
-
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
         experts = prefix.rpartition(".")[0]
         aliases = {}
