@@ -64,26 +64,4 @@ def __getattr__(name: str):
     return _lazy_getattr(name)
 
 
-__all__ = [
-    "__version__",
-    "AttentionBackend",
-    "ConfigError",
-    "MoEBackend",
-    "KernelbayError",
-    "ModelConfig",
-    "NoTarget",
-    "PluginImportError",
-    "RegistrationConflict",
-    "UnknownNameError",
-    "load_custom_module_dirs",
-    "register_attention_backend",
-    "register_config",
-    "register_draft_model",
-    "register_model",
-    "register_moe_backend",
-    "register_platform",
-    "register_vision_encoder",
-    "resolve",
-    "select_attention_backend",
-    "select_moe_backend",
-]
+__all__ = ["__version__", *sorted(_LAZY)]  # noqa: PLE0604 - every lazily exported name, derived from the table

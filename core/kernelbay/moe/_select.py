@@ -49,13 +49,14 @@ def select_moe_for_model(cfg, requested: str | None = None, platform=None, dtype
     if moe is None:
         return None
     fmt, block = stored_expert_format(cfg)
-    req = MoERequirements.from_geometry(
-        moe.geometry(cfg.hidden_size, fmt, block), dtype=dtype or cfg.dtype, routing=moe.routing
-    )
+
+    def needs(fmt: str, block=None) -> MoERequirements:
+        geometry = moe.geometry(cfg.hidden_size, fmt, block)
+        return MoERequirements.from_geometry(geometry, dtype=dtype or cfg.dtype, routing=moe.routing)
+
     try:
-        return select_moe_backend(req, requested=requested, platform=platform), False
+        return select_moe_backend(needs(fmt, block), requested=requested, platform=platform), False
     except ConfigError:
         if fmt == "dense" or requested or _requested_name(None, "moe_backend"):
             raise
-    dense = MoERequirements.from_geometry(moe.geometry(cfg.hidden_size), dtype=dtype or cfg.dtype, routing=moe.routing)
-    return select_moe_backend(dense, platform=platform), True
+    return select_moe_backend(needs("dense"), platform=platform), True
