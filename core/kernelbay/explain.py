@@ -197,6 +197,7 @@ def _every_candidate(req) -> list[dict]:
 # -- MoE ----------------------------------------------------------------------------------------------
 def _moe_section(config, requested: str | None) -> dict | None:
     """None for a dense model; else the experts' geometry and the MoE kernel chosen for them, with reasons."""
+    from kernelbay.attention._selector import _requested_name
     from kernelbay.errors import ConfigError
     from kernelbay.moe import select_moe_for_model, stored_expert_format
 
@@ -207,7 +208,7 @@ def _moe_section(config, requested: str | None) -> dict | None:
         try:
             selection, dequantized = select_moe_for_model(config, requested=requested)
         except ConfigError as err:
-            if requested:
+            if _requested_name(requested, "moe_backend"):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
                 raise
             return {
                 **section,

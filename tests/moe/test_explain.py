@@ -36,3 +36,17 @@ def test_an_unknown_moe_backend_is_exit_7_naming_the_known_ones():
     code, out, err = explain_in_process(str(CONFIGS / "qwen3-30b-a3b"), "--moe-backend", "TORCH_MEO")
     assert code == 7 and out == ""
     assert "Unknown MoE backend: 'TORCH_MEO'" in err and "Did you mean: TORCH_MOE" in err
+
+
+def test_an_incapable_kernel_named_by_the_variable_is_exit_8_like_the_flag(monkeypatch, fresh_registry):
+    """KERNELBAY_MOE_BACKEND is a request like --moe-backend: an incapable kernel is an error, not a quiet
+    "not runnable" document."""
+    from kernelbay import register_moe_backend
+
+    from . import _fakes
+
+    register_moe_backend("FAKE_DECLARES_NOTHING", target=_fakes.DeclaresNothing)
+    monkeypatch.setenv("KERNELBAY_MOE_BACKEND", "FAKE_DECLARES_NOTHING")
+    code, out, err = explain_in_process(str(CONFIGS / "qwen3-30b-a3b"))
+    assert code == 8 and out == ""
+    assert "requested MoE backend FAKE_DECLARES_NOTHING cannot run" in err
