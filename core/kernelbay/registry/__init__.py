@@ -29,49 +29,37 @@ def reset_registry(registry: Registry | None = None) -> Registry:
     return _default
 
 
-def _register(kind: str, names: tuple[str, ...], target=None):
-    # the module calling register_*(...) is the provider (two frames up: register_x, then its caller)
-    caller = sys._getframe(2).f_globals.get("__name__")
-    if target is not None:
-        default_registry().add(kind, names, target, caller=caller)
-        return target
+def _door(kind: str, what: str):
+    """The `register_<kind>` function: a decorator, or with `target=` a direct registration."""
 
-    def decorator(obj):
-        default_registry().add(kind, names, obj, caller=caller)
-        return obj
+    def register(*names: str, target=None):
+        # the module calling register_*(...) is the provider, not the target's module
+        caller = sys._getframe(1).f_globals.get("__name__")
+        if target is not None:
+            default_registry().add(kind, names, target, caller=caller)
+            return target
 
-    return decorator
+        def decorator(obj):
+            default_registry().add(kind, names, obj, caller=caller)
+            return obj
 
+        return decorator
 
-def register_model(*names: str, target=None):
-    """`@register_model("LlamaForCausalLM", ...)` or `register_model("X", target="pkg.mod:Cls")`."""
-    return _register("model", names, target)
-
-
-def register_vision_encoder(*names: str, target=None):
-    return _register("vision_encoder", names, target)
-
-
-def register_draft_model(*names: str, target=None):
-    """Speculative-decoding drafts, named `EAGLE3<TargetArch>`."""
-    return _register("draft_model", names, target)
+    register.__name__ = register.__qualname__ = f"register_{kind}"
+    register.__doc__ = (
+        f'`@register_{kind}("Name", ...)` registers {what}; without decorating, '
+        f'`register_{kind}("Name", target=...)` registers a class or a lazy "package.module:Class" path.'
+    )
+    return register
 
 
-def register_attention_backend(*names: str, target=None):
-    return _register("attention_backend", names, target)
-
-
-def register_moe_backend(*names: str, target=None):
-    return _register("moe_backend", names, target)
-
-
-def register_platform(*names: str, target=None):
-    return _register("platform", names, target)
-
-
-def register_config(*names: str, target=None):
-    """A transformers config class for an HF `model_type` transformers does not know."""
-    return _register("config", names, target)
+register_model = _door("model", "architectures")
+register_vision_encoder = _door("vision_encoder", "vision encoders of multimodal models")
+register_draft_model = _door("draft_model", "speculative-decoding drafts, named `EAGLE3<TargetArch>`")
+register_attention_backend = _door("attention_backend", "attention backends")
+register_moe_backend = _door("moe_backend", "MoE kernels")
+register_platform = _door("platform", "hardware platforms (`kernelbay.platforms.Platform` subclasses)")
+register_config = _door("config", "transformers config classes for HF `model_type`s transformers does not know")
 
 
 def load_custom_module_dirs(paths, registry: Registry | None = None) -> list[str]:

@@ -8,51 +8,79 @@ from collections.abc import Iterable, Mapping
 
 from ..errors import InputError
 
-# Slot kinds and the entry-point group whose index names their providers. Vision encoders and
-# draft models are model modules, so they share the `kernelbay.models` index.
-KINDS = (
-    "model",
-    "vision_encoder",
-    "draft_model",
-    "attention_backend",
-    "moe_backend",
-    "platform",
-    "config",
-    "weight_format",
-)
-INDEX_GROUP = {
-    "model": "kernelbay.models",
-    "vision_encoder": "kernelbay.models",
-    "draft_model": "kernelbay.models",
-    "attention_backend": "kernelbay.attention_backends",
-    "moe_backend": "kernelbay.moe_backends",
-    "platform": "kernelbay.platforms",
-    "config": "kernelbay.configs",
-    "weight_format": "kernelbay.weight_formats",
+# Slot kinds: the entry-point group whose index names their providers, and the word messages use for a
+# name. Vision encoders and draft models are model modules, so they share the `kernelbay.models` index.
+KIND_INFO = {
+    "model": ("kernelbay.models", "architecture"),
+    "vision_encoder": ("kernelbay.models", "vision encoder"),
+    "draft_model": ("kernelbay.models", "draft model"),
+    "attention_backend": ("kernelbay.attention_backends", "attention backend"),
+    "moe_backend": ("kernelbay.moe_backends", "MoE backend"),
+    "platform": ("kernelbay.platforms", "platform"),
+    "config": ("kernelbay.configs", "model_type"),
+    "weight_format": ("kernelbay.weight_formats", "weight format"),
 }
-GROUPS = (
-    "kernelbay.models",
-    "kernelbay.attention_backends",
-    "kernelbay.moe_backends",
-    "kernelbay.platforms",
-    "kernelbay.configs",
-    "kernelbay.weight_formats",
-    "kernelbay.hooks",
-    "kernelbay.commands",
-)
-# Distributions whose registrations are built-in: they only ever fill empty slots.
-FIRST_PARTY_DISTRIBUTIONS = frozenset(
-    {
-        "kernelbay",
-        "kernelbay-engine",
-        "kernelbay-torch",
-        "kernelbay-llama",
-        "kernelbay-deepseek",
-        "kernelbay-gpt",
-        "kernelbay-flashinfer",
-        "kernelbay-gguf",
-        "kernelbay-transformers",
+KINDS = tuple(KIND_INFO)
+INDEX_GROUP = {kind: group for kind, (group, _) in KIND_INFO.items()}
+KIND_LABEL = {kind: label for kind, (_, label) in KIND_INFO.items()}
+GROUPS = (*dict.fromkeys(INDEX_GROUP.values()), "kernelbay.hooks", "kernelbay.commands")
+
+# What each first-party plugin provides, named in "unknown" errors when it is not installed.
+FIRST_PARTY_PROVIDES = {
+    "model": {
+        **dict.fromkeys(
+            (
+                "LlamaForCausalLM",
+                "MistralForCausalLM",
+                "Qwen2ForCausalLM",
+                "Qwen3ForCausalLM",
+                "Phi3ForCausalLM",
+                "Gemma2ForCausalLM",
+                "Gemma3ForCausalLM",
+                "MixtralForCausalLM",
+                "Qwen2MoeForCausalLM",
+                "Qwen3MoeForCausalLM",
+                "GptOssForCausalLM",
+            ),
+            "kernelbay-llama",
+        ),
+        **dict.fromkeys(
+            ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"), "kernelbay-deepseek"
+        ),
+        **dict.fromkeys(
+            ("GPT2LMHeadModel", "OPTForCausalLM", "GPTNeoXForCausalLM", "FalconForCausalLM"), "kernelbay-gpt"
+        ),
+    },
+    "attention_backend": {
+        **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
+        **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
+    },
+    "moe_backend": dict.fromkeys(("TORCH_MOE", "TORCH_GROUPED_MOE"), "kernelbay-torch"),
+    "config": {
+        **dict.fromkeys(("nemotron-nas", "phi3small"), "kernelbay-llama"),
+        "RefinedWebModel": "kernelbay-gpt",
+        "kimi_k2": "kernelbay-deepseek",
+    },
+    "weight_format": {"safetensors": "kernelbay-engine", "gguf": "kernelbay-gguf"},
+}
+# Architectures whose configs a first-party plugin reads but builds no model for, and why.
+NOT_BUILT = {
+    "model": {
+        "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) is not built: transformers has no implementation to check a "
+        "kernelbay model against (the checkpoint ships its own modeling code), so kernelbay-llama reads its "
+        "config (per-layer attention and FFN from block_configs) but provides no model for it.",
+        "Phi3SmallForCausalLM": "Phi-3-small is not built: transformers has no implementation to check a kernelbay "
+        "model against (the checkpoint ships its own modeling code, whose block-sparse attention needs triton), "
+        "so kernelbay-llama reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
+        "Gemma3ForConditionalGeneration": "The multimodal Gemma 3 is not built (kernelbay has no vision encoder "
+        "for it, and text prompts alone would take image tokens as words); kernelbay-llama builds the text-only "
+        "Gemma3ForCausalLM (model_type gemma3_text, as gemma-3-1b-it).",
     }
+}
+# Distributions whose registrations are built-in (they only ever fill empty slots): the core, the fallback,
+# and every distribution named above.
+FIRST_PARTY_DISTRIBUTIONS = frozenset(
+    {"kernelbay", "kernelbay-transformers", *(d for names in FIRST_PARTY_PROVIDES.values() for d in names.values())}
 )
 # First-party distributions ranked below built-in ("fallback"): a claim of theirs fills a slot only when no
 # other provider claims it. The value says what their "*" (any architecture) model claim covers.

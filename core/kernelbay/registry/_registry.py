@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import namedtuple
 from collections.abc import Iterable, Mapping
 
 from .._trace import trace, warn
@@ -16,12 +17,15 @@ from ..errors import (
     UnsupportedArchitecture,
     unknown_name_message,
 )
-from ._discovery import Discovery, EntryPointRecord, discover
+from ._discovery import Discovery, EntryPointRecord, PluginInfo, discover
 from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import (
     ANY_ARCHITECTURE,
+    FIRST_PARTY_PROVIDES,
     INDEX_GROUP,
+    KIND_LABEL,
     KINDS,
+    NOT_BUILT,
     Origin,
     Preferences,
     Provider,
@@ -36,84 +40,13 @@ TYPE_CHECKING = False  # typing's constant without importing typing (registering
 if TYPE_CHECKING:
     from typing import Any
 
-KIND_LABEL = {
-    "model": "architecture",
-    "vision_encoder": "vision encoder",
-    "draft_model": "draft model",
-    "attention_backend": "attention backend",
-    "moe_backend": "MoE backend",
-    "platform": "platform",
-    "config": "model_type",
-    "weight_format": "weight format",
-}
-# What a first-party plugin would provide if it were installed: named in "unknown" errors.
-FIRST_PARTY_PROVIDES = {
-    "model": {
-        **dict.fromkeys(
-            (
-                "LlamaForCausalLM",
-                "MistralForCausalLM",
-                "Qwen2ForCausalLM",
-                "Qwen3ForCausalLM",
-                "Phi3ForCausalLM",
-                "Gemma2ForCausalLM",
-                "Gemma3ForCausalLM",
-                "MixtralForCausalLM",
-                "Qwen2MoeForCausalLM",
-                "Qwen3MoeForCausalLM",
-                "GptOssForCausalLM",
-            ),
-            "kernelbay-llama",
-        ),
-        **dict.fromkeys(
-            ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"), "kernelbay-deepseek"
-        ),
-        **dict.fromkeys(
-            ("GPT2LMHeadModel", "OPTForCausalLM", "GPTNeoXForCausalLM", "FalconForCausalLM"), "kernelbay-gpt"
-        ),
-    },
-    "attention_backend": {
-        **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
-        **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
-    },
-    "moe_backend": dict.fromkeys(("TORCH_MOE", "TORCH_GROUPED_MOE"), "kernelbay-torch"),
-    "config": {
-        **dict.fromkeys(("nemotron-nas", "phi3small"), "kernelbay-llama"),
-        "RefinedWebModel": "kernelbay-gpt",
-        "kimi_k2": "kernelbay-deepseek",
-    },
-    "weight_format": {"safetensors": "kernelbay-engine", "gguf": "kernelbay-gguf"},
-}
-
-# Architectures whose configs kernelbay reads but that no plugin builds, and why: named in "unknown" errors.
-NOT_BUILT = {
-    "model": {
-        "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) is not built: transformers has no implementation to check a "
-        "kernelbay model against (the checkpoint ships its own modeling code), so kernelbay-llama reads its "
-        "config (per-layer attention and FFN from block_configs) but provides no model for it.",
-        "Phi3SmallForCausalLM": "Phi-3-small is not built: transformers has no implementation to check a kernelbay "
-        "model against (the checkpoint ships its own modeling code, whose block-sparse attention needs triton), "
-        "so kernelbay-llama reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
-        "Gemma3ForConditionalGeneration": "The multimodal Gemma 3 is not built (kernelbay has no vision encoder "
-        "for it, and text prompts alone would take image tokens as words); kernelbay-llama builds the text-only "
-        "Gemma3ForCausalLM (model_type gemma3_text, as gemma-3-1b-it).",
-    }
-}
-
 
 def _top(module: str) -> str:
     return module.partition(".")[0]
 
 
-class _Frame:
-    """Registrations made while one provider module imports; committed only if it succeeds."""
-
-    __slots__ = ("provider", "registrations", "objects")
-
-    def __init__(self, provider: Provider):
-        self.provider = provider
-        self.registrations: list[Registration] = []
-        self.objects: dict[str, object] = {}
+# Registrations (and their objects) made while one provider module imports; committed only if it succeeds.
+_Frame = namedtuple("_Frame", "provider registrations objects")
 
 
 class Registry:
@@ -129,7 +62,7 @@ class Registry:
         self._broken: dict[str, BrokenProvider] = {}
         self._attempted: set[str] = set()
         self._unloaded: set[str] = set()
-        self._warned: set[tuple[str, str, str]] = set()
+        self._warned: set[tuple[str, ...]] = set()  # what was warned about once
         self._prefs = Preferences.parse(self._env.get("KERNELBAY_PREFER", ""))
         self.custom_paths: dict[str, str] = {}  # resolved path -> module name
 
@@ -166,7 +99,7 @@ class Registry:
         shared = kind in ("vision_encoder", "draft_model")
         live = [e for e in found.in_group(INDEX_GROUP[kind]) if e.module not in self._unloaded]
         indexed = set() if shared else {e.name for e in live}
-        return sorted((indexed | {n for (k, n) in self._all_slots() if k == kind}) - {ANY_ARCHITECTURE})
+        return sorted((indexed | {n for (k, n) in self._slots() if k == kind}) - {ANY_ARCHITECTURE})
 
     # ---- recording ----------------------------------------------------------------------
     def _frames(self) -> list[_Frame]:
@@ -176,12 +109,9 @@ class Registry:
 
     def provider_for_module(self, module: str) -> Provider:
         """Where a module comes from: the entry-point index first, then refused plugins, then installed metadata."""
-        found = self.discovery()
-        for entry in found.entries:
-            if _top(entry.module) == _top(module):
-                return Provider(module, entry.distribution, entry.version, entry.origin)
-        for info in found.plugins.values():
-            if info.refused and _top(module) in _top_modules(info):
+        # enabled plugins first (stable sort: in index order), then refused ones, whose entries are not indexed
+        for info in sorted(self.discovery().plugins.values(), key=lambda info: info.refused is not None):
+            if _top(module) in {_top(m) for m in info.modules}:
                 return Provider(module, info.distribution, info.version, info.origin)
         dist = _distribution_of(module)
         if dist is None:
@@ -198,19 +128,18 @@ class Registry:
     def _refuse(self, provider: Provider, regs: list[Registration], why: str) -> None:
         """Blocked stays blocked (as in pluggy): a refused distribution's module imported by hand takes no slot."""
         trace("refuse %d registration(s) by %s: %s", len(regs), provider.describe(), why)
-        mark = ("refused", provider.module, "")
-        if mark in self._warned:
-            return
-        self._warned.add(mark)
         what = ", ".join(f"{KIND_LABEL[r.kind]} {r.name!r}" for r in regs)
-        warn(
-            "refused %s registered by %s: its distribution %s %s is refused (%s); it takes no slot",
-            what,
-            provider.module,
-            provider.distribution,
-            provider.version,
-            why,
+        self._warn_once(
+            ("refused", provider.module),
+            f"refused {what} registered by {provider.module}: its distribution {provider.distribution} "
+            f"{provider.version} is refused ({why}); it takes no slot",
         )
+
+    def _warn_once(self, mark: tuple[str, ...], message: str) -> None:
+        """Warn `message` the first time `mark` (what it is about) comes up in this registry."""
+        if mark not in self._warned:
+            self._warned.add(mark)
+            warn("%s", message)
 
     def add(self, kind: str, names: Iterable[str], target: object, caller: str | None = None) -> None:
         """Register `target` (a class, or "module:Class" imported lazily) under each name.
@@ -264,42 +193,34 @@ class Registry:
     def _changed(self, key: tuple[str, str]) -> None:
         """The claims on `key` changed: forget its resolved object, warn if an external now displaces a built-in."""
         self._resolved.pop(key, None)
-        self._warn_displacement(self._slot(key))
-
-    def _slot(self, key: tuple[str, str]) -> Slot | None:
-        """The slot as the precedence rule derives it from the log (never stored: the log is the state)."""
-        claims = [r for regs in self._log.values() for r in regs if r.key == key]
-        slot = decide(key[0], key[1], claims, self._prefs)
-        return slot if slot.winner is not None or slot.conflict else None
-
-    def _all_slots(self) -> dict[tuple[str, str], Slot]:
-        by_key: dict[tuple[str, str], list[Registration]] = {}
-        for regs in self._log.values():
-            for reg in regs:
-                by_key.setdefault(reg.key, []).append(reg)
-        slots = {key: decide(key[0], key[1], claims, self._prefs) for key, claims in by_key.items()}
-        return {key: slot for key, slot in slots.items() if slot.winner is not None or slot.conflict}
-
-    def _warn_displacement(self, slot: Slot | None) -> None:
+        slot = self._slots(key).get(key)
         if slot is None or slot.winner is None or slot.winner.provider.is_builtin:
             return
-        for loser in slot.displaced:
-            mark = (slot.kind, slot.name, slot.winner.provider.module)
-            if loser.provider.is_builtin and mark not in self._warned:
-                self._warned.add(mark)
-                warn(
-                    "%s %r: external %s takes the slot from built-in %s",
-                    KIND_LABEL[slot.kind],
-                    slot.name,
-                    slot.winner.provider.describe(),
-                    loser.provider.describe(),
-                )
+        builtin = [r.provider.describe() for r in slot.displaced if r.provider.is_builtin]
+        if builtin:
+            winner = slot.winner.provider
+            self._warn_once(
+                (*key, winner.module),
+                f"{KIND_LABEL[slot.kind]} {slot.name!r}: external {winner.describe()} takes the slot from built-in "
+                f"{builtin[0]}",
+            )
+
+    def _slots(self, only: tuple[str, str] | None = None) -> dict[tuple[str, str], Slot]:
+        """Slots (or the one slot `only`) as the precedence rule derives them from the log: never stored, the log
+        is the state. A key whose claims leave no winner and no conflict has no slot."""
+        claims: dict[tuple[str, str], list[Registration]] = {}
+        for regs in self._log.values():
+            for reg in regs:
+                if only is None or reg.key == only:
+                    claims.setdefault(reg.key, []).append(reg)
+        slots = {key: decide(*key, regs, self._prefs) for key, regs in claims.items()}
+        return {key: slot for key, slot in slots.items() if slot.winner is not None or slot.conflict}
 
     # ---- importing providers --------------------------------------------------------------
     def run_in_frame(self, provider: Provider, body) -> None:
         """Run `body` (an import) collecting registrations; commit them only if it succeeds."""
         with self._lock:
-            frame = _Frame(provider)
+            frame = _Frame(provider, [], {})
             self._frames().append(frame)
             try:
                 body()
@@ -356,34 +277,29 @@ class Registry:
         with self._lock:
             self.discovery()
             broken = self._import_indexed(kind, name)
-            slot = self._slot((kind, name))
+            slot = self._slots((kind, name)).get((kind, name))
             winner = self._winner_or_raise(kind, name, slot, broken)
             obj = self._load_winner(winner)
             self._resolved[(kind, name)] = obj
             trace("resolve %s %r -> %s from %s", kind, name, winner.target, winner.provider.describe())
-            self._warn_refused_alternatives(kind, name, winner)
-            self._warn_unmatched_preference(slot)
+            # a plugin refused for its core range that provides this name is replaced visibly, once (one the
+            # user switched off is not a surprise)
+            for info in self._advertisers(kind, name):
+                if info.refused and not info.refused.startswith("disabled"):
+                    self._warn_once(
+                        (kind, name, "refused:" + info.distribution),
+                        f"{KIND_LABEL[kind]} {name!r}: using {winner.provider.describe()}; {info.distribution} "
+                        f"{info.version} also provides it but is refused: {info.refused}",
+                    )
+            problem = self.preference_problem(slot)
+            if problem:
+                self._warn_once(("prefer", kind, name), problem)
             return obj
 
-    def _warn_refused_alternatives(self, kind: str, name: str, winner: Registration) -> None:
-        """A plugin refused for its core range that provides this name is replaced visibly, once."""
-        for info in self.discovery().plugins.values():
-            if not info.refused or info.refused.startswith("disabled"):
-                continue  # a plugin the user switched off is not a surprise
-            if name not in info.groups.get(INDEX_GROUP[kind], []):
-                continue
-            mark = (kind, name, "refused:" + info.distribution)
-            if mark not in self._warned:
-                self._warned.add(mark)
-                warn(
-                    "%s %r: using %s; %s %s also provides it but is refused: %s",
-                    KIND_LABEL[kind],
-                    name,
-                    winner.provider.describe(),
-                    info.distribution,
-                    info.version,
-                    info.refused,
-                )
+    def _advertisers(self, kind: str, name: str) -> list[PluginInfo]:
+        """Installed plugins whose metadata names (kind, name), refused ones included."""
+        group = INDEX_GROUP[kind]
+        return [info for info in self.discovery().plugins.values() if name in info.groups.get(group, ())]
 
     def preference_problem(self, slot: Slot | None) -> str | None:
         """Why a KERNELBAY_PREFER entry for this slot has no effect (it names no provider claiming it)."""
@@ -399,33 +315,18 @@ class Registry:
             f"that slot (claimed by: {providers}); name one of those"
         )
 
-    def _warn_unmatched_preference(self, slot: Slot | None) -> None:
-        problem = self.preference_problem(slot)
-        if problem is None or slot is None:
-            return
-        mark = ("prefer", slot.kind, slot.name)
-        if mark not in self._warned:
-            self._warned.add(mark)
-            warn("%s", problem)
-
     def fallback_claim(self, kind: str) -> Registration | None:
         """The fallback's claim on every name of `kind` (its "*" slot, imported), if a fallback is installed."""
         with self._lock:
             self.discovery()
             broken = self._import_indexed(kind, ANY_ARCHITECTURE)
-            slot = self._slot((kind, ANY_ARCHITECTURE))
+            slot = self._slots((kind, ANY_ARCHITECTURE)).get((kind, ANY_ARCHITECTURE))
         winner = slot.winner if slot is not None else None
         if winner is not None and winner.provider.is_fallback:
             return winner
         if broken:  # installed but failing to import: say so rather than "not installed"
             raise type(broken[0].error)(f"the fallback provider cannot be used: {broken[0].error}") from broken[0].error
         return None
-
-    def _claimed_elsewhere(self, kind: str, name: str) -> bool:
-        """Some installed plugin advertises (kind, name), even if it is refused or never registered it."""
-        if self.index_entries(kind, name):
-            return True
-        return any(name in info.groups.get(INDEX_GROUP[kind], []) for info in self.discovery().plugins.values())
 
     def resolve_impl(self, kind: str, name: str, model_impl: str = "auto", hf_config=None) -> object:
         """The provider of (kind, name) between native providers and the fallback (vLLM's `model_impl`): "native"
@@ -436,20 +337,22 @@ class Registry:
         native error and the fallback's reason together."""
         if model_impl not in MODEL_IMPLS:
             raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
-        if model_impl == "native":
-            return self.resolve(kind, name)
-        if model_impl == "auto":
+        if model_impl != "transformers":
             try:
                 return self.resolve(kind, name)
             except UnknownNameError as err:
-                fallback = self.fallback_claim(kind) if kind == "model" else None
-                if fallback is None or self._claimed_elsewhere(kind, name):
-                    raise  # a plugin that should provide it but cannot is to be fixed, not papered over
+                fallback = self.fallback_claim(kind) if kind == "model" and model_impl == "auto" else None
+                # a plugin advertising the name (refused, or never registering it) is to be fixed, not papered over
+                if fallback is None or self._advertisers(kind, name):
+                    raise
                 trace("%s %r: no native provider (%s); the fallback %s serves", kind, name, err, fallback.target)
                 return self._serving_fallback(fallback, hf_config, str(err))
         fallback = self.fallback_claim(kind)
         if fallback is None:
-            raise UnknownNameError(f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' {_NO_FALLBACK}")
+            raise UnknownNameError(
+                f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' needs the fallback provider, which is not "
+                "installed: pip install kernelbay-transformers"
+            )
         return self._serving_fallback(fallback, hf_config, f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'")
 
     def _serving_fallback(self, fallback: Registration, hf_config, context: str) -> object:
@@ -489,8 +392,8 @@ class Registry:
                 f"{msg} {who} advertise(s) {name!r} in {INDEX_GROUP[kind]} but never registered it; "
                 "run `kernelbay doctor`."
             )
-        for info in self.discovery().plugins.values():
-            if info.refused and name in info.groups.get(INDEX_GROUP[kind], []):
+        for info in self._advertisers(kind, name):
+            if info.refused:
                 return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
         dist = FIRST_PARTY_PROVIDES.get(kind, {}).get(name)
         if dist:
@@ -517,7 +420,7 @@ class Registry:
     def indexed_slots(self) -> list[tuple[Slot, str]]:
         """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
         found = self.discovery()
-        out = {key: (slot, "registered") for key, slot in self._all_slots().items()}
+        out = {key: (slot, "registered") for key, slot in self._slots().items()}
         by_name: dict[str, list[Registration]] = {}
         for entry in found.in_group("kernelbay.models"):
             provider = self.provider_of_entry(entry)
@@ -530,11 +433,11 @@ class Registry:
     # ---- the log ------------------------------------------------------------------------
     def slot(self, kind: str, name: str) -> Slot | None:
         self.discovery()
-        return self._slot((kind, name))
+        return self._slots((kind, name)).get((kind, name))
 
     def slots(self) -> list[Slot]:
         self.discovery()
-        slots = self._all_slots()
+        slots = self._slots()
         return [slots[k] for k in sorted(slots)]
 
     def log(self) -> list[Registration]:
@@ -677,13 +580,7 @@ def _distribution_of(module: str) -> tuple[str, str] | None:
     return names[0], metadata.version(names[0])
 
 
-def _top_modules(info) -> set[str]:
-    """Top-level packages a plugin's entry points name (refused plugins too: their records are not indexed)."""
-    return {_top(m) for m in info.modules}
-
-
 MODEL_IMPLS = ("auto", "native", "transformers")
-_NO_FALLBACK = "needs the fallback provider, which is not installed: pip install kernelbay-transformers"
 
 
 def _conflict_message(slot: Slot) -> str:
