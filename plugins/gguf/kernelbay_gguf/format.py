@@ -85,7 +85,7 @@ class GGUFFormat(CheckpointFormat):
             n_head = fields[f"{name}.attention.head_count"]
             heads = (n_head, fields.get(f"{name}.attention.head_count_kv", n_head))
         tensors = (as_stored_by(check_tensor(path, t), arch, heads) for t in parsed.tensors)
-        return GGUFSource(path, tensors, arch.block_names)
+        return GGUFSource(path, tensors, arch)
 
     @classmethod
     def has_tokenizer(cls, path: Path) -> bool:

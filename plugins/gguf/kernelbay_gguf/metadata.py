@@ -12,6 +12,8 @@ from typing import Any
 
 from kernelbay.errors import MalformedConfig, UnsupportedArchitecture
 
+DEFAULT_EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
+
 
 @dataclass(frozen=True, slots=True)
 class Architecture:
@@ -19,21 +21,49 @@ class Architecture:
 
     hf_architecture: str
     model_type: str
-    permuted_qk: bool  # convert_hf_to_gguf interleaves Q/K rows for its rotary layout (Llama only)
+    permuted_qk: bool = False  # convert_hf_to_gguf interleaves Q/K rows for its rotary layout (Llama only)
     block_names: Mapping[str, str] = field(default_factory=dict)  # GGUF block tensor -> HF name, where not Llama's
     norm_offset: float = 0.0  # added back to every norm weight on read (Gemma's converter stores 1 + w)
+    keys: Mapping[str, str] = field(default_factory=dict)  # further GGUF keys (after "{arch}.") -> config fields
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # config fields llama.cpp fixes and GGUF never says
+    expert_names: tuple[str, str, str] = DEFAULT_EXPERT_NAMES  # HF per-expert (gate, up, down) names
 
 
-_GEMMA2_BLOCKS = {
+_GEMMA_BLOCKS = {
     "post_attention_norm": "post_attention_layernorm",
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
+_EXPERTS = {"expert_count": "num_experts", "expert_used_count": "num_experts_per_tok"}
+_EXPERT_WIDTHS = {
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_shared_feed_forward_length": "shared_expert_intermediate_size",
+}
 ARCHITECTURES = {
     "llama": Architecture("LlamaForCausalLM", "llama", permuted_qk=True),
-    "qwen2": Architecture("Qwen2ForCausalLM", "qwen2", permuted_qk=False),
-    "qwen3": Architecture("Qwen3ForCausalLM", "qwen3", permuted_qk=False),
-    "gemma2": Architecture("Gemma2ForCausalLM", "gemma2", False, _GEMMA2_BLOCKS, norm_offset=-1.0),
+    "qwen2": Architecture("Qwen2ForCausalLM", "qwen2", defaults={"use_sliding_window": False}),
+    "qwen3": Architecture("Qwen3ForCausalLM", "qwen3"),
+    "gemma2": Architecture("Gemma2ForCausalLM", "gemma2", block_names=_GEMMA_BLOCKS, norm_offset=-1.0),
+    "gemma3": Architecture("Gemma3ForCausalLM", "gemma3_text", block_names=_GEMMA_BLOCKS, norm_offset=-1.0),
+    "phi3": Architecture("Phi3ForCausalLM", "phi3", block_names={"ffn_up": "mlp.gate_up_proj"}),
+    "qwen2moe": Architecture("Qwen2MoeForCausalLM", "qwen2_moe", keys={**_EXPERTS, **_EXPERT_WIDTHS}),
+    # llama.cpp renormalises Qwen3-MoE's top-k weights (transformers' GGUF loader sets the same default)
+    "qwen3moe": Architecture(
+        "Qwen3MoeForCausalLM", "qwen3_moe", keys={**_EXPERTS, **_EXPERT_WIDTHS}, defaults={"norm_topk_prob": True}
+    ),
+}
+# Mixtral files say general.architecture "llama" and carry experts: told apart by llama.expert_count.
+MIXTRAL = Architecture(
+    "MixtralForCausalLM",
+    "mixtral",
+    permuted_qk=True,
+    keys={"expert_count": "num_local_experts", "expert_used_count": "num_experts_per_tok"},
+    expert_names=("w1", "w3", "w2"),
+)
+# Architectures kernelbay serves from safetensors but not from GGUF, and why.
+REFUSED = {
+    "gemma": "transformers cannot load Gemma 1 GGUF files, so kernelbay-gguf has no reference to verify its "
+    "mapping against; convert the model to a safetensors folder (kernelbay serves GemmaForCausalLM from one)",
 }
 
 # GGUF key (after "{arch}.") -> config.json field; the required ones first.
@@ -58,16 +88,21 @@ TOKEN_KEYS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id"}
 
 
 def architecture(fields: dict[str, Any], source: str) -> tuple[str, Architecture]:
-    """The file's `general.architecture` and kernelbay's mapping for it."""
+    """The file's `general.architecture` (its metadata key prefix) and kernelbay's mapping for it."""
     name = fields.get("general.architecture")
     if not isinstance(name, str):
         raise MalformedConfig(f"{source} has no general.architecture key; it is not a model GGUF file")
+    if name in REFUSED:
+        raise UnsupportedArchitecture(f"{source}: GGUF architecture {name!r} is not supported: {REFUSED[name]}")
     arch = ARCHITECTURES.get(name)
     if arch is None:
         raise UnsupportedArchitecture(
             f"{source}: GGUF architecture {name!r} is not supported by kernelbay-gguf "
-            f"(supported: {', '.join(sorted(ARCHITECTURES))}); convert the model to a safetensors folder instead"
+            f"(supported: {', '.join(sorted(ARCHITECTURES))}, and llama files with experts as Mixtral); "
+            f"convert the model to a safetensors folder instead"
         )
+    if name == "llama" and f"{name}.expert_count" in fields:
+        return name, MIXTRAL
     return name, arch
 
 
@@ -78,7 +113,7 @@ def config_dict(fields: dict[str, Any], tensor_names: set[str], source: str) -> 
     if missing:
         raise MalformedConfig(f"{source} lacks the metadata key(s) {', '.join(missing)}; the file is incomplete")
     config: dict[str, Any] = {"model_type": arch.model_type, "architectures": [arch.hf_architecture]}
-    for key, hf_field in {**REQUIRED_KEYS, **OPTIONAL_KEYS}.items():
+    for key, hf_field in {**REQUIRED_KEYS, **OPTIONAL_KEYS, **arch.keys}.items():
         if f"{name}.{key}" in fields:
             config[hf_field] = fields[f"{name}.{key}"]
     for key, hf_field in TOKEN_KEYS.items():
@@ -86,12 +121,10 @@ def config_dict(fields: dict[str, Any], tensor_names: set[str], source: str) -> 
             config[hf_field] = fields[f"tokenizer.ggml.{key}"]
     if "vocab_size" not in config:
         config["vocab_size"] = _vocab_size(fields, source)
-    _check_rope_scaling(fields, name, tensor_names, source)
+    _check_rope(fields, name, config, tensor_names, source)
     config["tie_word_embeddings"] = "output.weight" not in tensor_names
     config["dtype"] = "float32"  # quantized tensors dequantize to float32 exactly
-    if arch.model_type == "qwen2":
-        config["use_sliding_window"] = False  # a Qwen2 GGUF carries no window: full attention everywhere
-    return config
+    return {**config, **arch.defaults}
 
 
 def _vocab_size(fields: dict[str, Any], source: str) -> int:
@@ -101,9 +134,20 @@ def _vocab_size(fields: dict[str, Any], source: str) -> int:
     return len(tokens)
 
 
-def _check_rope_scaling(fields: dict[str, Any], name: str, tensor_names: set[str], source: str) -> None:
-    """Scaled rotary embeddings are refused rather than silently run unscaled."""
+ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+def _check_rope(fields: dict[str, Any], name: str, config: dict, tensor_names: set[str], source: str) -> None:
+    """Scaled or partial rotary embeddings are refused rather than silently run unscaled or whole."""
     kind = fields.get(f"{name}.rope.scaling.type", "none")
-    if kind not in ("none", None) or "rope_freqs.weight" in tensor_names:
-        what = f"rope scaling {kind!r}" if kind not in ("none", None) else "per-frequency rope factors (rope_freqs)"
+    factors = [t for t in ROPE_FACTOR_TENSORS if t in tensor_names]
+    if kind not in ("none", None) or factors:
+        what = f"rope scaling {kind!r}" if kind not in ("none", None) else f"per-frequency rope factors ({factors[0]})"
         raise MalformedConfig(f"{source} uses {what}, which kernelbay-gguf does not map yet")
+    rotary = fields.get(f"{name}.rope.dimension_count")
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if rotary is not None and rotary != head_dim:
+        raise MalformedConfig(
+            f"{source}: {name}.rope.dimension_count {rotary} differs from the head size {head_dim} (partial rotary "
+            f"embeddings), which kernelbay-gguf does not map yet; convert the model to a safetensors folder"
+        )

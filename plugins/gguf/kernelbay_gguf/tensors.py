@@ -10,7 +10,7 @@ only while a model loads: afterwards nothing of it stays resident.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
-from kernelbay_gguf.metadata import Architecture
+from kernelbay_gguf.metadata import DEFAULT_EXPERT_NAMES, Architecture
 
 # Read by dequantizing to float32 with the gguf package; anything else is refused by name.
 SUPPORTED_TYPES = frozenset(
@@ -47,17 +47,29 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "attn_qkv": "self_attn.qkv_proj",  # Phi-3's fused projections
+    "ffn_gate_inp": "mlp.gate",  # the MoE router
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# Routed experts stacked in one tensor [experts, out, in]: each expert is read as its own [out, in] slice.
+EXPERT_PARTS = {"ffn_gate_exps": 0, "ffn_up_exps": 1, "ffn_down_exps": 2}  # index into the (gate, up, down) names
 
 
-def hf_name(name: str, block_names: Mapping[str, str] | None = None) -> str:
-    """The Hugging Face name of a GGUF tensor (`block_names`: an architecture's own block names over Llama's);
+def hf_name(info: TensorInfo, arch: Architecture | None = None) -> str:
+    """The Hugging Face name of a GGUF tensor (an architecture's own block and expert names over Llama's);
     an unknown one keeps its name (the load plan reports it)."""
+    name = info.name
     block = _BLOCK.fullmatch(name)
+    if block and block[2] in EXPERT_PARTS and info.expert is not None:
+        part = (arch.expert_names if arch else DEFAULT_EXPERT_NAMES)[EXPERT_PARTS[block[2]]]
+        return f"model.layers.{block[1]}.mlp.experts.{info.expert}.{part}.{block[3]}"
     if block:
         index, part, kind = block.groups()
-        names = {**_BLOCK_NAMES, **(block_names or {})}
+        names = {**_BLOCK_NAMES, **(arch.block_names if arch else {})}
         return f"model.layers.{index}.{names[part]}.{kind}" if part in names else name
     stem, _, kind = name.rpartition(".")
     return f"{_GLOBAL_NAMES[stem]}.{kind}" if stem in _GLOBAL_NAMES else name
@@ -81,6 +93,7 @@ class TensorInfo:
     present: int  # bytes the file really holds there (less when truncated or the offset is wrong)
     permute_heads: int = 0  # the head count its rows are permuted by (0: none)
     offset: float = 0.0  # added to every value on read (Gemma's norms)
+    expert: int | None = None  # one expert's slice of a stacked expert tensor (`per_expert`)
 
 
 def tensor_info(t: ReaderTensor) -> TensorInfo:
@@ -113,12 +126,27 @@ def as_stored_by(info: TensorInfo, arch: Architecture, heads: tuple[int, int] | 
     return info
 
 
+def per_expert(info: TensorInfo) -> list[TensorInfo]:
+    """A stacked expert tensor [E, out, in] as E tensors [out, in] over consecutive byte ranges; others as is.
+    A 1-D shared-expert gate [in] is the HF Linear's [1, in] (llama.cpp stores it without the row axis)."""
+    if info.name.endswith("ffn_gate_inp_shexp.weight") and len(info.shape) == 1:
+        return [replace(info, shape=(1, *info.shape))]
+    block = _BLOCK.fullmatch(info.name)
+    if not block or block[2] not in EXPERT_PARTS or len(info.shape) != 3:
+        return [info]
+    experts, each = info.shape[0], info.nbytes // info.shape[0]
+    return [
+        replace(info, shape=info.shape[1:], start=info.start + e * each, nbytes=each, present=each, expert=e)
+        for e in range(experts)
+    ]
+
+
 class GGUFSource:
     """`WeightSource` over one GGUF file (kernelbay_engine.loading.formats)."""
 
-    def __init__(self, path: Path, tensors: Iterable[TensorInfo], block_names: Mapping[str, str] | None = None):
+    def __init__(self, path: Path, tensors: Iterable[TensorInfo], arch: Architecture | None = None):
         self.folder = path
-        self.entries = {hf_name(t.name, block_names): t for t in tensors}
+        self.entries = {hf_name(part, arch): part for t in tensors for part in per_expert(t)}
 
     @property
     def names(self) -> list[str]:

@@ -1,7 +1,9 @@
 """Write a transformers model as a GGUF file the way llama.cpp's converter lays it out (tests only).
 
-Names, the Llama Q/K row permutation and the metadata keys follow convert_hf_to_gguf.py, so that
-transformers' own GGUF reader (the reference) and kernelbay's read the same bytes.
+Tensor names come from gguf's own HF -> GGUF table (`get_tensor_name_map`, what convert_hf_to_gguf.py
+uses); transformers' stacked experts are split into the converter's `ffn_{gate,up,down}_exps`, the Llama
+Q/K rows permuted, Gemma's norms stored as 1 + w and the metadata keys written as the converter does,
+so that transformers' own GGUF reader (the reference) and kernelbay's read the same bytes.
 """
 
 from __future__ import annotations
@@ -15,41 +17,28 @@ import torch
 import transformers
 from gguf import GGMLQuantizationType as Q
 
-BLOCK = {
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+GEMMA = ("gemma2", "gemma3")
+MOE = ("qwen2moe", "qwen3moe")
 
 
-GEMMA2_BLOCK = {
-    "post_attention_layernorm": "post_attention_norm",
-    "pre_feedforward_layernorm": "ffn_norm",
-    "post_feedforward_layernorm": "post_ffw_norm",
-}
-
-
-def gguf_name(hf: str, arch: str = "llama") -> str:
+def gguf_name(hf: str, arch: str = "llama", blocks: int = 64) -> str:
+    """The converter's name for an HF tensor (`blocks`: at least the model's layer count)."""
     stem, _, kind = hf.rpartition(".")
-    if stem.startswith("model.layers."):
-        index, _, part = stem[len("model.layers.") :].partition(".")
-        names = {**BLOCK, **GEMMA2_BLOCK} if arch == "gemma2" else BLOCK
-        return f"blk.{index}.{names[part]}.{kind}"
-    return f"{GLOBAL[stem]}.{kind}"
+    enum = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}[arch]
+    name = gguf.get_tensor_name_map(enum, blocks).get_name(stem)
+    if name is None:
+        raise KeyError(f"gguf has no {arch} name for {hf}")
+    return f"{name}.{kind}"
 
 
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's LlamaModel.permute: HF's half-split rotary rows -> interleaved pairs, per head."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _rope_theta(config) -> float:
+    rope = config.rope_parameters
+    return rope["full_attention"]["rope_theta"] if "full_attention" in rope else rope["rope_theta"]
 
 
 def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ...] = ()) -> None:
@@ -61,22 +50,51 @@ def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ..
         "head_count": (writer.add_head_count, config.num_attention_heads),
         "head_count_kv": (writer.add_head_count_kv, config.num_key_value_heads),
         "rms_eps": (writer.add_layer_norm_rms_eps, config.rms_norm_eps),
-        "rope_freq_base": (writer.add_rope_freq_base, config.rope_parameters["rope_theta"]),
+        "rope_freq_base": (writer.add_rope_freq_base, _rope_theta(config)),
         "vocab_size": (writer.add_vocab_size, config.vocab_size),
         "bos": (writer.add_bos_token_id, config.bos_token_id),
         "eos": (writer.add_eos_token_id, config.eos_token_id),
     }
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if head_dim != config.hidden_size // config.num_attention_heads or arch == "gemma2":
+    if head_dim != config.hidden_size // config.num_attention_heads or arch in GEMMA:
         keys["key_length"] = (writer.add_key_length, head_dim)
         keys["value_length"] = (writer.add_value_length, head_dim)
-    if arch == "gemma2":  # what convert_hf_to_gguf's Gemma2Model writes besides
+    if arch in GEMMA:
         keys["sliding_window"] = (writer.add_sliding_window, config.sliding_window)
+    if arch == "gemma2":  # what convert_hf_to_gguf's Gemma2Model writes besides
         for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
             keys[cap] = (functools.partial(writer.add_float32, f"{arch}.{cap}"), getattr(config, cap))
+    if arch == "phi3":
+        keys["rope_dimension_count"] = (writer.add_rope_dimension_count, head_dim)
+    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    if experts:
+        keys["expert_count"] = (writer.add_expert_count, experts)
+        keys["expert_used_count"] = (writer.add_expert_used_count, config.num_experts_per_tok)
+    if arch in MOE:
+        keys["expert_width"] = (writer.add_expert_feed_forward_length, config.moe_intermediate_size)
+    if arch == "qwen2moe":
+        keys["shared_width"] = (writer.add_expert_shared_feed_forward_length, config.shared_expert_intermediate_size)
     for name, (add, value) in keys.items():
         if name not in skip:
             add(value)
+
+
+def converted(hf: str, data: np.ndarray, arch: str, config) -> list[tuple[str, np.ndarray]]:
+    """(GGUF name, array) for one HF tensor, changed as the converter changes it."""
+    if hf.endswith(".mlp.experts.gate_up_proj"):  # [E, 2I, H], gate rows first
+        prefix = gguf_name(hf.replace("experts.gate_up_proj", "experts.down_proj.weight"), arch).split(".ffn_")[0]
+        gate, up = np.split(data, 2, axis=1)
+        return [(f"{prefix}.ffn_gate_exps.weight", gate), (f"{prefix}.ffn_up_exps.weight", up)]
+    if hf.endswith(".mlp.experts.down_proj"):
+        return [(gguf_name(f"{hf}.weight", arch), data)]
+    name = gguf_name(hf, arch)
+    if arch in GEMMA and name.endswith("norm.weight"):
+        data = data + 1  # Gemma's converter stores the (1 + w) its RMSNorm multiplies by
+    if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+        data = permute(data, config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads)
+    if name.endswith("ffn_gate_inp_shexp.weight"):
+        data = data[0]  # llama.cpp holds the shared expert's gate as a vector
+    return [(name, data)]
 
 
 def write_gguf(
@@ -88,25 +106,19 @@ def write_gguf(
     skip_keys: tuple[str, ...] = (),
     architecture: str | None = None,
 ) -> Path:
-    """`hf_model` as `path`: 2-D weights stored as `qtype` (F32/F16/Q8_0/...), norms and biases as F32."""
+    """`hf_model` as `path`: 2-D and expert weights stored as `qtype` (F32/F16/Q8_0/...), norms and biases F32."""
     config = hf_model.config
     writer = gguf.GGUFWriter(path, architecture or arch)
     add_metadata(writer, config, architecture or arch, skip_keys)
     for hf, tensor in hf_model.state_dict().items():
         if hf == "lm_head.weight" and config.tie_word_embeddings:
             continue
-        data = tensor.detach().to(torch.float32).numpy()
-        name = gguf_name(hf, arch)
-        if arch == "gemma2" and name.endswith("norm.weight"):
-            data = data + 1  # Gemma's converter stores the (1 + w) its RMSNorm multiplies by
-        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-            heads = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
-            data = permute(data, heads)
-        kind = qtype if data.ndim == 2 else Q.F32
-        stored = data.astype(np.float16) if kind == Q.F16 else data
-        if kind not in (Q.F32, Q.F16):
-            stored = gguf.quants.quantize(data, kind)
-        writer.add_tensor(name, stored, raw_dtype=kind if kind not in (Q.F32, Q.F16) else None)
+        for name, data in converted(hf, tensor.detach().to(torch.float32).numpy(), arch, config):
+            kind = qtype if data.ndim >= 2 and not name.endswith("ffn_gate_inp.weight") else Q.F32
+            stored = data.astype(np.float16) if kind == Q.F16 else data
+            if kind not in (Q.F32, Q.F16):
+                stored = gguf.quants.quantize(data, kind)
+            writer.add_tensor(name, stored, raw_dtype=kind if kind not in (Q.F32, Q.F16) else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

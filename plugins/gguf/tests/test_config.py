@@ -11,6 +11,9 @@ import transformers
 from kernelbay.cli import main
 from kernelbay.config import ModelConfig
 from plugins.gguf.tests._tiny import TINY_GGUF
+from plugins.gguf.tests._write import write_gguf
+from tests.models._tiny import COMMON, Tiny
+from tests.models.conftest import build_reference
 
 IGNORED = ("notes", "source", "hf_config")  # provenance, not geometry
 
@@ -59,3 +62,14 @@ def test_smollm2_config_equals_transformers(smollm2):
         3,
     )
     assert ours.tie_word_embeddings and ours.rope.theta == 100000.0
+
+
+def test_mixtral_config_equals_the_source_model(tmp_path):
+    """A llama file with experts is Mixtral (transformers reads it as a dense Llama, so the source is the reference;
+    its eps a power of two, which GGUF's float32 key holds exactly)."""
+    config = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=2.0**-16)
+    source = build_reference("mixtral", tiny=Tiny("mixtral-8x7b", lambda: config))
+    path = write_gguf(tmp_path / "model.gguf", source, "llama")
+    ours = ModelConfig.from_pretrained(path)
+    assert _fields(ours) == _fields(ModelConfig.from_hf_config(source.config))
+    assert ours.moe.num_experts == 4 and ours.moe.top_k == 2

@@ -28,8 +28,49 @@ def tiny_llama():
 
 def test_unsupported_architecture_is_named(tmp_path, tiny_llama):
     path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama", architecture="mamba")
-    with pytest.raises(UnsupportedArchitecture, match=r"GGUF architecture 'mamba' is not supported .*llama, qwen2"):
+    with pytest.raises(UnsupportedArchitecture, match=r"architecture 'mamba' is not supported .*llama, phi3, qwen2"):
         ModelConfig.from_pretrained(path)
+
+
+def test_gemma_1_is_refused_because_transformers_cannot_read_it(tmp_path, tiny_llama):
+    """Gemma 1 (general.architecture gemma): transformers has no GGUF mapping for it, so there is no reference."""
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama, "llama", architecture="gemma")
+    with pytest.raises(UnsupportedArchitecture, match=r"'gemma' is not supported: transformers cannot load Gemma 1"):
+        ModelConfig.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_phi3():
+    return build_reference("phi3", tiny=TINY_GGUF["phi3"][1])
+
+
+def test_partial_rotary_is_refused(tmp_path, tiny_phi3):
+    """Phi-4-mini rotates 3/4 of each head: rope.dimension_count below the head size is not silently run whole."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "phi3")
+    add_metadata(writer, tiny_phi3.config, "phi3", skip=("rope_dimension_count",))
+    writer.add_rope_dimension_count(12)
+    _finish(writer)
+    with pytest.raises(MalformedConfig, match=r"phi3\.rope\.dimension_count 12 differs from the head size 16"):
+        ModelConfig.from_pretrained(path)
+
+
+def test_long_rope_factors_are_refused(tmp_path, tiny_phi3):
+    """Phi-3 128k files carry rope_factors_long / _short tensors (LongRoPE): refused, not run unscaled."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "phi3")
+    add_metadata(writer, tiny_phi3.config, "phi3")
+    writer.add_tensor("rope_factors_long.weight", np.ones(8, dtype=np.float32))
+    _finish(writer)
+    with pytest.raises(MalformedConfig, match=r"per-frequency rope factors \(rope_factors_long\.weight\)"):
+        ModelConfig.from_pretrained(path)
+
+
+def _finish(writer: gguf.GGUFWriter) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def test_missing_metadata_key_is_named(tmp_path, tiny_llama):
@@ -46,10 +87,7 @@ def test_unsupported_quant_type_names_the_tensor_and_type(tmp_path, tiny_llama):
     block_bytes, block_size = gguf.GGML_QUANT_SIZES[Q.IQ4_NL][1], gguf.GGML_QUANT_SIZES[Q.IQ4_NL][0]
     raw = np.zeros((96, 64 // block_size * block_bytes), dtype=np.uint8)
     writer.add_tensor("token_embd.weight", raw, raw_dtype=Q.IQ4_NL)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _finish(writer)
     with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as IQ4_NL.*supported: .*Q4_1"):
         open_checkpoint(path)
 

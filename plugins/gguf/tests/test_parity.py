@@ -20,7 +20,8 @@ from tests.models.conftest import build_reference
 @pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0], ids=lambda q: q.name)
 @pytest.mark.parametrize("name", sorted(TINY_GGUF))
 def test_gguf_logits_and_greedy_tokens_match_transformers(tiny_gguf, name, qtype, backend):
-    """Four prompts of different lengths in one prefill, then 8 decode steps (Llama's Q/K rows un-permuted)."""
+    """Four prompts of different lengths in one prefill, then 8 decode steps (Llama's Q/K rows un-permuted, Phi-3's
+    fused projections, MoE experts read as per-expert slices of the stacked tensors)."""
     path = tiny_gguf(name, qtype)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     compare_generation(transformers_from_gguf(path), runner(model, backend), f"{name} {qtype.name} {backend}")
@@ -43,6 +44,18 @@ def test_head_dim_comes_from_key_length(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     assert model.config.head_dim == 24
     compare_generation(source, runner(model, "SDPA"), "qwen3 head_dim 24")
+
+
+def test_mixtral_file_is_llama_with_experts(tmp_path):
+    """llama.cpp writes Mixtral as general.architecture llama plus llama.expert_count: kernelbay builds Mixtral.
+    transformers loads such a file as a dense Llama with its MLPs newly initialised (the experts dropped), so the
+    reference is the source model itself (F32 storage: the file holds its exact weights)."""
+    config = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2)
+    source = build_reference("mixtral", tiny=Tiny("mixtral-8x7b", lambda: config))
+    path = write_gguf(tmp_path / "model.gguf", source, "llama")
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    assert type(model).__name__ == "MixtralForCausalLM"
+    compare_generation(source, runner(model, "SDPA"), "mixtral (llama + experts)")
 
 
 def test_mmap_maps_the_float_tensors_and_matches(tiny_gguf):
