@@ -7,8 +7,6 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import _geometry as geo
-from ._checkpoint import Checkpoint
-from ._dtypes import resolve_dtype
 from ._fields import Fields
 from ._layers import ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
 from ._loading import CONFIG_FILE, load_hf_config, read_config_json
@@ -28,7 +26,7 @@ def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: b
         fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)")
     else:
         hf_config = load_hf_config(folder, raw, trust_remote_code)
-        fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), checkpoint=Checkpoint(folder))
+        fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), folder=folder)
     try:
         return _build(fields, hf_config, folder, encoder_only)
     except ConfigError as err:
@@ -111,7 +109,7 @@ def _assemble(
         max_position_embeddings=max_positions,
         rms_norm_eps=geo.resolve_norm_eps(f),
         tie_word_embeddings=f.get_bool("tie_word_embeddings"),
-        dtype=resolve_dtype(f),
+        dtype=geo.resolve_dtype(f),
         layer_types=plan.kinds,
         layer_num_kv_heads=kv_heads,
         sliding_window=plan.sliding_window,
@@ -187,6 +185,6 @@ def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
     for key in INHERITED_KEYS:
         if f.raw.get(key) is not None and key not in raw:
             raw[key] = f.raw[key]
-    part = Fields(raw, parsed, source=f"{f.source} ({name})", checkpoint=f.checkpoint)
+    part = Fields(raw, parsed, source=f"{f.source} ({name})", folder=f.folder)
     part.notes = f.notes
     return part, sub_config if sub_config is not None else hf_config

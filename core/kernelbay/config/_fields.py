@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
 from typing import Any, overload
 
 from ..errors import ConfigError
-from ._checkpoint import Checkpoint
 from ._limits import check_finite
+from ._weight_files import stored_tensors
 
 
 class Fields:
@@ -18,18 +20,17 @@ class Fields:
     `parsed` fills class defaults and legacy spellings (`n_embd`, `rope_parameters`, ...).
     """
 
-    def __init__(
-        self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str, checkpoint: Checkpoint | None = None
-    ):
+    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str, folder: Path | None = None):
         self.raw = raw
         self.parsed = parsed
         self.source = source  # where the keys came from, for error messages
-        self.checkpoint = checkpoint  # the folder's safetensors headers: evidence for keys left out
+        self.folder = folder  # the model folder, whose stored tensors are evidence for keys left out
         self.notes: list[str] = []  # how a default or a quirk was resolved, in words
 
-    def weights(self) -> Checkpoint | None:
-        """The checkpoint's tensors when the folder has safetensors files, else None."""
-        return self.checkpoint if self.checkpoint is not None and self.checkpoint.has_weights() else None
+    @cached_property
+    def tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """name -> (dtype, shape) of the folder's stored tensors (headers only); {} without any."""
+        return stored_tensors(self.folder) if self.folder is not None else {}
 
     def written(self, *names: str) -> bool:
         """True when config.json itself has one of these keys (even with a null value)."""

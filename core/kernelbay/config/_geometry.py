@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ..dtypes import MODEL_DTYPES, canonical
 from ..errors import ConfigError
 from ._fields import Fields
 from ._limits import MAX_LAYERS, check_finite, check_size
@@ -64,15 +67,14 @@ def _q_lora_rank(f: Fields) -> int | None:
     # a checkpoint without query compression (DeepSeek-V2-Lite) would silently get the wrong layers.
     if not f.raw or f.written("q_lora_rank"):
         return f.get_int("q_lora_rank")
-    weights = f.weights()
-    if weights is not None:
-        compressed = weights.find("self_attn.q_a_proj.weight")
-        if compressed is not None:
-            f.notes.append(f"q_lora_rank missing: {compressed[1]['shape'][0]}, the rows of {compressed[0]}")
-            return int(compressed[1]["shape"][0])
-        if weights.find("self_attn.q_proj.weight") is not None:
-            f.notes.append("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
-            return None
+    compressed = sorted(name for name in f.tensors if name.endswith("self_attn.q_a_proj.weight"))
+    if compressed:
+        rows = f.tensors[compressed[0]][1][0]
+        f.notes.append(f"q_lora_rank missing: {rows}, the rows of {compressed[0]}")
+        return rows
+    if any(name.endswith("self_attn.q_proj.weight") for name in f.tensors):
+        f.notes.append("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
+        return None
     raise ConfigError(
         f"{f.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
         f"queries are compressed (transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3)"
@@ -151,3 +153,23 @@ def resolve_attention_scale(f: Fields, head_dim: int) -> float:
     if multiplier is not None:  # Granite gives the scale itself
         return check_finite(f.source, "attention_multiplier", multiplier, positive=True)
     return head_dim**-0.5
+
+
+def resolve_dtype(f: Fields) -> str:
+    """ "float32" | "bfloat16" | "float16" from torch_dtype / dtype, else the floating dtype most stored tensors
+    have, else float32 (HF's convention for configs that omit it)."""
+    value = f.get("torch_dtype", "dtype")
+    if value is None and f.tensors:
+        stored = Counter(canonical(d) for d, _ in f.tensors.values() if canonical(d) in MODEL_DTYPES)
+        if stored:
+            value = stored.most_common(1)[0][0]
+            f.notes.append(f"no torch_dtype/dtype in config.json: {value}, read from the stored weights' headers")
+    if value is None:
+        f.notes.append("no torch_dtype/dtype in config.json: float32 assumed (transformers' convention)")
+        return "float32"
+    if canonical(value) not in MODEL_DTYPES:
+        raise ConfigError(
+            f"{f.source}: torch_dtype {value!r} is not a checkpoint dtype kernelbay knows; "
+            f"use one of {', '.join(MODEL_DTYPES)}."
+        )
+    return canonical(value)

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..dtypes import MODEL_DTYPES
+from ..dtypes import MODEL_DTYPES, element_bytes
 from ..errors import ConfigError
-from ._dtypes import kv_element_bytes
 from ._layers import CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, SLIDING
 from ._limits import MAX_DIMENSION, MAX_LAYERS
 from ._moe import MoEConfig
@@ -103,7 +102,7 @@ class ModelConfig:
 
     def layer_kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> tuple[int, ...]:
         """(num_hidden_layers,) bytes one token adds to each layer's KV cache."""
-        element = kv_element_bytes(kv_cache_dtype, self.dtype)
+        element = self._kv_element_bytes(kv_cache_dtype)
         return tuple(self._layer_cache_width(i) * element for i in range(self.num_hidden_layers))
 
     def kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> int:
@@ -114,7 +113,13 @@ class ModelConfig:
         """The DSA indexer keys' share of `kv_bytes_per_token` (0 without an indexer)."""
         if self.indexer is None:
             return 0
-        return self.indexer.cache_width * kv_element_bytes(kv_cache_dtype, self.dtype) * self.layer_types.count(INDEXED)
+        return self.indexer.cache_width * self._kv_element_bytes(kv_cache_dtype) * self.layer_types.count(INDEXED)
+
+    def _kv_element_bytes(self, kv_cache_dtype: str | None) -> int:
+        try:
+            return element_bytes(kv_cache_dtype, self.dtype)
+        except ValueError as err:
+            raise ConfigError(f"kv_cache_dtype: {err}") from None
 
     def _layer_cache_width(self, index: int) -> int:
         if self.layer_types[index] in CACHELESS_KINDS:

@@ -4,6 +4,8 @@ The file's suffix names its `kernelbay.weight_formats` slot (`x.gguf` -> `gguf`)
 class has `config_dict(path) -> dict` carries its config inside the file: it returns what config.json
 would hold, and the core turns that into a transformers config. The core never imports a format's
 reader library; formats without `config_dict` (safetensors) need a config.json beside them.
+A model folder's format is `safetensors` (kernelbay-engine); its `stored_tensors(folder)` answers what the
+folder stores, evidence for keys config.json leaves out.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, MalformedConfig, MissingConfigFile, UnknownNameError
+from ..errors import ConfigError, KernelbayError, MalformedConfig, MissingConfigFile, UnknownNameError
+
+FOLDER_FORMAT = "safetensors"  # the weight format of a model folder (a file's is named by its suffix)
 
 
 def _format_names() -> set[str]:
@@ -23,7 +27,9 @@ def _format_names() -> set[str]:
 
 
 def format_name(path: Path) -> str | None:
-    """The weight-format slot a file's suffix names (`gguf` for `x.gguf`), or None."""
+    """The weight-format slot of a folder, or the one a file's suffix names (`gguf` for `x.gguf`), or None."""
+    if path.is_dir():
+        return FOLDER_FORMAT
     suffix = path.suffix[1:].lower()
     return suffix if suffix and suffix in _format_names() else None
 
@@ -85,3 +91,17 @@ def hf_config_from_dict(file: Path, raw: dict[str, Any]):
         return cls.from_dict({k: v for k, v in raw.items() if k != "model_type"})
     except Exception as exc:  # any parse failure is a config problem, chained for the cause
         raise ConfigError(f"{cls.__name__} could not parse the config read from {file}: {exc}") from exc
+
+
+def stored_tensors(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (dtype, shape) of a model folder's tensors, read by its format's `stored_tensors` from the headers
+    alone; {} when it holds none, or when no installed format reads folders (the config's fields then decide)."""
+    from ..registry import names
+
+    if FOLDER_FORMAT not in names("weight_format"):
+        return {}
+    read = getattr(weight_format_class(folder), "stored_tensors", None)
+    try:
+        return read(folder) if read is not None else {}
+    except KernelbayError as err:  # a corrupt header or index: the format's own words, as the config's error
+        raise ConfigError(str(err)) from err

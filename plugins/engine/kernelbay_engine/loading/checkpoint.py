@@ -111,7 +111,7 @@ class CheckpointReader:
 def open_folder(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Index the weights of `folder`; refuses pickle files unless `allow_pickle`."""
     folder = Path(folder)
-    entries = _safetensors_entries(folder)
+    entries = safetensors_entries(folder)
     if entries is not None:
         return Checkpoint(folder, entries)
     pickles = sorted(p for pattern in PICKLE_PATTERNS for p in folder.glob(pattern))
@@ -129,7 +129,7 @@ def open_folder(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint
     return Checkpoint(folder, pickled=dict(_load_pickles(pickles)))
 
 
-def _safetensors_entries(folder: Path) -> dict[str, TensorEntry] | None:
+def safetensors_entries(folder: Path) -> dict[str, TensorEntry] | None:
     """Every tensor of the folder's safetensors files (None if it has none), each from exactly one file."""
     index = folder / SAFETENSORS_INDEX
     if index.exists() or index.is_symlink():

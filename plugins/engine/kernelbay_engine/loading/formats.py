@@ -14,8 +14,6 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-FOLDER_FORMAT = "safetensors"
-
 
 class TensorReader(Protocol):
     """Open while a model loads: fills parameters from the source, one tensor at a time."""
@@ -49,7 +47,8 @@ class CheckpointFormat:
     """The protocol a `kernelbay.weight_formats` entry point names (`module:Class`).
 
     `config_dict(path) -> dict` (optional: formats that carry their config, read by the core's
-    ModelConfig) and `tokenizer(path)` (optional: a transformers tokenizer from the file, or None).
+    ModelConfig), `stored_tensors(folder)` (optional: name -> (dtype, shape), the evidence ModelConfig reads
+    for keys config.json leaves out) and `tokenizer(path)` (optional: a transformers tokenizer from the file).
     """
 
     name: ClassVar[str]
@@ -70,13 +69,17 @@ class SafetensorsFormat(CheckpointFormat):
 
         return open_folder(path, allow_pickle=allow_pickle)
 
+    @classmethod
+    def stored_tensors(cls, folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """name -> (dtype, shape) from the safetensors headers alone; {} when the folder has no such files."""
+        from kernelbay_engine.loading.checkpoint import safetensors_entries
+
+        entries = safetensors_entries(folder) or {}
+        return {name: (str(e.dtype).removeprefix("torch."), e.shape) for name, e in entries.items()}
+
 
 def format_for(path: Path) -> Any:
     """The weight-format class that opens `path`: a folder's is safetensors, a file's is named by its suffix."""
-    from kernelbay import resolve
-
-    if path.is_dir():
-        return resolve("weight_format", FOLDER_FORMAT)
     from kernelbay.config import weight_format_class
 
     return weight_format_class(path)
