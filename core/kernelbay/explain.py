@@ -1,4 +1,4 @@
-"""`explain_model`: config -> architecture -> provider -> per-group backend (with reasons) -> KV budget.
+"""`explain_model`: config -> architecture -> provider -> per-group backend (with reasons) -> KV cache size.
 
 Works on a folder holding only config.json: nothing is loaded but the config and the provider module.
 The result is a plain dict following docs/explain-schema.md (`SCHEMA_VERSION`); `render_text` prints it.
@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from kernelbay.errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
+from kernelbay.errors import InputError, UnknownNameError, UnsupportedArchitecture
 from kernelbay.inputs import backend_errors, check_model_folder
-from kernelbay.memory import parse_memory, tokens_that_fit
 
 SCHEMA_VERSION = 1
 CONFIG_FIELDS = (
@@ -46,13 +45,15 @@ def explain_model(
     quantization: str | None = None,
 ) -> dict:
     """The explain document for the model folder at `path` (see docs/explain-schema.md); `model_impl`: auto |
-    native | transformers, as for `kernelbay run` (which provider would serve); `quantization` is passed to
-    the sections plugins contribute (the engine's: which linear kernel each layer would run)."""
+    native | transformers, as for `kernelbay run` (which provider would serve). `memory` and `quantization`
+    are answered by the sections plugins contribute (kernelbay-engine's: the tokens `memory` holds in its KV
+    blocks, and which linear kernel each layer would run)."""
     from kernelbay.config import ModelConfig
 
     folder = check_model_folder(path)
     config = ModelConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     kind, name = _resolve(config, model_impl)
+    options = {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
     return {
         "schema_version": SCHEMA_VERSION,
         "model_path": str(folder),
@@ -61,8 +62,8 @@ def explain_model(
         "provider": _provider_section(kind, name, model_impl),
         "attention": _attention_section(config, backend, kv_cache_dtype),
         "moe": _moe_section(config, moe_backend),
-        "sections": _plugin_sections(config, {"quantization": quantization}),
-        "kv_cache": _kv_section(config, backend, kv_cache_dtype, memory),
+        "kv_cache": _kv_section(config, kv_cache_dtype),
+        "sections": _plugin_sections(config, options),
     }
 
 
@@ -231,8 +232,13 @@ def _moe_section(config, requested: str | None) -> dict | None:
     }
 
 
+ANSWERED_BY = {"memory": ("--memory", "kv_memory"), "quantization": ("--quantization", "linear_kernels")}
+"""explain options only a plugin's section answers (kernelbay-engine's): option -> (flag, section name)."""
+
+
 def _plugin_sections(config, options: dict) -> dict:
-    """Sections plugins contribute (hook `register_explain_sections`), by name; None answers are left out."""
+    """Sections plugins contribute (hook `register_explain_sections`), by name; None answers are left out.
+    An option given that no installed section answers is an error, not silently ignored."""
     from kernelbay.hooks import collect
 
     sections: dict[str, dict] = {}
@@ -241,73 +247,26 @@ def _plugin_sections(config, options: dict) -> dict:
         section = make(config, options)
         if section is not None:
             sections[name] = section
+    for option, (flag, name) in ANSWERED_BY.items():
+        if options[option] is not None and name not in sections:
+            raise InputError(
+                f"{flag} is answered by the {name!r} explain section, which no installed plugin contributes; "
+                f"install kernelbay-engine (pip install kernelbay-engine) or leave out {flag}"
+            )
     return sections
 
 
 # -- KV cache --------------------------------------------------------------------------------------
-ENGINE_BLOCK_SIZE = 16
-"""The engine's default block_size: it holds whole blocks, so `tokens_that_fit` counts whole blocks."""
-
-
-def _kv_section(config, backend: str | None, kv_cache_dtype: str, memory) -> dict:
+def _kv_section(config, kv_cache_dtype: str) -> dict:
+    """What the config's caches take per token and for a full context (a budget's blocks: the engine's section)."""
     per_token = config.kv_bytes_per_token(kv_cache_dtype)
-    dtype = config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
-    budget = parse_memory(memory) if memory is not None else None
-    fit = None
-    if budget is not None:
-        block = _bytes_per_block(config, backend, kv_cache_dtype, ENGINE_BLOCK_SIZE)
-        fit = tokens_that_fit(budget, per_token, block_size=ENGINE_BLOCK_SIZE, bytes_per_block=block)
     return {
-        "dtype": dtype,
+        "dtype": config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype,
         "bytes_per_token": per_token,
         "indexer_bytes_per_token": config.indexer_kv_bytes_per_token(kv_cache_dtype),
         "context_tokens": config.max_position_embeddings,
         "context_bytes": per_token * config.max_position_embeddings,
-        "memory_bytes": budget,
-        "tokens_that_fit": fit,
     }
-
-
-def _bytes_per_block(config, backend: str | None, kv_cache_dtype: str, block_size: int) -> int:
-    """One block across every layer, priced as the engine prices it: by the chosen backends' own cache specs
-    (`page_size_bytes`, scales and all); by the config's bytes per token where no backend is selected."""
-    from kernelbay.attention import select_for_model
-
-    per_layer = config.layer_kv_bytes_per_token(kv_cache_dtype)
-    try:
-        selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
-    except KernelbayError:  # no backend can run it: the attention section says why
-        return sum(per_layer) * block_size
-    return sum(
-        _layer_page(config, i, selection, kv_cache_dtype, block_size, per_layer[i]) for i in range(len(per_layer))
-    )
-
-
-def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: int, config_bytes: int) -> int:
-    from kernelbay.attention import AttentionGeometry, AttentionType
-
-    kind = config.layer_types[index]
-    if config_bytes == 0:  # a layer without a cache
-        return 0
-    try:
-        geometry = AttentionGeometry(
-            index,
-            config.num_attention_heads,
-            config.head_dim,
-            config.layer_num_kv_heads[index],
-            1.0,  # the scale does not change the cache
-            AttentionType.parse("full_attention" if kind == "indexed_attention" else kind),  # DSA: over the top-k
-            config.sliding_window if kind == "sliding_attention" else None,
-            config.attention_chunk_size if kind == "chunked_attention" else None,
-            config.attn_logit_softcapping,
-            config.mla,
-            config.indexer if kind == "indexed_attention" else None,
-        )
-        backend = selection.backend_for(kind).backend_cls
-        spec = backend.get_kv_cache_spec(geometry, config.dtype, kv_cache_dtype, block_size)
-        return int(spec.page_size_bytes)
-    except ValueError:  # a geometry the config cannot describe exactly: price it as the config does
-        return config_bytes * block_size
 
 
 # -- text ------------------------------------------------------------------------------------------
@@ -321,8 +280,8 @@ def render_text(doc: dict) -> str:
         _provider_line(doc["provider"]),
         *_attention_lines(doc["attention"]),
         *_moe_lines(doc.get("moe")),
+        _kv_line(doc["kv_cache"]),
         *(line for section in doc.get("sections", {}).values() for line in section["lines"]),
-        *_kv_lines(doc["kv_cache"]),
     ]
     return "\n".join(lines)
 
@@ -397,19 +356,13 @@ def _moe_lines(m: dict | None) -> list[str]:
     return lines
 
 
-def _kv_lines(k: dict) -> list[str]:
-    lines = [
-        f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}{_indexer_share(k)}); "
-        f"the full {k['context_tokens']:,}-token context takes {_human_bytes(k['context_bytes'])}"
-    ]
-    if k["memory_bytes"] is not None:
-        lines.append(f"             {_human_bytes(k['memory_bytes'])} holds {k['tokens_that_fit']:,} tokens")
-    return lines
-
-
-def _indexer_share(k: dict) -> str:
-    share = k.get("indexer_bytes_per_token")
-    return f", of which {share:,} the DSA indexer keys" if share else ""
+def _kv_line(k: dict) -> str:
+    share = k["indexer_bytes_per_token"]
+    share_text = f", of which {share:,} the DSA indexer keys" if share else ""
+    return (
+        f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}{share_text}); "
+        f"the full {k['context_tokens']:,}-token context takes {human_bytes(k['context_bytes'])}"
+    )
 
 
 def compact_layers(layers: list[int]) -> str:
@@ -432,7 +385,7 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
-def _human_bytes(n: int) -> str:
+def human_bytes(n: int) -> str:
     """1536 -> "1.5 KiB"."""
     if n < 1024:
         return f"{n} B"
@@ -444,4 +397,4 @@ def _human_bytes(n: int) -> str:
     return f"{value:.1f} TiB"
 
 
-__all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "render_text"]
+__all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "human_bytes", "render_text"]

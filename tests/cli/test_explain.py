@@ -11,7 +11,7 @@ import pytest
 
 from kernelbay.cli import main
 from kernelbay.explain import compact_layers
-from kernelbay.explain_schema import keys, validate
+from tests._explain_schema import keys, validate
 
 from .conftest import CONFIGS, REPO, run_cli
 
@@ -34,7 +34,7 @@ def test_every_shared_config_gives_a_document_or_a_clear_error():
         if code == 0:
             doc = json.loads(out)
             assert validate(doc) == [], (folder.name, validate(doc))
-            fit, per_token = doc["kv_cache"]["tokens_that_fit"], doc["kv_cache"]["bytes_per_token"]
+            fit, per_token = doc["sections"]["kv_memory"]["tokens_that_fit"], doc["kv_cache"]["bytes_per_token"]
             assert fit % 16 == 0 and fit <= 2 * 2**30 // per_token, (folder.name, fit)  # whole blocks of 16
             documents += 1
         else:
@@ -101,10 +101,18 @@ def test_schema_page_documents_every_key():
 
 
 def test_validator_reports_departures():
-    """A wrong type, a missing and an extra key are each reported with their path."""
+    """A wrong type, a missing and an extra key are each reported with their path, also inside a section."""
     problems = validate({"schema_version": "1", "extra": 1})
-    assert "$.schema_version: expected integer, got '1'" in problems
-    assert "$: missing key 'kv_cache'" in problems and "$: unexpected key 'extra'" in problems
+    assert "$.schema_version: '1' is not of type 'integer'" in problems
+    assert "$: 'kv_cache' is a required property" in problems
+    assert "$: Additional properties are not allowed ('extra' was unexpected)" in problems
+    doc = json.loads(explain_in_process(str(CONFIGS / "gemma-2-2b"), "--json", "--memory", "1")[1])
+    doc["sections"]["kv_memory"]["tokens_that_fit"] = None
+    doc["sections"]["other_plugin"] = {"text": "no lines"}
+    assert validate(doc) == [
+        "$.sections.kv_memory.tokens_that_fit: None is not of type 'integer'",
+        "$.sections.other_plugin: 'lines' is a required property",
+    ]
 
 
 def test_compact_layer_lists():
@@ -146,9 +154,26 @@ def test_custom_dir_provider_is_shown(tmp_path):
 def test_tokens_that_fit_counts_whole_blocks():
     """--memory holds whole 16-token blocks, as the engine holds them, not a fraction of the last one."""
     code, out, _ = explain_in_process(str(CONFIGS / "gemma-2-2b"), "--json", "--memory", "1")
-    kv = json.loads(out)["kv_cache"]
-    assert code == 0 and 2**30 // kv["bytes_per_token"] == 10082  # partial blocks would promise 10082
-    assert kv["tokens_that_fit"] == 2**30 // (16 * kv["bytes_per_token"]) * 16 == 10080
+    doc = json.loads(out)
+    per_token, memory = doc["kv_cache"]["bytes_per_token"], doc["sections"]["kv_memory"]
+    assert code == 0 and 2**30 // per_token == 10082  # partial blocks would promise 10082
+    assert memory["tokens_that_fit"] == 2**30 // (16 * per_token) * 16 == 10080
+    assert memory["memory_bytes"] == 2**30 and memory["bytes_per_block"] == 16 * per_token
+    assert "kv_memory" not in json.loads(explain_in_process(str(CONFIGS / "gemma-2-2b"), "--json")[1])["sections"]
+
+
+def test_an_option_no_installed_section_answers_is_refused():
+    """Without kernelbay-engine's explain sections, --memory and --quantization are errors, not ignored."""
+    from kernelbay.hooks import plugin_manager, reset_hooks
+
+    plugin_manager().unregister(name="engine-explain")
+    try:
+        for option in (("--memory", "1"), ("--quantization", "int8")):
+            code, _, err = explain_in_process(str(CONFIGS / "gemma-2-2b"), *option)
+            assert code == 1 and f"{option[0]} is answered by the" in err and "install kernelbay-engine" in err, err
+        assert explain_in_process(str(CONFIGS / "gemma-2-2b"))[0] == 0
+    finally:
+        reset_hooks()
 
 
 def test_text_output_shows_how_defaults_and_quirks_were_resolved():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kernelbay.errors import EXIT_CODES, ConfigError, InputError
 from kernelbay.explain import explain_model
-from kernelbay.explain_schema import validate
+from tests._explain_schema import validate
 from tests.config.conftest import load_shared, shared_config_dirs
 
 EXAMPLES = int(os.environ.get("KERNELBAY_FUZZ_EXAMPLES", "300"))

@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
 
 
 def memory_argument(value: str | None) -> str | None:
-    """A bare number means GiB ("nan" and "inf" are left as written, for parse_memory to refuse)."""
+    """A bare number means GiB ("nan" and "inf" are left as written, for the section reading it to refuse)."""
     if value is None:
         return None
     try:
@@ -61,22 +61,15 @@ def kv_dtype_argument(value: str) -> str:
 
 
 def run(args) -> int:
-    from kernelbay.errors import InputError
     from kernelbay.explain import explain_model, render_text
-    from kernelbay.memory import parse_memory
 
     kv_dtype = kv_dtype_argument(args.kv_dtype)
     load_custom_dirs(args)
-    raw_memory = memory_argument(args.memory)
-    try:
-        memory = parse_memory(raw_memory) if raw_memory is not None else None
-    except ValueError as err:
-        raise InputError(f"--memory: {err}") from None
     doc = explain_model(
         args.model,
         backend=args.backend,
         kv_cache_dtype=kv_dtype,
-        memory=memory,
+        memory=memory_argument(args.memory),
         trust_remote_code=args.trust_remote_code,
         model_impl=args.model_impl,
         moe_backend=args.moe_backend,

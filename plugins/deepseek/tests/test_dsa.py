@@ -82,7 +82,8 @@ def test_explain_shows_the_indexer_its_cache_bytes_and_the_backend_choice():
     }
     kv = doc["kv_cache"]
     assert (kv["bytes_per_token"], kv["indexer_bytes_per_token"]) == (61 * (512 + 64 + 128) * 2, 61 * 128 * 2)
-    assert kv["tokens_that_fit"] == 4 * 2**30 // (kv["bytes_per_token"] * 16) * 16  # whole blocks of the VANILLA spec
+    fit = doc["sections"]["kv_memory"]["tokens_that_fit"]
+    assert fit == 4 * 2**30 // (kv["bytes_per_token"] * 16) * 16  # whole blocks of the VANILLA spec
     (group,) = doc["attention"]["layer_groups"]
     assert (group["kind"], group["backend"], group["requirements"]["sparse_mode"]) == (
         "indexed_attention",

@@ -114,7 +114,7 @@ def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
 
 def kv_cache_memory_argument(value: str | None) -> int | None:
     """--kv-cache-memory in bytes, or an InputError saying how to write it (checked before anything loads)."""
-    from kernelbay.memory import parse_memory
+    from kernelbay_engine.memory import parse_memory
 
     if value is None:
         return None

@@ -22,7 +22,7 @@ from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.inputs import demo_model_folder, model_errors
 from kernelbay_engine.loading.formats import format_for
-from kernelbay_engine.memory import plan_num_blocks
+from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
@@ -98,7 +98,7 @@ class LLM:
         max_num_seqs: int = 64,
         kv_cache_memory: int | str | None = None,
         kv_cache_dtype: str = "auto",
-        block_size: int = 16,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         max_model_len: int | None = None,
         max_num_batched_tokens: int = 2048,
         enable_chunked_prefill: bool = True,

@@ -104,4 +104,4 @@ def test_explain_promises_what_the_engine_holds(tiny_llama, make_llm, scaled_bac
         llm = LLM(tiny_llama, progress=False, attention_backend=backend, kv_cache_memory=budget)
         doc = explain_model(tiny_llama, backend=backend, memory=budget)
         held = llm._core.scheduler.config.num_blocks * llm._core.scheduler.config.block_size
-        assert doc["kv_cache"]["tokens_that_fit"] == held, (backend, budget)
+        assert doc["sections"]["kv_memory"]["tokens_that_fit"] == held, (backend, budget)

@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from kernelbay.memory import parse_memory, tokens_that_fit
 from kernelbay_engine.detokenize import TextTracker
-from kernelbay_engine.memory import plan_num_blocks
+from kernelbay_engine.memory import parse_memory, plan_num_blocks
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 
@@ -68,7 +67,11 @@ def test_block_planning():
     )
     with pytest.raises(ValueError, match="holds no KV-cache block"):
         plan_num_blocks(bytes_per_block=1600, block_size=16, kv_cache_memory=100, max_num_seqs=1, max_model_len=8)
-    assert tokens_that_fit(2**30, 2**17) == 8192
+    block = 16 * 2**17  # 16 tokens of 128 KiB
+    blocks = plan_num_blocks(
+        bytes_per_block=block, block_size=16, kv_cache_memory="1GiB", max_num_seqs=1, max_model_len=8
+    )
+    assert blocks * 16 == 8192
 
 
 def _decoder(pieces: dict[int, str]):

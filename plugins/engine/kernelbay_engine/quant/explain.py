@@ -1,23 +1,17 @@
 """`kernelbay explain MODEL --quantization int8|int4`: which kernel each linear would run, and why.
 
-Contributed through the core's `register_explain_sections` hook: the module tree is built on `meta`
-(nothing is loaded), each distinct linear (its name, shape, bit width and group) is put to the
-kernel selector, and every candidate's reason is listed, as for attention backends.
+Contributed through the core's `register_explain_sections` hook (by kernelbay_engine/explain.py): the
+module tree is built on `meta` (nothing is loaded), each distinct linear (its name, shape, bit width and
+group) is put to the kernel selector, and every candidate's reason is listed, as for attention backends.
 """
 
 from __future__ import annotations
 
 from kernelbay.errors import ConfigError
-from kernelbay.hooks import hookimpl
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
 from kernelbay_engine.quant.method import quant_mode
 from kernelbay_engine.quant.select import select_kernel
-
-
-@hookimpl
-def register_explain_sections(register):
-    register("linear_kernels", linear_kernels_section)
 
 
 def linear_kernels_section(config, options: dict) -> dict | None:

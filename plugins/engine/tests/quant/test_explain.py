@@ -10,7 +10,7 @@ import pytest
 
 from kernelbay.errors import ConfigError
 from kernelbay.explain import explain_model, render_text
-from kernelbay.explain_schema import validate
+from tests._explain_schema import validate
 
 
 def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
