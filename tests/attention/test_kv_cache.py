@@ -227,11 +227,10 @@ def test_stride_order_must_order_the_five_dims():
 def test_sdpa_stores_heads_first_so_a_run_is_contiguous_per_head():
     """SDPA's cache spec puts KV heads outermost: a request's run of blocks is, per head, one
     contiguous [tokens, head_dim] matrix (what its decode hands to scaled_dot_product_attention)."""
-    from kernelbay import resolve
+    from kernelbay.attention import create_attention
     from kernelbay.attention._cache_ops import plane_run
 
-    sdpa = resolve("attention_backend", "SDPA")
-    layer = sdpa(0, num_heads=4, head_dim=8, num_kv_heads=2)
+    layer = create_attention(0, num_heads=4, head_dim=8, num_kv_heads=2, backend="SDPA")
     spec = layer.kv_cache_spec("float32", 4)
     assert spec.stride_order == HEADS_FIRST[KVLayout.NHD]
     run = plane_run(spec.allocate(6)[0], KVLayout.NHD, 8, 10, torch.float32)  # blocks 2..4
@@ -242,7 +241,7 @@ def test_metadata_fields_for_a_mixed_step():
     """build_metadata derives offsets, positions, slots and the gather index from the block tables."""
     md = build_metadata([(2, 3, (5, 1)), (1, 0, (2,))], block_size=4)
     assert md.query_start_loc.tolist() == [0, 2, 3]
-    assert md.context_lens.tolist() == [3, 0] and md.seq_lens.tolist() == [5, 1]
+    assert md.seq_lens.tolist() == [5, 1] and md.query_lens.tolist() == [2, 1]
     assert md.positions.tolist() == [3, 4, 0]
     assert md.slot_mapping.tolist() == [23, 4, 8]
     assert md.kv_gather_index.tolist() == [20, 21, 22, 23, 4, 8]

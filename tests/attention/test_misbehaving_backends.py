@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelbay.attention import AttentionForwardArgs, BackendNotCapable, select_attention_backend
-from kernelbay.attention._factory import backend_class
+from kernelbay.attention._backend import backend_class
 from kernelbay.errors import KernelbayError
 from kernelbay.registry import register_attention_backend
 from kernelbay.testing.runner import run_step

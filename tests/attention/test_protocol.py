@@ -211,10 +211,11 @@ def test_typed_options(fresh_registry):
 
 
 def test_unknown_geometry_argument_is_a_type_error():
-    """Backends are built from geometry only; an unknown argument is named."""
-    cls = resolve("attention_backend", "VANILLA")
-    with pytest.raises(TypeError, match="unknown geometry argument\\(s\\) rope_theta"):
-        cls(0, 4, 64, 2, rope_theta=1e4)
+    """Backends are built from a geometry record only; an unknown argument is named."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rope_theta'"):
+        create_attention(0, 4, 64, 2, backend="VANILLA", rope_theta=1e4)
+    with pytest.raises(TypeError, match="VanillaBackend is built from an AttentionGeometry, got int"):
+        resolve("attention_backend", "VANILLA")(0)
 
 
 def test_attention_layer_binds_and_runs_like_the_backend():

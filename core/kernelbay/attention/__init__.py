@@ -14,9 +14,8 @@
 
 from __future__ import annotations
 
-from ._backend import AttentionBackend, AttentionContractError
+from ._backend import AttentionBackend, AttentionContractError, build_backend, create_attention
 from ._capabilities import ANY
-from ._factory import build_backend, create_attention
 from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, IndexerSpec, MLASpec
 from ._kv_spec import KVCacheSpec, zeroed

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar, cast
 
 import torch
 
-from ..dtypes import normalize_kv_cache_dtype, storage_dtype
+from ..dtypes import normalize_kv_cache_dtype, storage_dtype, torch_dtype
 from ..errors import KernelbayError
 from . import _cache_ops as ops
-from ._forward_args import AttentionForwardArgs, resolve_forward_args
+from ._capabilities import GEOMETRY, _Any, capability_failures, check_declarations
+from ._forward_args import AttentionForwardArgs
 from ._geometry import AttentionGeometry, MLASpec
 from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
@@ -18,24 +19,8 @@ from ._options import NoOptions, parse_options
 from ._requirements import AttentionRequirements
 from ._types import SPARSE_NONE, AttentionType, KVLayout
 
-if TYPE_CHECKING:
-    from ._capabilities import _Any  # the type of ANY, which every set-of-values declaration accepts
-
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
-_GEOMETRY_KEYS = (
-    "geometry",
-    "scale",
-    "attn_type",
-    "sliding_window",
-    "chunk_size",
-    "logit_softcap",
-    "mla",
-    "indexer",
-    "sinks",
-    "kv_b_proj",
-    "kv_cache_dtype",
-    "options",
-)
+_DEFAULT_ARGS = AttentionForwardArgs()
 
 
 class AttentionContractError(KernelbayError, RuntimeError):
@@ -79,8 +64,6 @@ class AttentionBackend(Generic[TMetadata]):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        from ._capabilities import check_declarations
-
         check_declarations(cls)
 
     @classmethod
@@ -94,8 +77,6 @@ class AttentionBackend(Generic[TMetadata]):
 
         `fields` limits the question to those requirement fields (construction asks the geometry only,
         option validation everything but availability); an override must accept and pass it on."""
-        from ._capabilities import capability_failures
-
         return capability_failures(cls, req, fields)
 
     # -- per-step and per-layer hooks --------------------------------------------------------------
@@ -147,53 +128,34 @@ class AttentionBackend(Generic[TMetadata]):
     # -- instance ----------------------------------------------------------------------------------
     def __init__(
         self,
-        layer_idx: int,
-        num_heads: int,
-        head_dim: int,
-        num_kv_heads: int | None = None,
-        quant_config=None,
-        **geometry,
+        geometry: AttentionGeometry,
+        *,
+        kv_b_proj=None,
+        kv_cache_dtype: str | None = "auto",
+        options=None,
     ):
-        unknown = sorted(set(geometry) - set(_GEOMETRY_KEYS))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}: unknown geometry argument(s) {', '.join(unknown)}; "
-                f"known: {', '.join(_GEOMETRY_KEYS)}"
-            )
-        self.geometry = geometry.get("geometry") or AttentionGeometry(
-            layer_idx=layer_idx,
-            num_heads=num_heads,
-            head_dim=head_dim,
-            num_kv_heads=num_kv_heads or num_heads,
-            scale=geometry.get("scale") or head_dim**-0.5,
-            attn_type=geometry.get("attn_type", "full_attention"),
-            sliding_window=geometry.get("sliding_window"),
-            chunk_size=geometry.get("chunk_size"),
-            logit_softcap=geometry.get("logit_softcap"),
-            mla=geometry.get("mla"),
-            indexer=geometry.get("indexer"),
-            sinks=geometry.get("sinks", False),
-        )  # a layer that holds its record passes it (`geometry=`): built once
+        """One layer's backend, from the layer's geometry record (`create_attention` builds one from sizes)."""
+        if not isinstance(geometry, AttentionGeometry):
+            raise TypeError(f"{type(self).__name__} is built from an AttentionGeometry, got {type(geometry).__name__}")
+        self.geometry = geometry
         self._refuse_unsupported_geometry()
-        self.quant_config = quant_config
-        self.kv_b_proj = geometry.get("kv_b_proj")
-        if self.geometry.mla is not None and self.kv_b_proj is None:
-            raise ValueError(f"layer {layer_idx}: an MLA layer needs kv_b_proj (latent -> per-head k_nope || v)")
-        self.kv_cache_dtype = normalize_kv_cache_dtype(geometry.get("kv_cache_dtype"))
-        self.options = type(self).parse_options(geometry.get("options"))
+        if geometry.mla is not None and kv_b_proj is None:
+            raise ValueError(
+                f"layer {geometry.layer_idx}: an MLA layer needs kv_b_proj (latent -> per-head k_nope || v)"
+            )
+        self.kv_b_proj = kv_b_proj
+        self.kv_cache_dtype = normalize_kv_cache_dtype(kv_cache_dtype)
+        self.options = type(self).parse_options(options)
         self.kv_cache: torch.Tensor | None = None
         self.k_scale = self.v_scale = 1.0
 
     def _refuse_unsupported_geometry(self) -> None:
-        req = AttentionRequirements.from_geometry(self.geometry, dtype="float32")
-        from ._capabilities import GEOMETRY
-
-        failures = type(self).capability_failures(req, fields=GEOMETRY)
+        g = self.geometry
+        failures = type(self).capability_failures(AttentionRequirements.from_geometry(g, "float32"), GEOMETRY)
         if failures:
             raise ValueError(
-                f"attention backend {self.name} cannot build layer {self.geometry.layer_idx}: "
-                f"{'; '.join(failures)}. Pick a backend that supports it "
-                f"(see `kernelbay explain`) instead of silently attending differently"
+                f"attention backend {self.name} cannot build layer {g.layer_idx}: {'; '.join(failures)}. "
+                f"Pick a backend that supports it (see `kernelbay explain`) instead of silently attending differently"
             )
 
     def kv_cache_spec(
@@ -209,7 +171,7 @@ class AttentionBackend(Generic[TMetadata]):
                 f"layer {self.geometry.layer_idx}: kv_cache must be 5-D with {planes} plane(s) "
                 f"(see KVCacheSpec.cache_shape), got shape {tuple(kv_cache.shape)}"
             )
-        if self.kv_cache_dtype != "auto" and kv_cache.dtype != ops.torch_dtype(self.kv_cache_dtype):
+        if self.kv_cache_dtype != "auto" and kv_cache.dtype != torch_dtype(self.kv_cache_dtype):
             raise ValueError(
                 f"layer {self.geometry.layer_idx}: kv_cache_dtype is {self.kv_cache_dtype} but the "
                 f"cache tensor is {kv_cache.dtype}"
@@ -226,7 +188,9 @@ class AttentionBackend(Generic[TMetadata]):
     ) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent [T, kv_lora_rank], k_pe [T, rope])
         -> [T, H, v_head_dim]. Writes k/v into the paged cache, then attends."""
-        args = resolve_forward_args(forward_args)
+        if forward_args is not None and not isinstance(forward_args, AttentionForwardArgs):
+            raise TypeError(f"forward_args must be an AttentionForwardArgs, got {type(forward_args).__name__}")
+        args = forward_args or _DEFAULT_ARGS
         self._check_inputs(q, metadata)
         self._check_topk(q, args)
         self._check_sinks(q, args)
@@ -353,3 +317,41 @@ class AttentionBackend(Generic[TMetadata]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layer={self.geometry.layer_idx}, {self.geometry.attn_type.value})"
+
+
+def backend_class(backend: str | type[AttentionBackend]) -> type[AttentionBackend]:
+    """A backend class from a class or an installed backend name."""
+    if not isinstance(backend, type):
+        from ..registry import resolve
+
+        return resolve("attention_backend", backend)
+    if not issubclass(backend, AttentionBackend):
+        raise TypeError(f"{backend.__name__} is not an AttentionBackend subclass")
+    return backend
+
+
+def create_attention(
+    layer_idx: int,
+    num_heads: int,
+    head_dim: int,
+    num_kv_heads: int | None = None,
+    *,
+    backend: str | type[AttentionBackend],
+    scale: float | None = None,
+    kv_b_proj=None,
+    kv_cache_dtype: str | None = "auto",
+    options=None,
+    **geometry,
+) -> AttentionBackend:
+    """A backend for one layer from its sizes; `geometry` is the rest of `AttentionGeometry` (attn_type,
+    sliding_window, chunk_size, logit_softcap, mla, indexer, sinks). Every problem is an error saying what
+    to change (an unknown argument a TypeError naming it); nothing falls back to full attention."""
+    record = AttentionGeometry(
+        layer_idx, num_heads, head_dim, num_kv_heads or num_heads, scale or head_dim**-0.5, **geometry
+    )
+    return build_backend(backend, record, kv_b_proj=kv_b_proj, kv_cache_dtype=kv_cache_dtype, options=options)
+
+
+def build_backend(backend: str | type[AttentionBackend], geometry: AttentionGeometry, **instance) -> AttentionBackend:
+    """A backend instance for a layer whose geometry record is already built (kv_b_proj, kv_cache_dtype, options)."""
+    return backend_class(backend)(geometry, **instance)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from ..dtypes import dtype_name, torch_dtype  # noqa: F401 - backends read them here
 from ._types import KVLayout
 
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max

@@ -38,7 +38,9 @@ _CHECKS = (
     ("fused_qkv", "fused_qkv", "fused QKV input"),
     ("platform", "platforms", None),
 )
-# Geometry is fixed when a layer is built; the rest (dtypes, cache, platform) is chosen at run time.
+# Every requirement field a declaration answers; geometry is fixed when a layer is built, the rest (dtypes,
+# cache, platform) is chosen at run time. Asked for no `fields`, capability_failures adds availability too.
+CAPABILITIES = frozenset(field for field, _, _ in _CHECKS)
 GEOMETRY = frozenset(
     {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode", "sinks"}
 )

@@ -29,15 +29,3 @@ class AttentionForwardArgs:
             raise TypeError(f"AttentionForwardArgs.causal must be a bool, got {self.causal!r}")
         if not isinstance(self.update_kv_cache, bool):
             raise TypeError(f"AttentionForwardArgs.update_kv_cache must be a bool, got {self.update_kv_cache!r}")
-
-
-DEFAULT_FORWARD_ARGS = AttentionForwardArgs()
-
-
-def resolve_forward_args(forward_args: AttentionForwardArgs | None) -> AttentionForwardArgs:
-    """The call's record, or the defaults; anything else is a TypeError saying what to pass."""
-    if forward_args is None:
-        return DEFAULT_FORWARD_ARGS
-    if not isinstance(forward_args, AttentionForwardArgs):
-        raise TypeError(f"forward_args must be an AttentionForwardArgs, got {type(forward_args).__name__}")
-    return forward_args

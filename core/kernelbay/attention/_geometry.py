@@ -22,13 +22,11 @@ class MLASpec:
     q_lora_rank: int | None = None
 
     def __post_init__(self):
-        for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"MLA {name} must be a positive int, got {getattr(self, name)!r}")
+        _require_positive("MLA", self, ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"))
         if not isinstance(self.qk_rope_head_dim, int) or self.qk_rope_head_dim < 0:
             raise ValueError(f"MLA qk_rope_head_dim must be an int >= 0, got {self.qk_rope_head_dim!r}")
-        if self.q_lora_rank is not None and (not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 1):
-            raise ValueError(f"MLA q_lora_rank must be a positive int or None, got {self.q_lora_rank!r}")
+        if self.q_lora_rank is not None:
+            _require_positive("MLA", self, ("q_lora_rank",), " or None")
 
     @property
     def latent_dim(self) -> int:
@@ -44,14 +42,27 @@ class MLASpec:
         """From an MLASpec, a config `MLAGeometry`-like object or a mapping; names every missing field."""
         if isinstance(mla, cls):
             return mla
-        get: Callable[[str], Any] = mla.get if isinstance(mla, Mapping) else (lambda k: getattr(mla, k, None))
-        missing = [f for f in _MLA_FIELDS if get(f) is None]
+        found = _fields_of(mla, (*_MLA_FIELDS, "q_lora_rank"))
+        missing = [f for f in _MLA_FIELDS if found[f] is None]
         if missing:
             raise ValueError(
                 f"MLA geometry is incomplete: missing {', '.join(missing)} "
                 f"(MLA needs {', '.join(_MLA_FIELDS)}; q_lora_rank may be None)"
             )
-        return cls(**{f: get(f) for f in _MLA_FIELDS}, q_lora_rank=get("q_lora_rank"))
+        return cls(**found)
+
+
+def _fields_of(record, names: tuple[str, ...]) -> dict[str, Any]:
+    """`names` read off a mapping or an object (None where absent)."""
+    get: Callable[[str], Any] = record.get if isinstance(record, Mapping) else (lambda k: getattr(record, k, None))
+    return {name: get(name) for name in names}
+
+
+def _require_positive(what: str, record, names: tuple[str, ...], alternative: str = "") -> None:
+    for name in names:
+        value = getattr(record, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{what} {name} must be a positive int{alternative}, got {value!r}")
 
 
 _INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
@@ -68,22 +79,18 @@ class IndexerSpec:
     index_topk: int
 
     def __post_init__(self):
-        for name in _INDEXER_FIELDS:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"indexer {name} must be a positive int, got {getattr(self, name)!r}")
+        _require_positive("indexer", self, _INDEXER_FIELDS)
 
     @classmethod
     def from_any(cls, indexer) -> IndexerSpec:
         """From an IndexerSpec, a config `IndexerGeometry`-like object or a mapping; names every missing field."""
         if isinstance(indexer, cls):
             return indexer
-        get: Callable[[str], Any] = (
-            indexer.get if isinstance(indexer, Mapping) else (lambda k: getattr(indexer, k, None))
-        )
-        missing = [f for f in _INDEXER_FIELDS if get(f) is None]
+        found = _fields_of(indexer, _INDEXER_FIELDS)
+        missing = [f for f in _INDEXER_FIELDS if found[f] is None]
         if missing:
             raise ValueError(f"indexer geometry is incomplete: missing {', '.join(missing)}")
-        return cls(**{f: get(f) for f in _INDEXER_FIELDS})
+        return cls(**found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,48 +122,34 @@ class AttentionGeometry:
             object.__setattr__(self, "mla", MLASpec.from_any(self.mla))
         if self.indexer is not None:
             object.__setattr__(self, "indexer", IndexerSpec.from_any(self.indexer))
-        for problem in self.problems():
+        problem = self._problem()
+        if problem:
             raise ValueError(f"layer {self.layer_idx}: {problem}")
 
-    def problems(self) -> list[str]:
-        found = [
-            p for p in (_positive(self, "num_heads"), _positive(self, "head_dim"), _positive(self, "num_kv_heads")) if p
-        ]
-        if found:
-            return found
+    def _problem(self) -> str | None:
+        """The first thing wrong with this geometry, said so it can be fixed."""
+        for name in ("num_heads", "head_dim", "num_kv_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                return f"{name} must be a positive int, got {value!r}"
+        kind, mla = self.attn_type, self.mla
         if self.num_heads % self.num_kv_heads:
-            found.append(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+            return f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
         if not self.scale > 0:
-            found.append(f"scale must be > 0, got {self.scale}")
-        found += self._kind_problems()
+            return f"scale must be > 0, got {self.scale}"
+        for needs, field in ((AttentionType.SLIDING, "sliding_window"), (AttentionType.CHUNKED, "chunk_size")):
+            value = getattr(self, field)
+            if kind is needs and not (value or 0) >= 1:
+                return f"a {needs.value} layer needs {field} >= 1, got {value}"
+            if kind is not needs and value is not None:
+                return f"{field}={value} given for a {kind.value} layer; use attn_type='{needs.value}' or drop {field}"
         if self.logit_softcap is not None and not self.logit_softcap > 0:
-            found.append(f"logit_softcap must be > 0 or None, got {self.logit_softcap}")
-        if self.mla is not None and self.head_dim != self.mla.qk_head_dim:
-            found.append(
-                f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {self.mla.qk_head_dim}, "
-                f"got {self.head_dim}"
-            )
-        if self.indexer is not None and self.mla is None:
-            found.append("an indexer (DSA) needs MLA geometry: its keys are cached beside the MLA latent")
-        return found
-
-    def _kind_problems(self) -> list[str]:
-        kind = self.attn_type
-        if kind is AttentionType.SLIDING and not (self.sliding_window or 0) >= 1:
-            return [f"a sliding_attention layer needs sliding_window >= 1, got {self.sliding_window}"]
-        if kind is AttentionType.CHUNKED and not (self.chunk_size or 0) >= 1:
-            return [f"a chunked_attention layer needs chunk_size >= 1, got {self.chunk_size}"]
-        if kind is not AttentionType.SLIDING and self.sliding_window is not None:
-            return [
-                f"sliding_window={self.sliding_window} given for a {kind.value} layer; "
-                f"use attn_type='sliding_attention' or drop sliding_window"
-            ]
-        if kind is not AttentionType.CHUNKED and self.chunk_size is not None:
-            return [
-                f"chunk_size={self.chunk_size} given for a {kind.value} layer; "
-                f"use attn_type='chunked_attention' or drop chunk_size"
-            ]
-        return []
+            return f"logit_softcap must be > 0 or None, got {self.logit_softcap}"
+        if mla is not None and self.head_dim != mla.qk_head_dim:
+            return f"MLA head_dim must be qk_nope_head_dim + qk_rope_head_dim = {mla.qk_head_dim}, got {self.head_dim}"
+        if self.indexer is not None and mla is None:
+            return "an indexer (DSA) needs MLA geometry: its keys are cached beside the MLA latent"
+        return None
 
     @property
     def layer_kind(self) -> str:
@@ -170,10 +163,3 @@ class AttentionGeometry:
     @property
     def num_queries_per_kv(self) -> int:
         return self.num_heads // self.num_kv_heads
-
-
-def _positive(geom: AttentionGeometry, name: str) -> str | None:
-    value = getattr(geom, name)
-    if isinstance(value, int) and value >= 1:
-        return None
-    return f"{name} must be a positive int, got {value!r}"

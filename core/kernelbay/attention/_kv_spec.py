@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype
+from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype, torch_dtype
 from ._types import KVLayout
-
-KV_SCALE_MODES = ("none", "per_tensor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +59,8 @@ class KVCacheSpec:
             raise ValueError(
                 f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), got {self.stride_order}"
             )
-        if self.kv_scale_mode not in KV_SCALE_MODES:
-            raise ValueError(f"kv_scale_mode must be one of {KV_SCALE_MODES}, got {self.kv_scale_mode!r}")
+        if self.kv_scale_mode not in ("none", "per_tensor"):
+            raise ValueError(f"kv_scale_mode must be 'none' or 'per_tensor', got {self.kv_scale_mode!r}")
         if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
             raise ValueError(
                 f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}"
@@ -95,31 +93,22 @@ class KVCacheSpec:
         per block (e.g. per-block scales beside an int8 payload) is counted as it allocates."""
         return self.bytes_per_block
 
-    def num_blocks_for(self, num_bytes: int) -> int:
-        """How many blocks fit in `num_bytes` of memory for this layer."""
-        return num_bytes // self.bytes_per_block
-
     def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         """(planes, num_blocks, block_size, kv_heads, entry_width) for NHD; block_size and kv_heads swap for HND."""
         if self.layout is KVLayout.NHD:
             return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.entry_width)
         return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.entry_width)
 
-    def with_block_size(self, block_size: int) -> KVCacheSpec:
-        return _replace(self, block_size=block_size)
-
     def with_layout(self, layout: KVLayout | str) -> KVCacheSpec:
-        return _replace(self, layout=KVLayout.parse(layout))
+        return replace(self, layout=KVLayout.parse(layout))
 
     def with_stride_order(self, stride_order: tuple[int, ...]) -> KVCacheSpec:
-        return _replace(self, stride_order=tuple(stride_order))
+        return replace(self, stride_order=stride_order)
 
     def allocate(self, num_blocks: int, device="cpu"):
         """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`.
 
         On the CPU its pages stay unresident until written (see `zeroed`): a large cache costs memory as it fills."""
-        from ..dtypes import torch_dtype
-
         shape = self.cache_shape(num_blocks)
         physical = zeroed([shape[d] for d in self.stride_order], torch_dtype(self.dtype), device)
         inverse = sorted(range(5), key=self.stride_order.__getitem__)
@@ -144,9 +133,3 @@ def zeroed(shape: list[int], dtype, device="cpu"):
         return torch.zeros(shape, dtype=dtype, device=device)
     pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)  # the tensor keeps `pages` alive
-
-
-def _replace(spec: KVCacheSpec, **changes) -> KVCacheSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)

@@ -49,8 +49,6 @@ class AttentionMetadata:
     """(B + 1,) int32, where each request's tokens start in the packed batch; [-1] == T."""
     query_lens: torch.Tensor
     """(B,) int32, new tokens per request."""
-    context_lens: torch.Tensor
-    """(B,) int32, tokens already cached per request before this step."""
     seq_lens: torch.Tensor
     """(B,) int32, context_lens + query_lens: tokens attended to after this step's write."""
     block_tables: torch.Tensor
@@ -67,24 +65,15 @@ class AttentionMetadata:
     """Host copy of query_lens, so backends can loop without a device sync."""
     seq_lens_host: tuple[int, ...]
     """Host copy of seq_lens."""
-    max_query_len: int
     max_seq_len: int
     run_start_slots: tuple[int | None, ...] = ()
     """Per request, its first slot when all its blocks are one run of consecutive block ids (the keys are
     then one contiguous stretch of an NHD cache and can be read without a copy), else None."""
 
     @property
-    def context_lens_host(self) -> tuple[int, ...]:
-        return tuple(s - q for s, q in zip(self.seq_lens_host, self.query_lens_host, strict=True))
-
-    @property
     def is_decode_only(self) -> bool:
         """Every request adds exactly one token."""
-        return self.max_query_len == 1
-
-    def common_fields(self) -> dict[str, Any]:
-        """The base fields, to build a backend-specific subclass from a common instance."""
-        return {f.name: getattr(self, f.name) for f in fields(AttentionMetadata)}
+        return max(self.query_lens_host) == 1
 
     @classmethod
     def build(
@@ -96,7 +85,7 @@ class AttentionMetadata:
     ) -> AttentionMetadata:
         """Build from `[(query_len, context_len, block_table_row), ...]`; subclasses add `_extras`."""
         common = build_metadata(requests, block_size, layout, device)
-        return cls(**common.common_fields(), **cls._extras(common))
+        return cls(**{f.name: getattr(common, f.name) for f in fields(AttentionMetadata)}, **cls._extras(common))
 
     @classmethod
     def _extras(cls, common: AttentionMetadata) -> dict[str, Any]:
@@ -169,7 +158,6 @@ def build_metadata(
         layout=KVLayout.parse(layout),
         query_start_loc=i32(q_start),
         query_lens=i32(q_lens),
-        context_lens=i32(ctx),
         seq_lens=i32(s_lens),
         block_tables=tables.to(device),
         slot_mapping=_slots(q_req, positions, tables, block_size).to(device),
@@ -178,7 +166,6 @@ def build_metadata(
         kv_gather_index=_slots(kv_req, kv_pos, tables, block_size).to(device),
         query_lens_host=q_host,
         seq_lens_host=s_host,
-        max_query_len=max(q_host),
         max_seq_len=max(s_host),
         run_start_slots=_run_start_slots(tables, s_lens, block_size),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ._geometry import AttentionGeometry
@@ -50,9 +50,12 @@ class AttentionRequirements:
             object.__setattr__(self, "chunked_attention", True)
 
     def with_platform(self, platform: str) -> AttentionRequirements:
-        import dataclasses
+        return replace(self, platform=platform)
 
-        return dataclasses.replace(self, platform=platform)
+    def describe(self) -> str:
+        parts = [self.attn_type.value, f"head_size={self.head_size}", self.dtype, f"kv={self.kv_cache_dtype}"]
+        parts += [flag for flag in ("use_mla", "logit_softcap") if getattr(self, flag)]
+        return "layers (" + ", ".join(parts) + ")"
 
     def to_dict(self) -> dict:
         out = asdict(self)

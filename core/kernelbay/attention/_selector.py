@@ -9,7 +9,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._trace import trace, warn
 from ..errors import ConfigError, UnknownNameError, unknown_name_message
@@ -97,54 +97,39 @@ def _resolve_platform(platform):
     return platform if isinstance(platform, Platform) else get_platform(str(platform))
 
 
-def _candidate_order(priority: list[str], installed: list[str]) -> list[tuple[str, str]]:
-    seen, order = set(), []
-    for name, source in [(n, "platform priority") for n in priority] + [(n, "installed") for n in installed]:
-        if name not in seen:
-            seen.add(name)
-            order.append((name, source))
-    return order
-
-
-def _ask(kind: str, name: str, installed: set[str], req) -> tuple[type | None, list[str]]:
+def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
     """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
     if name not in installed:
-        return None, [_NOT_INSTALLED]
+        return None, (_NOT_INSTALLED,)
     from ..registry import resolve
 
     try:
         cls = resolve(kind, name)
     except Exception as exc:  # noqa: BLE001 - a broken backend must not break selection of the others
-        return None, [f"failed to import: {type(exc).__name__}: {exc}"]
+        return None, (f"failed to import: {type(exc).__name__}: {exc}",)
     try:
         failures = cls.capability_failures(req)
     except Exception as exc:  # noqa: BLE001
-        return cls, [f"capability check of {name} raised {type(exc).__name__}: {exc}"]
+        return cls, (f"capability check of {name} raised {type(exc).__name__}: {exc}",)
     if not isinstance(failures, (list, tuple)) or not all(isinstance(f, str) for f in failures):
         # a junk answer (None, a bare string) must neither crash selection nor pass as "capable"
-        return cls, [f"{name}.capability_failures() must return a list of failure strings, got {failures!r}"]
-    return cls, list(failures)
+        return cls, (f"{name}.capability_failures() must return a list of failure strings, got {failures!r}",)
+    return cls, tuple(failures)
 
 
-@dataclass(frozen=True, slots=True)
-class _Verdict:
+class _Verdict(NamedTuple):
     name: str
     source: str
     cls: type | None
     failures: tuple[str, ...]
 
 
-def evaluate_candidates(
-    req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str = "attention_backend"
-) -> list[_Verdict]:
+def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str) -> list[_Verdict]:
     """Every candidate (platform priority first, then every installed backend) with its failures."""
-    order = _candidate_order(list(priority), list(installed))
-    return [_Verdict(n, s, *_with_tuple(_ask(kind, n, set(installed), req))) for n, s in order]
-
-
-def _with_tuple(pair):
-    cls, failures = pair
-    return cls, tuple(failures)
+    order = dict.fromkeys(priority, "platform priority")
+    for name in installed:
+        order.setdefault(name, "installed")
+    return [_Verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()]
 
 
 def _requested_name(requested: str | None, kind: str = "attention_backend") -> str | None:
@@ -214,57 +199,48 @@ def select_for_model(
 def _select_groups(
     items, requested, platform_name, priority, installed, kind="attention_backend"
 ) -> LayerGroupSelection:
-    verdicts = {name: evaluate_candidates(req, priority, installed, kind) for name, req in items}
+    label = KERNEL_KINDS[kind][0]
+    verdicts = {name: _verdicts(req, priority, installed, kind) for name, req in items}
     if requested is not None:
         for name, req in items:
             _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req, kind)
     shared = requested or _first_capable_everywhere(verdicts)
     results = tuple(
-        (name, _group_result(name, req, verdicts, shared, requested, platform_name, kind)) for name, req in items
+        (name, _group_result(name, req, verdicts, shared, requested, platform_name, label)) for name, req in items
     )
     for name, result in results:
-        _trace_candidates(name, result)
-        _warn_broken_priority(result, KERNEL_KINDS[kind][0])
+        for c in result.candidates:
+            failed = (": " + "; ".join(c.failures)) if c.failures else ""
+            trace("  candidate %s for %s (%s): %s%s", c.name, name, c.source, c.reason, failed)
+        _warn_broken_priority(result, label)
         trace(
             "select %s %s for %s (%s) on %s",
-            KERNEL_KINDS[kind][0],
+            label,
             result.backend_name,
             name,
-            _describe(result.requirements),
+            result.requirements.describe(),
             platform_name,
         )
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
 
 
-def _trace_candidates(group: str, result: SelectionResult) -> None:
-    for c in result.candidates:
-        trace("  candidate %s for %s (%s): %s%s", c.name, group, c.source, c.reason, _failures(c.failures))
-
-
-def _failures(failures: tuple[str, ...]) -> str:
-    return (": " + "; ".join(failures)) if failures else ""
-
-
 _WARNED_BROKEN: set[tuple[str, str]] = set()
 
 
-def _warn_broken_priority(result: SelectionResult, label: str = "attention backend") -> None:
+def _warn_broken_priority(result: SelectionResult, label: str) -> None:
     """A backend the platform lists first that fails to import is a degraded choice: warn once, naming the cause."""
     for c in result.candidates:
-        if c.source != "platform priority" or not c.failures or not c.failures[0].startswith("failed to import"):
-            continue
-        mark = (result.platform, c.name)
-        if mark in _WARNED_BROKEN:
-            continue
-        _WARNED_BROKEN.add(mark)
-        warn(
-            "%s %s, in platform %s's priority list, is broken; using %s instead. %s",
-            label,
-            c.name,
-            result.platform,
-            result.backend_name,
-            c.failures[0],
-        )
+        broken = c.source == "platform priority" and c.failures and c.failures[0].startswith("failed to import")
+        if broken and (result.platform, c.name) not in _WARNED_BROKEN:
+            _WARNED_BROKEN.add((result.platform, c.name))
+            warn(
+                "%s %s, in platform %s's priority list, is broken; using %s instead. %s",
+                label,
+                c.name,
+                result.platform,
+                result.backend_name,
+                c.failures[0],
+            )
 
 
 def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req, kind: str) -> None:
@@ -279,7 +255,7 @@ def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict]
         )
     if verdict.failures:
         raise BackendNotCapable(
-            f"{where}requested {label} {requested} cannot run {_describe(req)}; failed capabilities:",
+            f"{where}requested {label} {requested} cannot run {req.describe()}; failed capabilities:",
             verdict.failures,
         )
 
@@ -293,13 +269,13 @@ def _capable(verdicts, name: str) -> bool:
     return any(v.name == name and v.cls is not None and not v.failures for v in verdicts)
 
 
-def _group_result(group, req, verdicts, shared, requested, platform_name, kind) -> SelectionResult:
+def _group_result(group, req, verdicts, shared, requested, platform_name, label) -> SelectionResult:
     own = verdicts[group]
     winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
     if winner is None:
         where = f"layer group {group!r}: " if len(verdicts) > 1 else ""
         raise NoCapableBackend(
-            f"{where}no installed {KERNEL_KINDS[kind][0]} can run {_describe(req)} on {platform_name}",
+            f"{where}no installed {label} can run {req.describe()} on {platform_name}",
             [f"{v.name}: {'; '.join(v.failures)}" for v in own],
         )
     others = {g: vs for g, vs in verdicts.items() if g != group}
@@ -309,21 +285,18 @@ def _group_result(group, req, verdicts, shared, requested, platform_name, kind) 
 
 
 def _report(v: _Verdict, winner: str, requested: str | None, shared: str | None, others: dict) -> CandidateReport:
-    if v.failures:
-        return CandidateReport(v.name, v.source, False, "not capable", v.failures)
-    if v.name == winner:
-        return CandidateReport(v.name, v.source, True, _winner_reason(requested, shared, others))
-    if requested:
-        return CandidateReport(v.name, v.source, False, f"capable, but {winner} was requested")
     lacking = [g for g, vs in others.items() if not _capable(vs, v.name)]
-    if shared and lacking:
-        return CandidateReport(
-            v.name,
-            v.source,
-            False,
-            f"capable here, but not for layer group(s) {', '.join(lacking)}; {winner} serves every group",
-        )
-    return CandidateReport(v.name, v.source, False, f"capable, but {winner} comes first")
+    if v.failures:
+        reason = "not capable"
+    elif v.name == winner:
+        reason = _winner_reason(requested, shared, others)
+    elif requested:
+        reason = f"capable, but {winner} was requested"
+    elif shared and lacking:
+        reason = f"capable here, but not for layer group(s) {', '.join(lacking)}; {winner} serves every group"
+    else:
+        reason = f"capable, but {winner} comes first"
+    return CandidateReport(v.name, v.source, v.name == winner and not v.failures, reason, v.failures)
 
 
 def _winner_reason(requested: str | None, shared: str | None, others: dict) -> str:
@@ -332,14 +305,6 @@ def _winner_reason(requested: str | None, shared: str | None, others: dict) -> s
     if not others:
         return "first capable candidate in priority order"
     return "first candidate capable for every layer group" if shared else "first capable candidate"
-
-
-def _describe(req) -> str:
-    if not isinstance(req, AttentionRequirements):
-        return req.describe()
-    parts = [req.attn_type.value, f"head_size={req.head_size}", req.dtype, f"kv={req.kv_cache_dtype}"]
-    parts += [flag for flag in ("use_mla", "logit_softcap") if getattr(req, flag)]
-    return "layers (" + ", ".join(parts) + ")"
 
 
 def clear_selection_cache() -> None:

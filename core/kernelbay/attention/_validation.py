@@ -9,7 +9,9 @@ from typing import cast
 
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ..errors import ConfigError, unknown_name_message
+from ._capabilities import CAPABILITIES
 from ._geometry import MLASpec
+from ._requirements import AttentionRequirements
 from ._types import SPARSE_NONE, KVLayout
 
 
@@ -110,12 +112,10 @@ def _load_backend(name: str):
 
 def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     """The backend's one capability check, asked with the options as a requirements record."""
-    from ._requirements import AttentionRequirements
-
     try:
         mla = MLASpec.from_any(o.mla) if o.mla is not None else None
         req = AttentionRequirements(
-            head_size=o.head_size or (mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla else 1),
+            head_size=o.head_size or (mla.qk_head_dim if mla else 1),
             dtype=o.dtype,
             kv_cache_dtype=o.kv_cache_dtype,
             use_mla=mla is not None,
@@ -129,29 +129,9 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
         )
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
-    # availability is the selector's business (options may be checked on another machine than they run on)
-    fields = _ALL_FIELDS if o.head_size is not None or mla is not None else _ALL_FIELDS - {"head_size"}
+    # every declaration, not availability: options may be checked on another machine than they run on
+    fields = CAPABILITIES if o.head_size is not None or mla is not None else CAPABILITIES - {"head_size"}
     return [f"attention backend {cls.name}: {line}" for line in cls.capability_failures(req, fields=fields)]
-
-
-_ALL_FIELDS = frozenset(
-    {
-        "head_size",
-        "dtype",
-        "kv_cache_dtype",
-        "block_size",
-        "kv_layout",
-        "sparse_mode",
-        "platform",
-        "use_mla",
-        "sliding_window",
-        "encoder",
-        "chunked_attention",
-        "logit_softcap",
-        "fused_rope",
-        "fused_qkv",
-    }
-)
 
 
 def _backend_rule(o: AttentionOptions) -> list[str]:
@@ -178,19 +158,18 @@ def _backend_options_rule(o: AttentionOptions) -> list[str]:
 BUILTIN_RULES: tuple[Rule, ...] = (_names_rule, _combination_rule, _backend_rule, _backend_options_rule)
 
 
-def _plugin_rules() -> list[tuple[Rule, str]]:
+def _plugin_lines(options: AttentionOptions) -> list[str]:
+    """Rules plugins register through `register_config_rules`, each line tagged with its plugin; a rule that
+    crashes (or is no rule at all) is a reported problem, not a crash."""
     from ..hooks import collect
 
-    # plugins hand `register` whatever they like; a rule that is not one fails, and is reported, when it runs
-    return [(cast(Rule, rule), plugin) for rule, plugin in collect("register_config_rules")]
-
-
-def _run_plugin_rule(rule: Rule, plugin: str, options: AttentionOptions) -> list[str]:
-    try:
-        return [f"[{plugin}] {line}" for line in rule(options) or ()]
-    except Exception as exc:  # noqa: BLE001 - a crashing rule is a reported problem, not a crash
-        name = getattr(rule, "__name__", repr(rule))
-        return [f"[{plugin}] rule {name} raised {type(exc).__name__}: {exc}"]
+    out = []
+    for rule, plugin in collect("register_config_rules"):
+        try:
+            out += [f"[{plugin}] {line}" for line in cast(Rule, rule)(options) or ()]
+        except Exception as exc:  # noqa: BLE001
+            out.append(f"[{plugin}] rule {getattr(rule, '__name__', repr(rule))} raised {type(exc).__name__}: {exc}")
+    return out
 
 
 def validate_options(options: AttentionOptions | Mapping, extra_rules: Iterable[Rule] = ()) -> AttentionOptions:
@@ -199,8 +178,7 @@ def validate_options(options: AttentionOptions | Mapping, extra_rules: Iterable[
     if isinstance(options, Mapping):
         options = _options_from_mapping(options)
     violations = [line for rule in (*BUILTIN_RULES, *extra_rules) for line in rule(options)]
-    for rule, plugin in _plugin_rules():
-        violations += _run_plugin_rule(rule, plugin, options)
+    violations += _plugin_lines(options)
     if violations:
         raise ConfigError(f"{len(violations)} problem(s) in the attention options:", violations)
     return options

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
+from ..attention._backend import backend_class
 from ..attention._capabilities import GEOMETRY, _Any
-from ..attention._factory import backend_class
 from ..platforms import Platform
 from .runner import build_layer, make_data, reference_output, run_step
 from .specs import BatchSpec, select_specs, tolerance

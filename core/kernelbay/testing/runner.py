@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import AttentionBackend, AttentionForwardArgs, create_attention
-from ..attention._factory import backend_class
 from ..dtypes import torch_dtype
 from .reference import reference_attention
 from .specs import BatchSpec
@@ -112,7 +111,7 @@ def build_layer(backend, spec: BatchSpec, data: StepData, options=None) -> Atten
         spec.num_heads,
         spec.head_dim,
         spec.num_kv_heads,
-        backend=backend_class(backend),
+        backend=backend,
         scale=spec.scale,
         attn_type=spec.attn_type,
         sliding_window=spec.sliding_window,
