@@ -36,10 +36,6 @@ class MissingDependencyError(PluginImportError):
     """A plugin imports a package that is not installed."""
 
 
-class PluginVersionError(KernelbayError):
-    """A plugin declares a core-API range that this kernelbay does not satisfy."""
-
-
 class CustomModuleDirError(KernelbayError):
     """A custom module dir (or file) does not exist or fails to import."""
 
@@ -106,22 +102,8 @@ class RequestTooLarge(InputError, MemoryError):
     exit_code = 12
 
 
-EXIT_CODES = {
-    cls.__name__: cls.exit_code
-    for cls in (
-        InputError,
-        ModelFolderNotFound,
-        MissingConfigFile,
-        MalformedConfig,
-        UnsupportedArchitecture,
-        UnknownBackend,
-        IncapableBackend,
-        MissingWeights,
-        PromptTooLong,
-        SamplingParamsError,
-        RequestTooLarge,
-    )
-}
+# Every InputError defined here (all direct subclasses) by class name: what docs/engine.md tabulates.
+EXIT_CODES = {cls.__name__: cls.exit_code for cls in (InputError, *InputError.__subclasses__())}
 
 
 class NoTarget(KernelbayError):

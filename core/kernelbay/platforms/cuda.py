@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import Platform
+from . import Platform
 
 
 class CudaPlatform(Platform):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .._trace import trace
 from .._version import __version__
-from ._records import FIRST_PARTY_DISTRIBUTIONS, GROUPS, normalize_dist, origin_of, preference_problems
+from ._records import GROUPS, normalize_dist, origin_of, preference_problems
 
 
 class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribution version origin")):
@@ -30,28 +30,19 @@ class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribu
 class PluginInfo:
     """One distribution that declares kernelbay entry points."""
 
-    def __init__(
-        self, distribution: str, version: str, origin: str, requires_kernelbay: str | None, location: str | None
-    ):
+    def __init__(self, distribution: str, version: str, origin: str, location: str | None):
         self.distribution = distribution
         self.version = version
         self.origin = origin
-        self.requires_kernelbay = requires_kernelbay
+        self.requires_kernelbay: str | None = None  # the range of the core it declares
         self.location = location
-        self.groups: dict[str, list[str]] = {}
+        self.groups: dict[str, list[str]] = {}  # entry-point group -> names
         self.refused: str | None = None  # why the plugin is not used (version mismatch, filtered out)
         self.modules: set[str] = set()  # modules its entry points name: a refused one's imports are refused too
 
     def to_dict(self) -> dict:
-        return {
-            "distribution": self.distribution,
-            "version": self.version,
-            "origin": self.origin,
-            "requires_kernelbay": self.requires_kernelbay,
-            "location": self.location,
-            "entry_points": self.groups,
-            "refused": self.refused,
-        }
+        fields = {key: value for key, value in vars(self).items() if key not in ("groups", "modules")}
+        return {**fields, "entry_points": self.groups}
 
 
 class Discovery:
@@ -148,26 +139,12 @@ def _location(dist) -> str | None:
 _LEADING_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-def _core_requirement_texts(requires) -> list[tuple[str, str]]:
-    """(requirement, what follows the name) for each Requires-Dist naming kernelbay."""
-    out = []
-    for text in requires or ():
-        match = _LEADING_NAME.match(text)
-        if match and normalize_dist(match.group(1)) == "kernelbay":
-            out.append((text, text[match.end() :].strip()))
-    return out
-
-
-def _plain_clauses(rest: str) -> bool:
-    """Whether what follows the name is only version clauses (no extras, URL, marker or parentheses)."""
-    return not rest or (rest[0] in "<>=!~" and not any(c in rest for c in ";@[("))
-
-
-def _applicable_specifier(text: str, rest: str):
-    """The SpecifierSet one requirement on kernelbay sets here; None when its marker is false here
-    (another Python, or only with an extra)."""
-    if _plain_clauses(rest):
-        # SpecifierSet alone reads these: the common case skips importing packaging.requirements
+def _core_specifier(text: str, rest: str):
+    """The SpecifierSet that the requirement `text` on kernelbay (`rest`: what follows the name) sets here; None
+    when its marker is false here (another Python, or only with an extra). Raises ValueError (packaging's
+    InvalidRequirement, InvalidSpecifier) for one packaging cannot read."""
+    if not rest or (rest[0] in "<>=!~" and not any(c in rest for c in ";@[(")):
+        # only version clauses: SpecifierSet alone reads them, sparing the import of packaging.requirements
         # (~15 ms more: markers, tags, dataclasses)
         from packaging.specifiers import SpecifierSet
 
@@ -175,50 +152,41 @@ def _applicable_specifier(text: str, rest: str):
     from packaging.requirements import Requirement
 
     req = Requirement(text)
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        return None
-    return req.specifier
+    return req.specifier if req.marker is None or req.marker.evaluate({"extra": ""}) else None
 
 
-def _core_specifier(texts: list[tuple[str, str]]):
-    """What the requirements on kernelbay that apply here allow together (pip requires them all).
-    Raises ValueError (InvalidRequirement, InvalidSpecifier) for one packaging cannot read."""
+def _core_requirement(name: str, version: str, requires) -> tuple[str | None, str | None]:
+    """(the range of kernelbay the plugin declares for this environment, why it is refused if it is): every
+    requirement on kernelbay that applies here, together (pip requires them all)."""
+    if name == "kernelbay":
+        return None, None
     spec = None
-    for text, rest in texts:
-        one = _applicable_specifier(text, rest)
+    for text in requires or ():
+        match = _LEADING_NAME.match(text)
+        if not match or normalize_dist(match.group(1)) != "kernelbay":
+            continue
+        rest = text[match.end() :].strip()
+        try:
+            one = _core_specifier(text, rest)
+        except ValueError as exc:
+            return rest, f"{name} {version} declares a requirement on kernelbay that packaging cannot read: {exc}"
         if one is not None:
             spec = one if spec is None else spec & one
-    return spec
-
-
-def _version_refusal(name: str, version: str, spec) -> str | None:
-    # prereleases=True: the core is already installed, and a dev or rc build still satisfies
-    # `>=0.1` (pip check judges installed versions the same way)
+    if spec is None:
+        return None, None
+    # prereleases=True: the core is already installed, and a dev or rc build still satisfies `>=0.1` (pip
+    # check judges installed versions the same way)
     if spec.contains(__version__, prereleases=True):
-        return None
-    return (
+        return str(spec) or None, None
+    return str(spec) or None, (
         f"{name} {version} requires kernelbay{spec}, but kernelbay {__version__} is installed; "
         f"install a {name} release built for kernelbay {__version__}, or a kernelbay matching {spec}"
     )
 
 
-def _core_requirement(name: str, version: str, requires) -> tuple[str | None, str | None]:
-    """(the range of kernelbay the plugin declares for this environment, why it is refused if it is)."""
-    texts = _core_requirement_texts(requires)
-    if not texts or name == "kernelbay":
-        return None, None
-    try:
-        spec = _core_specifier(texts)
-    except ValueError as exc:  # packaging's InvalidRequirement and InvalidSpecifier
-        return texts[0][1], f"{name} {version} declares a requirement on kernelbay that packaging cannot read: {exc}"
-    if spec is None:
-        return None, None
-    return str(spec) or None, _version_refusal(name, version, spec)
-
-
 def _plugin_info(dist, name: str, version: str) -> tuple[PluginInfo, list[EntryPointRecord]]:
     origin = origin_of(name)
-    info = PluginInfo(name, version, origin, None, _location(dist))
+    info = PluginInfo(name, version, origin, _location(dist))
     records = []
     for ep in dist.entry_points:
         if ep.group in GROUPS:
@@ -260,6 +228,3 @@ def discover(environ: Mapping[str, str] | None = None, path: list[str] | None = 
     named = (allow or set()) | (deny or set())
     found.unknown_filter_names = sorted(n for n in named if n not in found.plugins)
     return found
-
-
-__all__ = ["Discovery", "EntryPointRecord", "PluginInfo", "discover", "FIRST_PARTY_DISTRIBUTIONS"]
