@@ -103,7 +103,7 @@ class RequestTooLarge(InputError, MemoryError):
 
 
 # Every InputError defined here (all direct subclasses) by class name: what docs/engine.md tabulates.
-EXIT_CODES = {cls.__name__: cls.exit_code for cls in (InputError, *InputError.__subclasses__())}
+EXIT_CODES = {cls.__name__: cls.exit_code for cls in [InputError, *InputError.__subclasses__()]}
 
 
 class NoTarget(KernelbayError):
