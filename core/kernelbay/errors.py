@@ -103,7 +103,8 @@ class RequestTooLarge(InputError, MemoryError):
 
 
 # Every InputError defined here (all direct subclasses) by class name: what docs/engine.md tabulates.
-EXIT_CODES = {cls.__name__: cls.exit_code for cls in [InputError, *InputError.__subclasses__()]}
+_CODED: list[type[InputError]] = [InputError, *InputError.__subclasses__()]
+EXIT_CODES = {cls.__name__: cls.exit_code for cls in _CODED}
 
 
 class NoTarget(KernelbayError):
