@@ -110,15 +110,8 @@ def _provider_section(kind: str, name: str, model_impl: str) -> dict:
             )
             claims.insert(0, fallback.to_dict())
     provider = claims[0]["provider"] if claims else {}
-    return {
-        "module": provider.get("module"),
-        "distribution": provider.get("distribution"),
-        "version": provider.get("version"),
-        "origin": provider.get("origin"),
-        "path": provider.get("path"),
-        "displaced": [c["provider"] for c in claims[1:]],
-        "note": note,
-    }
+    serving = {key: provider.get(key) for key in ("module", "distribution", "version", "origin", "path")}
+    return {**serving, "displaced": [c["provider"] for c in claims[1:]], "note": note}
 
 
 # -- attention -----------------------------------------------------------------------------------
@@ -131,13 +124,8 @@ def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict
         try:
             selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
         except NoCapableBackend as err:
-            return {
-                **section,
-                "shared_backend": None,
-                "runnable": False,
-                "error": str(err),
-                "layer_groups": _groups_without_selection(config, kv_cache_dtype),
-            }
+            groups = _groups_without_selection(config, kv_cache_dtype)
+            return {**section, "shared_backend": None, "runnable": False, "error": str(err), "layer_groups": groups}
     layers = dict(config.layer_groups())
     groups = [_group(kind, layers[kind], result.to_dict()) for kind, result in selection.groups]
     return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
@@ -170,7 +158,7 @@ def _groups_without_selection(config, kv_cache_dtype: str) -> list[dict]:
 
 
 def _every_candidate(req) -> list[dict]:
-    from kernelbay.attention import BackendNotCapable, select_attention_backend
+    from kernelbay.attention import BackendNotCapable, CandidateReport, select_attention_backend
     from kernelbay.registry import names
 
     out = []
@@ -182,16 +170,8 @@ def _every_candidate(req) -> list[dict]:
             failures = list(err.violations)
         except UnknownNameError as err:
             failures = [f"not available: {err}"]
-        out.append(
-            {
-                "name": name,
-                "source": "installed",
-                "chosen": False,
-                "capable": not failures,
-                "reason": "not capable" if failures else "capable",
-                "failures": failures,
-            }
-        )
+        reason = "not capable" if failures else "capable"
+        out.append(CandidateReport(name, "installed", False, reason, tuple(failures)).to_dict())
     return out
 
 
@@ -211,25 +191,11 @@ def _moe_section(config, requested: str | None) -> dict | None:
         except ConfigError as err:
             if _requested_name(requested, "moe_backend"):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
                 raise
-            return {
-                **section,
-                "backend": None,
-                "dequantized": None,
-                "runnable": False,
-                "error": str(err),
-                "requirements": None,
-                "candidates": [],
-            }
+            none = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
+            return {**section, **none, "runnable": False, "error": str(err)}
     result = selection.to_dict()
-    return {
-        **section,
-        "backend": result["backend"],
-        "dequantized": dequantized,
-        "runnable": True,
-        "error": None,
-        "requirements": result["requirements"],
-        "candidates": result["candidates"],
-    }
+    chosen = {key: result[key] for key in ("backend", "requirements", "candidates")}
+    return {**section, **chosen, "dequantized": dequantized, "runnable": True, "error": None}
 
 
 ANSWERED_BY = {"memory": ("--memory", "kv_memory"), "quantization": ("--quantization", "linear_kernels")}
@@ -297,13 +263,9 @@ def _config_line(c: dict) -> str:
             f"top-{indexer['index_topk']} keys per query)"
         )
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
-    params = c["parameters"]
-    if params["active_per_token"] != params["total"]:
-        extra += (
-            f", {_human_count(params['total'])} parameters ({_human_count(params['active_per_token'])} active/token)"
-        )
-    else:
-        extra += f", {_human_count(params['total'])} parameters"
+    total, active = c["parameters"]["total"], c["parameters"]["active_per_token"]
+    extra += f", {_human_count(total)} parameters"
+    extra += f" ({_human_count(active)} active/token)" if active != total else ""
     return (
         f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
@@ -327,9 +289,7 @@ def _attention_lines(a: dict) -> list[str]:
     lines = [head]
     for g in a["layer_groups"]:
         lines.append(f"  {g['kind']:<20} layers {compact_layers(g['layers'])} -> {g['backend'] or 'NO BACKEND'}")
-        for c in g["candidates"]:
-            lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<10} {c['reason']}")
-            lines += [f"        - {f}" for f in c["failures"]]
+        lines += candidate_lines(g["candidates"], 10)
     if a["error"]:
         lines.append(f"  cannot run: {a['error']}")
     return lines
@@ -350,8 +310,14 @@ def _moe_lines(m: dict | None) -> list[str]:
     stored = m["stored_format"]
     how = f", {stored} experts dequantized at load (no capable kernel reads {stored})" if m["dequantized"] else ""
     lines.append(f"  kernel     {m['backend']}{' (requested)' if m['requested_backend'] else ''}{how}")
-    for c in m["candidates"]:
-        lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<18} {c['reason']}")
+    return lines + candidate_lines(m["candidates"], 18)
+
+
+def candidate_lines(candidates: list[dict], width: int) -> list[str]:
+    """Each candidate the selector considered ("*" marks the chosen one), its reason, then its failures."""
+    lines = []
+    for c in candidates:
+        lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<{width}} {c['reason']}")
         lines += [f"        - {f}" for f in c["failures"]]
     return lines
 
@@ -397,4 +363,4 @@ def human_bytes(n: int) -> str:
     return f"{value:.1f} TiB"
 
 
-__all__ = ["SCHEMA_VERSION", "compact_layers", "explain_model", "human_bytes", "render_text"]
+__all__ = ["SCHEMA_VERSION", "candidate_lines", "compact_layers", "explain_model", "human_bytes", "render_text"]

@@ -32,7 +32,7 @@ def test_declarations_with_unknown_names_are_refused_at_class_creation():
 def test_construction_refuses_a_geometry_it_does_not_declare():
     """A bias-less kernel cannot be built for biased experts: ValueError naming the capability."""
     cls = type("NoBias", (_fakes.TorchMoEBackend,), {"name": "NO_BIAS", "bias": False})
-    with pytest.raises(ValueError, match="cannot build these MoE layers: bias: expert biases are not supported"):
+    with pytest.raises(ValueError, match="cannot build these MoE layers: bias: an expert bias is not supported"):
         cls(MoEGeometry(8, 2, 32, 24, gate_up_bias=True, down_bias=True))
 
 

@@ -55,13 +55,14 @@ class MoERequirements:
         return asdict(self)
 
 
-# requirement field -> declaration, in the order failures are listed
+# As attention's table: requirement field, declaration, and for a boolean feature what its failure says.
 _CHECKS = (
-    ("activation", "activations"),
-    ("routing", "routings"),
-    ("weight_format", "weight_formats"),
-    ("dtype", "dtypes"),
-    ("platform", "platforms"),
+    ("activation", "activations", None),
+    ("routing", "routings", None),
+    ("weight_format", "weight_formats", None),
+    ("bias", "bias", "an expert bias"),
+    ("dtype", "dtypes", None),
+    ("platform", "platforms", None),
 )
 _GEOMETRY = frozenset({"activation", "weight_format", "bias"})
 
@@ -91,17 +92,14 @@ class MoEBackend:
     @classmethod
     def capability_failures(cls, req: MoERequirements, fields: Collection[str] | None = None) -> list[str]:
         """Every capability `req` needs that this backend does not declare, one line each (empty: capable)."""
-        from ..attention._capabilities import _listed, _unavailable
+        from ..attention._capabilities import _failure, _unavailable
 
-        failures = [
-            f"{field}: {getattr(req, field)} is not supported (supported: {_listed(getattr(cls, declared))})"
-            for field, declared in _CHECKS
-            if (fields is None or field in fields)
-            and getattr(req, field) is not None
-            and getattr(req, field) not in getattr(cls, declared)
-        ]
-        if req.bias and not cls.bias and (fields is None or "bias" in fields):
-            failures.append("bias: expert biases are not supported")
+        checked = (
+            _failure(cls, field, declared, what, getattr(req, field))
+            for field, declared, what in _CHECKS
+            if fields is None or field in fields
+        )
+        failures = [line for line in checked if line]
         if fields is None:
             unavailable = _unavailable(cls, cls.is_available())
             if unavailable:
