@@ -191,7 +191,7 @@ def _moe_section(config, requested: str | None) -> dict | None:
         except ConfigError as err:
             if _requested_name(requested, "moe_backend"):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
                 raise
-            none = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
+            none: dict[str, Any] = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
             return {**section, **none, "runnable": False, "error": str(err)}
     result = selection.to_dict()
     chosen = {key: result[key] for key in ("backend", "requirements", "candidates")}
