@@ -13,7 +13,7 @@ Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call, 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections import namedtuple
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -44,11 +44,8 @@ class HookSpecs:
         `explain`'s `sections[name]` (`options`: e.g. `quantization`); its `lines` are the text output's."""
 
 
-@dataclass(frozen=True)
-class BrokenHookPlugin:
-    name: str
-    distribution: str
-    cause: str
+# A hook plugin that failed to import: listed (doctor, a warning), never fatal.
+BrokenHookPlugin = namedtuple("BrokenHookPlugin", "name distribution cause")
 
 
 _lock = threading.Lock()
@@ -60,10 +57,10 @@ _providers: dict[str, Provider] = {}  # hook plugin name -> its entry point's pr
 def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
     from .registry import default_registry
     from .registry._imports import import_module
-    from .registry._records import Provider
 
-    for entry in default_registry().discovery().in_group("kernelbay.hooks"):
-        provider = Provider(entry.module, entry.distribution, entry.version, entry.origin)
+    registry = default_registry()
+    for entry in registry.discovery().in_group("kernelbay.hooks"):
+        provider = registry.provider_of_entry(entry)
         try:
             module = import_module(provider)
             pm.register(module, name=entry.name)

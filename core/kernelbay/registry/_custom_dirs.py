@@ -46,11 +46,8 @@ def _check_free(name: str, path: Path) -> None:
         )
 
 
-def _exec_path(path: Path, name: str) -> None:
-    _exec(_spec_for(path, name), name, path)
-
-
-def _exec(spec, name: str, path: Path) -> None:
+def _exec(path: Path, name: str) -> None:
+    spec = _spec_for(path, name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -83,7 +80,7 @@ def load_custom_module_dirs(paths, registry=None) -> list[str]:
         name = _module_name_for(path)
         _check_free(name, path)
         provider = Provider(name, None, None, Origin.CUSTOM_DIR, str(path))
-        registry.run_in_frame(provider, partial(_exec_path, path, name))
+        registry.run_in_frame(provider, partial(_exec, path, name))
         registry.custom_paths[str(path)] = name
         imported.append(name)
     return imported

@@ -42,16 +42,11 @@ def _where(exc: BaseException) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
 
 
-def _is_the_module_itself(missing: str | None, module: str) -> bool:
-    if not missing:
-        return False
-    return module == missing or module.startswith(missing + ".")
-
-
 def translate(exc: BaseException, provider: Provider) -> PluginImportError:
     """One error type per cause, each naming the provider, the place and the fix."""
     who = provider.describe()
-    if isinstance(exc, ModuleNotFoundError) and _is_the_module_itself(exc.name, provider.module):
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing and (provider.module == missing or provider.module.startswith(missing + ".")):
         return NotProvided(
             f"provider module {provider.module!r} is not importable: {who} advertises it "
             f"but it does not exist; {_fix_hint(provider)}"
