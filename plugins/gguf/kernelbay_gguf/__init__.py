@@ -2,6 +2,7 @@
 
 The `gguf` weight format (`kernelbay_gguf.format:GGUFFormat`) reads config, tokenizer and tensors
 from one file with the `gguf` package; quantized tensors are dequantized as they load, and
-`LLM(..., quantization="gguf")` then keeps the Q8_0/Q4_0/Q4_1 ones on kernelbay_engine.quant's
-kernels (`kernelbay_gguf.quantized`). docs/real-model.md walks through a real model.
+`LLM(..., quantization="gguf")` then keeps them on kernelbay_engine.quant's kernels: Q8_0/Q4_0/Q4_1/Q4_K
+as their own codes, the other quantized types requantized to int8 groups of 32 (`kernelbay_gguf.quantized`).
+docs/real-model.md walks through a real model.
 """

@@ -106,8 +106,17 @@ class GGUFFormat(CheckpointFormat):
 
     @classmethod
     def keep_quantized(cls, model, path: Path) -> dict[str, str]:
-        """Switch a model loaded from `path` to the file's Q8_0/Q4_0/Q4_1 codes where a kernel runs them
-        (kernelbay_gguf.quantized); returns, per linear layer, what it runs or why it keeps float weights."""
+        """Switch a model loaded from `path` to quantized kernels by the rule of kernelbay_gguf.quantized (the
+        file's Q8_0/Q4_0/Q4_1/Q4_K codes, other quantized types requantized to int8 groups of 32); returns,
+        per linear layer, what it runs or why it keeps float weights."""
         from kernelbay_gguf.quantized import keep_quantized
 
         return keep_quantized(model, path)
+
+    @classmethod
+    def quantized_forms(cls, model, path: Path) -> dict:
+        """What keep_quantized would make of each linear of `model` (built on meta: nothing is read):
+        layer path -> a record with bits, group_size and source, or the reason it keeps float weights."""
+        from kernelbay_gguf.quantized import forms
+
+        return forms(model, path)

@@ -1,31 +1,44 @@
-"""Keep a GGUF file's Q8_0 / Q4_0 / Q4_1 linear weights quantized, on kernelbay_engine.quant's CPU kernels.
+"""Keep a GGUF file's quantized linear weights on kernelbay_engine.quant's CPU kernels (`quantization="gguf"`).
 
-`keep_quantized(model, path)` takes a model loaded from `path` (the dequantized path) and gives every
-`Linear` whose checkpoint tensors are all one of those types the file's own codes and scales
-(`from_q8_0` / `from_q4_0` / `from_q4_1`), fused layers (q/k/v, gate/up) assembled row by row and
-Llama's Q/K rows un-permuted like the float path. Other layers keep their float weights, with the
-reason in the report.
+The rule, per linear layer (fused q/k/v and gate/up assembled row by row, Llama's Q/K rows un-permuted
+like the float path, a tied LM head from the embedding's tensor):
+
+- Q8_0, Q4_0, Q4_1, Q4_K (all its parts one type): the file's own codes and scales, exactly
+  (`from_q8_0` / `from_q4_0` / `from_q4_1`; Q4_K's 6-bit sub-block scales and mins are multiplied out into
+  int4 groups of 32 with per-group zeros, the same values its dequantization gives);
+- Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, or parts of different types: no kernel runs their codes, so the
+  tensors are dequantized and requantized to int8 groups of 32 (`quantize(dense, 8, 32)`: per group, an
+  error of at most half of max|w| / 127, below each of those types' own step);
+- F32 / F16 / BF16 (not quantized in the file) and per-expert weights keep the weights as loaded.
+
+`forms(model, path)` says this per layer from the header alone (what `explain --quantization gguf` shows);
+`keep_quantized(model, path)` applies it and reports each layer's kernel.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
+from gguf.quants import Q4_K as Q4_K_BLOCKS
 from torch import nn
 
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.loading import NameRules
 from kernelbay_engine.loading.plan import make_plan
 from kernelbay_engine.models.quant import UnquantizedLinearMethod
-from kernelbay_engine.quant import QuantizedWeight, from_q4_0, from_q4_1, from_q8_0, set_quantized_weight
+from kernelbay_engine.quant import QuantizedWeight, from_q4_0, from_q4_1, from_q8_0, quantize, set_quantized_weight
 from kernelbay_gguf.format import GGUFFormat
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
 
-BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block
+BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block, and per Q4_K sub-block
+REQUANTIZED = frozenset({Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.Q6_K})
+REQUANT_BITS, REQUANT_GROUP = 8, 32
+Parts = list[tuple[TensorInfo, tuple]]  # a weight's file tensors and the rows each fills
 
 
 def _f16(blocks: np.ndarray, at: int) -> torch.Tensor:
@@ -39,6 +52,20 @@ def _nibbles(qs: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(codes).reshape(qs.shape[0], -1))
 
 
+def _q4_k(raw: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """Q4_K super-blocks of 256 (d, dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles) as Q4_1's
+    (q, scale, min) over their eight sub-blocks of 32: value = q * (d * sc) - dmin * m."""
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, 144)
+    sc, m = Q4_K_BLOCKS.get_scale_min(np.ascontiguousarray(blocks[..., 4:16]).reshape(-1, 12))
+    scale = _f16(blocks, 0)[..., None] * torch.from_numpy(sc.astype(np.float32)).view(*blocks.shape[:2], 8)
+    low = _f16(blocks, 2)[..., None] * torch.from_numpy(m.astype(np.float32)).view(*blocks.shape[:2], 8)
+    # 32 bytes per pair of sub-blocks: the low nibbles are the first, the high nibbles the second
+    qs = blocks[..., 16:].reshape(rows, -1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(2, 1)
+    q = torch.from_numpy(np.ascontiguousarray(qs & 0x0F).reshape(rows, -1))
+    return q, scale.reshape(rows, -1), -low.reshape(rows, -1)
+
+
 def codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
     """(q, scale[, min]) of a tensor's bytes [rows, bytes per row], as from_q8_0 / from_q4_0 / from_q4_1 take them."""
     rows = raw.shape[0]
@@ -49,65 +76,98 @@ def codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
     if info.qtype == Q.Q4_0:
         blocks = raw.reshape(rows, -1, 2 + BLOCK // 2)
         return _nibbles(blocks[..., 2:]), _f16(blocks, 0)
+    if info.qtype == Q.Q4_K:
+        return _q4_k(raw)
     blocks = raw.reshape(rows, -1, 4 + BLOCK // 2)  # Q4_1: scale, min, then the nibbles
     return _nibbles(blocks[..., 4:]), _f16(blocks, 0), _f16(blocks, 2)
 
 
-CONSTRUCTORS = {Q.Q8_0: from_q8_0, Q.Q4_0: from_q4_0, Q.Q4_1: from_q4_1}
+def _from_q4_k(q, scale, low) -> QuantizedWeight:
+    return replace(from_q4_1(q, scale, low), source="GGUF Q4_K")
 
 
-def _assemble(reader: GGUFTensorReader, parts: list[tuple[TensorInfo, tuple]]) -> QuantizedWeight:
-    """One weight [out, in] from its parts' codes, each at its rows (un-permuted like the float path)."""
+CONSTRUCTORS = {Q.Q8_0: from_q8_0, Q.Q4_0: from_q4_0, Q.Q4_1: from_q4_1, Q.Q4_K: _from_q4_k}
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """What one linear layer's file tensors become: a `QuantizedWeight` of `bits` in groups of `group_size`."""
+
+    bits: int
+    group_size: int
+    source: str  # "GGUF Q4_K" (its codes), "GGUF Q6_K, requantized to int8 groups of 32"
+    exact: bool  # the file's codes carried over (else dequantized, then requantized)
+
+
+def _form(parts: Parts | None, layer: Linear) -> Form | str:
+    """The layer's form, or why it keeps the weights it loaded with."""
+    if type(layer.method) is not UnquantizedLinearMethod or layer.batch_shape:
+        return f"weights are {layer.method!r}" if layer.batch_shape == () else "per-expert weights"
+    if not parts:
+        return "no tensor of the file fills it"
+    if any(index and (len(index) != 1 or not isinstance(index[0], slice)) for _, index in parts):
+        return "its parts are not whole row ranges"
+    kinds = sorted({info.qtype for info, _ in parts})
+    names = "/".join(q.name for q in kinds)
+    if any(q not in CONSTRUCTORS and q not in REQUANTIZED for q in kinds):
+        return f"stored as {names}: not quantized in the file, kept as loaded"
+    if len(kinds) == 1 and kinds[0] in CONSTRUCTORS:
+        return Form(8 if kinds[0] == Q.Q8_0 else 4, BLOCK, f"GGUF {names}", exact=True)
+    why = "parts of different types" if len(kinds) > 1 else "no kernel runs its codes"
+    return Form(REQUANT_BITS, REQUANT_GROUP, f"GGUF {names}, requantized to int8 groups of 32 ({why})", False)
+
+
+def _assemble(reader: GGUFTensorReader, parts: Parts, form: Form) -> QuantizedWeight:
+    """One weight [out, in] from its parts, each at its rows (un-permuted like the float path)."""
+    ordered = [info for info, _ in sorted(parts, key=lambda p: p[1][0].start if p[1] else 0)]
+    if not form.exact:
+        dense = torch.cat([reader.values(info) for info in ordered])
+        return quantize(dense, form.bits, form.group_size, source=form.source)
     pieces: list[list[torch.Tensor]] = []
-    for info, _ in sorted(parts, key=lambda p: p[1][0].start if p[1] else 0):
+    for info in ordered:
         fields = codes(info, reader.raw(info))
         if info.permute_heads:
             fields = tuple(unpermute_rows(f, info.permute_heads) for f in fields)
         pieces.append(list(fields))
     joined = [torch.cat(column) for column in zip(*pieces, strict=True)]
-    return CONSTRUCTORS[parts[0][0].qtype](*joined)
+    return CONSTRUCTORS[ordered[0].qtype](*joined)
 
 
-def _why_not(parts: list[tuple[TensorInfo, tuple]] | None, layer: Linear) -> str | None:
-    if type(layer.method) is not UnquantizedLinearMethod or layer.batch_shape:
-        return f"weights are {layer.method!r}" if layer.batch_shape == () else "per-expert weights"
-    if not parts:
-        return "no tensor of the file fills it"
-    kinds = sorted({info.qtype.name for info, _ in parts})
-    if len(kinds) != 1 or parts[0][0].qtype not in CONSTRUCTORS:
-        return f"stored as {'/'.join(kinds)}: no quantized kernel form, kept dequantized"
-    if any(index and (len(index) != 1 or not isinstance(index[0], slice)) for _, index in parts):
-        return "its parts are not whole row ranges"
-    return None
-
-
-def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, list[tuple[TensorInfo, tuple]]]:
+def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, Parts]:
     """id(weight parameter) -> the file's tensors that fill it (a tied LM head finds the embedding's)."""
     rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
     plan = make_plan(model, source.names, rules)
     params = dict(model.named_parameters())
-    parts: dict[int, list[tuple[TensorInfo, tuple]]] = defaultdict(list)
+    parts: dict[int, Parts] = defaultdict(list)
     for name, target in plan.assignments.items():
         parts[id(params[target.param])].append((source.entries[name], target.index))
     return parts
 
 
-def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
-    """Layer path -> what it runs now ("GGUF Q4_1 on int4_group") or why it keeps float weights."""
-    path = Path(path)
-    source = GGUFFormat.open(path)
+def _layers(model: nn.Module, source: GGUFSource):
+    """(path, layer, its parts, its form) of every Linear; works on a model built on `meta` too."""
     parts = _parts_by_weight(model, source)
-    report = {}
-    with source.reader() as reader, torch.inference_mode():
-        for name, layer in model.named_modules():
-            if not isinstance(layer, Linear):
-                continue
+    for name, layer in model.named_modules():
+        if isinstance(layer, Linear):
             weight = layer._parameters.get("weight")
             mine = parts.get(id(weight)) if weight is not None else None
-            why = _why_not(mine, layer)
-            if why or mine is None:
-                report[name] = why or "no weight"
+            yield name, layer, mine, _form(mine, layer) if weight is not None else "no weight"
+
+
+def forms(model: nn.Module, path: str | Path) -> dict[str, Form | str]:
+    """Layer path -> the form its weight takes under `quantization="gguf"`, or why it keeps its loaded weight."""
+    return {name: form for name, _, _, form in _layers(model, GGUFFormat.open(Path(path)))}
+
+
+def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
+    """Layer path -> what it runs now ("GGUF Q4_1 on int4_group") or why it keeps its loaded weights."""
+    source = GGUFFormat.open(Path(path))
+    report = {}
+    with source.reader() as reader, torch.inference_mode():
+        for name, layer, parts, form in list(_layers(model, source)):
+            if isinstance(form, str) or parts is None:
+                report[name] = str(form)
                 continue
-            quantized = _assemble(reader, mine)
+            quantized = _assemble(reader, parts, form)
             report[name] = f"{quantized.source} on {set_quantized_weight(layer, quantized).kernel.name}"
     return report

@@ -195,7 +195,11 @@ class GGUFTensorReader:
         info = self.checkpoint.entries[name]
         if tuple(dest.shape) != info.shape:
             raise CheckpointError(f"{shape_mismatch(name, info.shape, dest.shape)} {SHAPE_HINT}")
+        dest.copy_(self.values(info))
+
+    def values(self, info: TensorInfo) -> torch.Tensor:
+        """The tensor as float32 in the model's layout: dequantized, rows un-permuted, offset added back."""
         values = torch.from_numpy(dequantize(self.raw(info), info.qtype)).view(info.shape)
         if info.permute_heads:
             values = unpermute_rows(values, info.permute_heads)
-        dest.copy_(values + info.offset if info.offset else values)
+        return values + info.offset if info.offset else values

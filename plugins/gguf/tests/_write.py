@@ -126,6 +126,44 @@ def write_gguf(
     return path
 
 
+# K-quant blocks: (bytes per 256 weights, byte offsets of their float16 super-block scales)
+K_QUANTS = {Q.Q4_K: (144, (0, 2)), Q.Q5_K: (176, (0, 2)), Q.Q6_K: (210, (208,))}
+
+
+def random_k_quant(rows: int, cols: int, qtype: Q, rng: np.random.Generator, scale: float = 0.0005) -> np.ndarray:
+    """Random blocks with small finite scales (gguf cannot quantize K-quants): any such bytes are a weight."""
+    size, scales = K_QUANTS[qtype]
+    blocks = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
+    for at in scales:
+        blocks[..., at : at + 2] = np.full((rows, cols // 256, 1), scale, np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+def write_random_k_quants(path: Path, qtype_of, seed: int = 0, scale: float = 0.0005) -> Path:
+    """A Llama with 256-wide rows (K-quant blocks span 256 weights) whose 2-D weights are random blocks of
+    `qtype_of(gguf name)` (super-block scales `scale`); norms F32."""
+    from tests.models._tiny import COMMON, Tiny
+    from tests.models.conftest import build_reference
+
+    config = transformers.LlamaConfig(**{**COMMON, "hidden_size": 256, "intermediate_size": 256})
+    source = build_reference("llama", tiny=Tiny("llama 256 wide", lambda: config))
+    writer = gguf.GGUFWriter(path, "llama")
+    add_metadata(writer, config, "llama")
+    rng = np.random.default_rng(seed)
+    for hf, tensor in source.state_dict().items():
+        name = gguf_name(hf)
+        if tensor.dim() == 2:
+            qtype = qtype_of(name)
+            writer.add_tensor(name, random_k_quant(*tensor.shape, qtype, rng, scale), raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, tensor.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def transformers_from_gguf(path: Path):
     """The reference: transformers' own GGUF reader and dequantizer on the same file."""
     model = transformers.AutoModelForCausalLM.from_pretrained(

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gguf
-import numpy as np
 import pytest
 import transformers
 from gguf import GGMLQuantizationType as Q
 
 from kernelbay_engine import AutoModelForCausalLM
 from plugins.gguf.tests._tiny import TINY_GGUF
-from plugins.gguf.tests._write import add_metadata, gguf_name, transformers_from_gguf, write_gguf
+from plugins.gguf.tests._write import K_QUANTS, transformers_from_gguf, write_gguf, write_random_k_quants
 from tests.models._parity import BACKENDS, compare_generation, runner
 from tests.models._tiny import COMMON, Tiny
 from tests.models.conftest import build_reference
@@ -67,37 +65,9 @@ def test_mmap_maps_the_float_tensors_and_matches(tiny_gguf):
     compare_generation(transformers_from_gguf(path), runner(model, "SDPA"), "qwen2 F32 mmap", steps=2)
 
 
-# K-quant blocks: (bytes per 256 weights, byte offsets of their float16 super-block scales)
-K_QUANTS = {Q.Q4_K: (144, (0, 2)), Q.Q5_K: (176, (0, 2)), Q.Q6_K: (210, (208,))}
-
-
-def random_k_quant(rows: int, cols: int, qtype: Q, rng: np.random.Generator) -> np.ndarray:
-    """Random blocks with small finite scales (gguf cannot quantize K-quants): any such bytes are a weight."""
-    size, scales = K_QUANTS[qtype]
-    blocks = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
-    for at in scales:
-        blocks[..., at : at + 2] = np.full((rows, cols // 256, 1), 0.0005, np.float16).view(np.uint8)
-    return blocks.reshape(rows, -1)
-
-
 @pytest.mark.parametrize("qtype", sorted(K_QUANTS), ids=lambda q: q.name)
 def test_k_quants_dequantize_as_transformers_does(tmp_path, qtype):
     """K-quant blocks span 256 weights: a Llama with 256-wide rows, every 2-D weight in `qtype`, SDPA."""
-    wide = {**COMMON, "hidden_size": 256, "intermediate_size": 256}
-    config = transformers.LlamaConfig(**wide)
-    writer = gguf.GGUFWriter(tmp_path / "model.gguf", "llama")
-    add_metadata(writer, config, "llama")
-    rng = np.random.default_rng(0)
-    source = build_reference("llama", tiny=Tiny("llama 256 wide", lambda: config))
-    for hf, tensor in source.state_dict().items():
-        if tensor.dim() == 2:
-            writer.add_tensor(gguf_name(hf), random_k_quant(*tensor.shape, qtype, rng), raw_dtype=qtype)
-        else:
-            writer.add_tensor(gguf_name(hf), tensor.numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    path = tmp_path / "model.gguf"
+    path = write_random_k_quants(tmp_path / "model.gguf", lambda name: qtype)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     compare_generation(transformers_from_gguf(path), runner(model, "SDPA"), f"llama {qtype.name}", steps=2)

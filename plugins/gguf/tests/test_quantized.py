@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import gguf
@@ -13,21 +14,28 @@ from kernelbay_gguf.format import GGUFFormat
 from kernelbay_gguf.quantized import CONSTRUCTORS, codes
 from kernelbay_gguf.tensors import TensorInfo
 
+from kernelbay.cli import main
 from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
 from kernelbay_engine.runner import StepRequest
-from plugins.gguf.tests._write import transformers_from_gguf
+from plugins.gguf.tests._write import random_k_quant, transformers_from_gguf, write_random_k_quants
+from tests._explain_schema import validate
 from tests.models._parity import PROMPTS, reference_logits, runner
 
 KEPT = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
 RELATIVE = 0.03  # the kernels compute in bfloat16: logits within 3% of the largest one
 
 
-@pytest.mark.parametrize("qtype", KEPT, ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [*KEPT, Q.Q4_K], ids=lambda q: q.name)
 def test_codes_stand_for_what_gguf_dequantizes(qtype):
-    """The constructors' weights equal gguf's own dequantization of the same bytes."""
-    values = np.random.default_rng(0).standard_normal((8, 96)).astype(np.float32)
-    raw = gguf.quants.quantize(values, qtype)
-    info = TensorInfo("blk.0.ffn_up.weight", qtype, values.shape, 0, raw.nbytes, raw.nbytes)
+    """The constructors' weights equal gguf's own dequantization of the same bytes (Q4_K: random blocks)."""
+    rng = np.random.default_rng(0)
+    if qtype == Q.Q4_K:
+        raw = random_k_quant(8, 512, qtype, rng)
+        shape = (8, 512)
+    else:
+        raw = gguf.quants.quantize(rng.standard_normal((8, 96)).astype(np.float32), qtype)
+        shape = (8, 96)
+    info = TensorInfo("blk.0.ffn_up.weight", qtype, shape, 0, raw.nbytes, raw.nbytes)
     ours = CONSTRUCTORS[qtype](*codes(info, raw)).dequantize()
     expected = torch.from_numpy(gguf.quants.dequantize(raw, qtype))
     torch.testing.assert_close(ours, expected, rtol=0, atol=1e-6)
@@ -47,11 +55,67 @@ def test_kept_quantized_model_matches_the_dequantized_reference(tiny_gguf, name,
     assert worst <= RELATIVE * expected.abs().max().item(), f"[{name} {qtype.name}] max |logit diff| {worst:.3g}"
 
 
-def test_other_types_keep_float_weights_and_say_why(tiny_gguf):
+def test_float_types_keep_their_weights_and_say_why(tiny_gguf):
     path = tiny_gguf("llama", Q.F16)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     report = GGUFFormat.keep_quantized(model, path)
-    assert set(report.values()) == {"stored as F16: no quantized kernel form, kept dequantized"}
+    assert set(report.values()) == {"stored as F16: not quantized in the file, kept as loaded"}
+
+
+REQUANTIZED = "requantized to int8 groups of 32"
+K_QUANT_CASES = {
+    # name -> (type of each 2-D tensor by GGUF name, what every linear runs)
+    "Q4_K": (lambda name: Q.Q4_K, {"GGUF Q4_K on int4_group"}),
+    "Q5_K": (lambda name: Q.Q5_K, {f"GGUF Q5_K, {REQUANTIZED} (no kernel runs its codes) on int8_group"}),
+    "Q6_K": (lambda name: Q.Q6_K, {f"GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes) on int8_group"}),
+    # as llama.cpp's Q4_K_M: attn_v and ffn_down in Q6_K, so fused q/k/v mixes the two types
+    "Q4_K_M": (
+        lambda name: Q.Q6_K if ".attn_v." in name or ".ffn_down." in name else Q.Q4_K,
+        {
+            f"GGUF Q4_K/Q6_K, {REQUANTIZED} (parts of different types) on int8_group",
+            f"GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes) on int8_group",
+            "GGUF Q4_K on int4_group",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(K_QUANT_CASES))
+def test_k_quants_kept_quantized_match_the_dequantized_reference(tmp_path, case):
+    """Q4_K runs its own codes on int4 groups of 32; Q5_K / Q6_K and mixed fused layers are requantized to int8
+    groups of 32: logits within the kernels' bfloat16 bound of transformers on the same (dequantized) file. Scales
+    small enough that the random network does not amplify bfloat16 rounding (weights up to ~0.1, not ~2)."""
+    qtype_of, expected_report = K_QUANT_CASES[case]
+    path = write_random_k_quants(tmp_path / "model.gguf", qtype_of, scale=0.00005)
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    report = GGUFFormat.keep_quantized(model, path)
+    assert set(report.values()) == expected_report, report
+    logits = runner(model, "SDPA").step([StepRequest(i, p, 0) for i, p in enumerate(PROMPTS)])
+    expected = reference_logits(transformers_from_gguf(path), [list(p) for p in PROMPTS])
+    worst = (logits - expected).abs().max().item()
+    assert worst <= RELATIVE * expected.abs().max().item(), f"[{case}] max |logit diff| {worst:.3g}"
+
+
+def test_explain_lists_what_each_file_tensor_becomes(tmp_path, capsys):
+    """`kernelbay explain x.gguf --quantization gguf`: each linear's kernel and the file's types it comes from,
+    read from the header alone; the document passes the explain schema."""
+    qtype_of = K_QUANT_CASES["Q4_K_M"][0]
+    path = write_random_k_quants(tmp_path / "model.gguf", qtype_of)
+    assert main(["explain", str(path), "--quantization", "gguf", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert validate(doc) == []
+    section = doc["sections"]["linear_kernels"]
+    kernels = {(g["name"], g["bits"], g["kernel"]) for g in section["groups"]}
+    assert kernels == {
+        ("qkv_proj", 8, "int8_group"),
+        ("o_proj", 4, "int4_group"),
+        ("gate_up_proj", 4, "int4_group"),
+        ("down_proj", 8, "int8_group"),
+        ("lm_head", 4, "int4_group"),
+    }
+    text = "\n".join(section["lines"])
+    assert f"from GGUF Q4_K/Q6_K, {REQUANTIZED} (parts of different types)" in text
+    assert f"from GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes)" in text
 
 
 @pytest.mark.slow

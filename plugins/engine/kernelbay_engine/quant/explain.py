@@ -1,4 +1,4 @@
-"""`kernelbay explain MODEL --quantization int8|int4`: which kernel each linear would run, and why.
+"""`kernelbay explain MODEL --quantization int8|int4|gguf`: which kernel each linear would run, and why.
 
 Contributed through the core's `register_explain_sections` hook (by kernelbay_engine/explain.py): the
 module tree is built on `meta` (nothing is loaded), each distinct linear (its name, shape, bit width and
@@ -19,26 +19,60 @@ def linear_kernels_section(config, options: dict) -> dict | None:
     mode = options.get("quantization")
     if mode is None:
         return None
-    if mode == "gguf":  # LLM(quantization="gguf"): the file's own codes, chosen per tensor type by kernelbay-gguf
-        raise ConfigError(
-            "explain --quantization gguf cannot list the kernels yet: they follow each tensor's GGUF type, which "
-            "kernelbay-gguf does not expose to explain; run the model and read llm.quant_report, or explain "
-            "--quantization int8 / int4 for quantization after loading"
-        )
-    spec = quant_mode(mode)
     groups: dict[tuple, dict] = {}
-    for path, layer in _linears(config):
-        head = path == "lm_head"
-        bits, group = (spec.head_bits, spec.head_group_size) if head else (spec.bits, spec.group_size)
-        group = group or layer.in_features
-        key = (path.rpartition(".")[2], layer.out_features, layer.in_features, bits, group)
+    sources: dict[int, str] = {}  # id(group) -> what its weights come from (a file's tensor types)
+    kept: dict[tuple[str, str], int] = {}  # (layer name, why) -> count, for layers that keep their loaded weight
+    for path, layer, bits, group, source in _planned(config, mode):
+        name = path.rpartition(".")[2]
+        if bits is None:
+            kept[name, source] = kept.get((name, source), 0) + 1
+            continue
+        key = (name, layer.out_features, layer.in_features, bits, group, source)
         if key in groups:
             groups[key]["count"] += 1
             continue
-        groups[key] = _group(key, layer, config)
-    section = {"quantization": spec.name, "groups": list(groups.values())}
-    section["lines"] = _lines(section)
+        groups[key] = _group(key[:5], layer, config)
+        sources[id(groups[key])] = source
+    section = {"quantization": mode, "groups": list(groups.values())}
+    section["lines"] = _lines(section, sources, kept)
     return section
+
+
+def _planned(config, mode: str):
+    """(path, layer, bits, group size, source) per linear; bits None: it keeps its loaded weight, `source` says why."""
+    from kernelbay_engine.llm import FILE_QUANTIZATION
+
+    if mode == FILE_QUANTIZATION:
+        yield from _file_planned(config, mode)
+        return
+    spec = quant_mode(mode)
+    for path, layer in _linears(config):
+        head = path == "lm_head"
+        bits, group = (spec.head_bits, spec.head_group_size) if head else (spec.bits, spec.group_size)
+        yield path, layer, bits, group or layer.in_features, ""
+
+
+def _file_planned(config, mode: str):
+    """What a weight file's format makes of each linear (`quantized_forms`, read from the header alone)."""
+    from pathlib import Path
+
+    from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.loading.formats import format_for
+
+    path = Path(config.source)
+    fmt = format_for(path)
+    if not hasattr(fmt, "quantized_forms"):
+        raise ConfigError(
+            f"--quantization {mode} keeps a .gguf file's own quantized weights, but {config.source} "
+            f"is not a .gguf file; explain --quantization int8 / int4 for quantization after loading"
+        )
+    model = AutoModelForCausalLM.from_config(config)  # on meta: geometry only
+    layers = dict(model.named_modules())
+    for name, form in fmt.quantized_forms(model, path).items():
+        if isinstance(form, str):
+            yield name, layers[name], None, None, form
+        else:
+            yield name, layers[name], form.bits, form.group_size, form.source
 
 
 def _linears(config):
@@ -66,13 +100,16 @@ def _group(key: tuple, layer: Linear, config) -> dict:
     }
 
 
-def _lines(section: dict) -> list[str]:
+def _lines(section: dict, sources: dict[int, str], kept: dict[tuple[str, str], int]) -> list[str]:
     lines = [f"linears      --quantization {section['quantization']}: CPU kernels per linear"]
     for g in section["groups"]:
         per = "per-channel" if g["group_size"] == g["shape"][1] else f"groups of {g['group_size']}"
         out, inp = g["shape"]
         lines.append(f"  {g['name']:<20} x{g['count']:<3} [{out}, {inp}] {g['bits']}-bit {per} -> {g['kernel']}")
+        if sources.get(id(g)):
+            lines.append(f"      from {sources[id(g)]}")
         for c in g["candidates"]:
             lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<12} {c['reason']}")
             lines += [f"        - {f}" for f in c["failures"]]
+    lines += [f"  {name:<20} x{count:<3} keeps its loaded weight: {why}" for (name, why), count in kept.items()]
     return lines
