@@ -6,7 +6,7 @@ import json
 
 from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 
-MODEL_KINDS = ("model", "vision_encoder", "draft_model")
+MODELS = "kernelbay.models"  # the module index of every model kind; each other kind's group names classes
 
 
 def add_arguments(parser) -> None:
@@ -15,38 +15,40 @@ def add_arguments(parser) -> None:
 
 
 def _check_model_providers(reg, found) -> list[str]:
+    from kernelbay.registry._records import INDEX_GROUP
+
+    model_kinds = {kind for kind, group in INDEX_GROUP.items() if group == MODELS}
     findings = []
     modules: dict[str, set[str]] = {}
-    for entry in found.in_group("kernelbay.models"):
+    for entry in found.in_group(MODELS):
         modules.setdefault(entry.module, set()).add(entry.name)
     for module, advertised in sorted(modules.items()):
-        entry = next(e for e in found.in_group("kernelbay.models") if e.module == module)
+        entry = next(e for e in found.in_group(MODELS) if e.module == module)
         try:
             reg.import_provider(reg.provider_of_entry(entry))
         except Exception as exc:  # noqa: BLE001 - reported as a finding
             findings.append(f"{entry.distribution}: provider {module} is broken: {exc}")
             continue
-        registered = {r.name for r in reg.log() if r.provider.module == module and r.kind in MODEL_KINDS}
+        registered = {r.name for r in reg.log() if r.provider.module == module and r.kind in model_kinds}
         for name in sorted(advertised - registered):
             findings.append(
-                f"{entry.distribution}: {module} is advertised for {name!r} (kernelbay.models) but never registers it"
+                f"{entry.distribution}: {module} is advertised for {name!r} ({MODELS}) but never registers it"
             )
         for name in sorted(registered - advertised):
             findings.append(
                 f"{entry.distribution}: {module} registers {name!r} but does not advertise it in "
-                f"kernelbay.models; add an entry point or it can only be found after an import"
+                f"{MODELS}; add an entry point or it can only be found after an import"
             )
     return findings
 
 
 def _check_class_targets(reg, found) -> list[str]:
+    from kernelbay.registry._records import INDEX_GROUP
+
     findings = []
-    for kind, group in (
-        ("attention_backend", "kernelbay.attention_backends"),
-        ("moe_backend", "kernelbay.moe_backends"),
-        ("platform", "kernelbay.platforms"),
-        ("config", "kernelbay.configs"),
-    ):
+    for kind, group in INDEX_GROUP.items():
+        if group == MODELS:  # modules, not classes: _check_model_providers
+            continue
         for entry in found.in_group(group):
             if ":" not in entry.value:
                 findings.append(
