@@ -133,7 +133,7 @@ class Provider(
         return f"{self.module} ({where}, {self.origin})"
 
     def to_dict(self) -> dict:
-        return dict(zip(self._fields, self, strict=True))
+        return self._asdict()
 
 
 class Registration(namedtuple("Registration", "kind name target provider")):

@@ -337,7 +337,14 @@ class Registry:
         native error and the fallback's reason together."""
         if model_impl not in MODEL_IMPLS:
             raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
-        if model_impl != "transformers":
+        context = f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'"
+        if model_impl == "transformers":
+            fallback = self.fallback_claim(kind)
+            if fallback is None:
+                raise UnknownNameError(
+                    f"{context} needs the fallback provider, which is not installed: pip install kernelbay-transformers"
+                )
+        else:
             try:
                 return self.resolve(kind, name)
             except UnknownNameError as err:
@@ -346,17 +353,7 @@ class Registry:
                 if fallback is None or self._advertisers(kind, name):
                     raise
                 trace("%s %r: no native provider (%s); the fallback %s serves", kind, name, err, fallback.target)
-                return self._serving_fallback(fallback, hf_config, str(err))
-        fallback = self.fallback_claim(kind)
-        if fallback is None:
-            raise UnknownNameError(
-                f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers' needs the fallback provider, which is not "
-                "installed: pip install kernelbay-transformers"
-            )
-        return self._serving_fallback(fallback, hf_config, f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'")
-
-    def _serving_fallback(self, fallback: Registration, hf_config, context: str) -> object:
-        """The fallback's class, unless it refuses `hf_config` (then the error says `context` and why)."""
+                context = str(err)
         impl = self._load_winner(fallback)
         refusal = getattr(impl, "refusal", None) if hf_config is not None else None
         reason = refusal(hf_config) if callable(refusal) else None
