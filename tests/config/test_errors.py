@@ -148,7 +148,7 @@ def test_head_dim_not_derivable(write_config):
 
 def test_kv_heads_must_divide_heads(write_config):
     """3 KV heads cannot serve 4 query heads."""
-    with pytest.raises(ConfigError, match="3 KV heads cannot serve 4 query heads"):
+    with pytest.raises(ConfigError, match="num_key_value_heads=3 must divide num_attention_heads=4"):
         ModelConfig.from_pretrained(write_config(tiny(num_key_value_heads=3)))
 
 
@@ -168,7 +168,7 @@ def test_sliding_window_spellings_must_agree(write_config):
 
 def test_layer_types_of_wrong_length(write_config):
     """layer_types must cover every layer (transformers' validator or kernelbay's, whichever sees it first)."""
-    with pytest.raises(ConfigError, match=r"layer_types|1 layer kinds for num_hidden_layers=2"):
+    with pytest.raises(ConfigError, match=r"layer_types"):
         ModelConfig.from_pretrained(write_config(tiny(layer_types=["full_attention"])))
 
 
@@ -182,7 +182,7 @@ def test_layer_types_with_unknown_kind(write_config):
 def test_sliding_layers_need_a_window(write_config):
     """layer_types that slide without a sliding_window cannot be built."""
     folder = write_config(tiny(layer_types=["sliding_attention", "full_attention"]))
-    with pytest.raises(ConfigError, match="sliding-window attention but sliding_window is not set"):
+    with pytest.raises(ConfigError, match="sliding_window must be set exactly when a layer is sliding_attention"):
         ModelConfig.from_pretrained(folder)
 
 

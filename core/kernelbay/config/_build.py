@@ -139,7 +139,7 @@ def _sizes(f: Fields, encoder: bool) -> tuple[int, int, int, int]:
     if not encoder:
         return geo.core_sizes(f)
     hidden, layers, heads = (f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS))
-    return (*geo.check_sizes(f, hidden, layers, heads), 0)  # a vision encoder has no vocabulary
+    return (*geo.checked_sizes(f, hidden, layers, heads), 0)  # a vision encoder has no vocabulary
 
 
 def _max_positions(f: Fields, encoder: bool) -> int:

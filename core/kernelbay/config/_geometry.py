@@ -26,13 +26,12 @@ def core_sizes(f: Fields) -> tuple[int, int, int, int]:
     if missing:
         raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
     hidden, layers, heads, vocab = (f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
-    check_sizes(f, hidden, layers, heads)
-    return hidden, layers, heads, check_size(f.source, VOCAB[0], vocab)
+    return (*checked_sizes(f, hidden, layers, heads), vocab)
 
 
-def check_sizes(f: Fields, hidden: int, layers: int, heads: int) -> tuple[int, int, int]:
-    """The three sizes everything is derived from, bounded before anything is built per layer."""
-    check_size(f.source, HIDDEN[0], hidden)
+def checked_sizes(f: Fields, hidden: int, layers: int, heads: int) -> tuple[int, int, int]:
+    """The layer count bounded before anything is built per layer, the heads before hidden / heads; the record
+    (ModelConfig) bounds every other size."""
     check_size(f.source, LAYERS[0], layers, limit=MAX_LAYERS)
     check_size(f.source, HEADS[0], heads)
     return hidden, layers, heads
@@ -98,25 +97,14 @@ def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None
 
 
 def resolve_kv_heads(f: Fields, heads: int) -> int:
-    """KV heads of an attention layer, from every spelling HF configs have used."""
+    """KV heads of an attention layer, from every spelling HF configs have used (ModelConfig checks they group)."""
     if f.get_bool("new_decoder_architecture"):  # Falcon-40B style: grouped KV heads
-        kv = f.get_int("num_kv_heads", "n_head_kv", default=heads)
-    elif f.get_bool("multi_query"):  # Falcon-7B, GPT-BigCode: one KV head shared by all
-        kv = 1
-    elif f.get_bool("multi_query_attention"):  # ChatGLM
-        kv = f.get_int("multi_query_group_num", default=1)
-    else:  # absent or null means multi-head attention
-        kv = f.get_int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
-    check_kv_heads(f, heads, kv)
-    return kv
-
-
-def check_kv_heads(f: Fields, heads: int, kv: int) -> None:
-    if kv <= 0 or heads % kv:
-        raise ConfigError(
-            f"{f.source}: {kv} KV heads cannot serve {heads} query heads; "
-            "num_attention_heads must be a positive multiple of num_key_value_heads."
-        )
+        return f.get_int("num_kv_heads", "n_head_kv", default=heads)
+    if f.get_bool("multi_query"):  # Falcon-7B, GPT-BigCode: one KV head shared by all
+        return 1
+    if f.get_bool("multi_query_attention"):  # ChatGLM
+        return f.get_int("multi_query_group_num", default=1)
+    return f.get_int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)  # absent or null: MHA
 
 
 def resolve_intermediate_size(f: Fields) -> int:
@@ -139,8 +127,6 @@ def resolve_norm_eps(f: Fields) -> float:
     if eps is None:
         f.notes.append(f"no norm epsilon in config.json: using torch.nn.LayerNorm's default {DEFAULT_LAYER_NORM_EPS}")
         return DEFAULT_LAYER_NORM_EPS
-    if not 0 < eps < 1:  # it is added to a variance: <= 0 can divide by zero, >= 1 swamps the signal
-        raise ConfigError(f"{f.source}: rms_norm_eps (norm epsilon) must be in (0, 1), got {eps!r}.")
     return eps
 
 

@@ -24,7 +24,6 @@ ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
 LAYER_KINDS = (FULL, SLIDING, CHUNKED, NO_ATTENTION, BLOCKSPARSE, INDEXED, ENCODER)
 CACHELESS_KINDS = frozenset({NO_ATTENTION, ENCODER})
 
-# An older spelling of a layer kind in written layer_types (transformers remaps it the same way).
 LEGACY_KINDS = {"attention": FULL}
 
 
@@ -43,9 +42,13 @@ class LayerPlan:
     indexer: IndexerGeometry | None = None  # the lightning indexer of the INDEXED (DSA) layers
 
     def __post_init__(self) -> None:
-        unknown = sorted({k for k in self.kinds if k not in LAYER_KINDS})
-        if not isinstance(self.kinds, tuple) or unknown:
+        if not isinstance(self.kinds, tuple):
             raise ConfigError(f"layer kinds must be a tuple of {', '.join(LAYER_KINDS)}; got {self.kinds!r}.")
+        unknown = sorted(set(self.kinds) - set(LAYER_KINDS))
+        if unknown:
+            raise ConfigError(
+                f"layer kinds kernelbay does not know: {', '.join(unknown)}; known: {', '.join(LAYER_KINDS)}."
+            )
         if self.kv_heads is not None and len(self.kv_heads) != len(self.kinds):
             raise ConfigError(f"kv_heads has {len(self.kv_heads)} entries for {len(self.kinds)} layers.")
         if (BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
@@ -65,15 +68,13 @@ def resolve_layers(
 ) -> LayerPlan:
     """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
     plan = rules.ask("layers") or _generic_plan(f, n_layers, config_class)
-    plan = _with_sizes(f, plan)
-    _check_plan(f, plan, n_layers)
-    return _drop_window_beyond_context(f, plan, max_positions)
+    return _drop_window_beyond_context(f, _with_sizes(f, plan), max_positions)
 
 
 def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
     listed = f.get("layer_types")  # as written, else as the config class computed them
-    if listed is not None:
-        return _listed_plan(f, listed)
+    if listed is not None:  # an older spelling of a kind means today's (as transformers remaps it)
+        return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
     if _chunk_size(f, config_class):
         return LayerPlan((CHUNKED,) * n_layers)
     return _sliding_plan(f, n_layers, config_class)
@@ -94,17 +95,6 @@ def _chunk_size(f: Fields, config_class: type | None) -> int | None:
         )
         return None
     return chunk or None
-
-
-def _listed_plan(f: Fields, listed) -> LayerPlan:
-    kinds = tuple(LEGACY_KINDS.get(kind, kind) for kind in listed)
-    unknown = sorted({k for k in kinds if k not in LAYER_KINDS})
-    if unknown:
-        raise ConfigError(
-            f"{f.source}: layer_types holds kinds kernelbay does not know: {', '.join(unknown)}; "
-            f"known: {', '.join(LAYER_KINDS)}."
-        )
-    return LayerPlan(kinds)
 
 
 def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
@@ -162,15 +152,6 @@ def _sliding_window(f: Fields) -> int | None:
             f"{f.source}: sliding_window must be a positive integer (0 or null: no window), got {window}."
         )
     return window or None  # Qwen2-MoE parses "off" as 0
-
-
-def _check_plan(f: Fields, plan: LayerPlan, n_layers: int) -> None:
-    if len(plan.kinds) != n_layers:
-        raise ConfigError(f"{f.source}: {len(plan.kinds)} layer kinds for num_hidden_layers={n_layers}.")
-    if SLIDING in plan.kinds and not plan.sliding_window:
-        raise ConfigError(f"{f.source}: some layers use sliding-window attention but sliding_window is not set.")
-    if CHUNKED in plan.kinds and not plan.attention_chunk_size:
-        raise ConfigError(f"{f.source}: some layers use chunked attention but attention_chunk_size is not set.")
 
 
 def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) -> LayerPlan:

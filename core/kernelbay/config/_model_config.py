@@ -1,18 +1,18 @@
-"""`ModelConfig`: a checkpoint's geometry with every default resolved once, frozen."""
+"""`ModelConfig`: a checkpoint's geometry with every default resolved once, frozen; the one home of its bounds."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..dtypes import MODEL_DTYPES, element_bytes
 from ..errors import ConfigError
-from ._layers import CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, SLIDING
+from ._layers import BLOCKSPARSE, CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING
 from ._limits import MAX_DIMENSION, MAX_LAYERS
 from ._moe import MoEConfig
-from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
+from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig, thawed_json
 
 MODEL_KINDS = ("model", "draft_model", "vision_encoder")
 POSITION_EMBEDDINGS = ("rope", "alibi", "learned")
@@ -63,7 +63,7 @@ class ModelConfig:
     hf_config: Any = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        problems = _sizes_problems(self) + _layer_problems(self) + _kind_problems(self)
+        problems = _size_problems(self) + _value_problems(self) + _layer_problems(self)
         if problems:
             raise ConfigError(f"Inconsistent model config for {self.source or self.architecture}", problems)
 
@@ -130,104 +130,108 @@ class ModelConfig:
         return 2 * self.layer_num_kv_heads[index] * self.head_dim + indexer
 
     def parameter_counts(self) -> dict[str, int]:
-        """Weights in the model and those one token reads (MoE: top-k routed + shared experts); see `_params`."""
-        from ._params import parameter_counts
+        """{"total": ..., "active_per_token": ...}: weights in the model and those one token reads (MoE: top-k
+        routed + shared experts). Embeddings (and an untied LM head), attention projections, FFNs (gate, up and
+        down; up and down where `gated_ffn` is False), routers and experts; norms, biases and rotary tables are
+        left out (under 0.1% for the models here)."""
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        attention = self._attention_parameters() * sum(kind != NO_ATTENTION for kind in self.layer_types)
+        dense_ffn = (3 if self.gated_ffn else 2) * self.hidden_size * self.intermediate_size
+        moe = self.moe
+        if moe is None:
+            total = embed + attention + dense_ffn * self.num_hidden_layers
+            return {"total": total, "active_per_token": total}
+        expert = 3 * self.hidden_size * moe.intermediate_size
+        shared = 3 * self.hidden_size * moe.shared_intermediate_size + self.hidden_size * moe.num_experts  # + router
+        n_moe = moe.num_moe_layers
+        common = embed + attention + dense_ffn * (self.num_hidden_layers - n_moe) + shared * n_moe
+        return {
+            "total": common + expert * moe.num_experts * n_moe,
+            "active_per_token": common + expert * moe.top_k * n_moe,
+        }
 
-        return parameter_counts(self)
+    def _attention_parameters(self) -> int:
+        hidden, heads, mla = self.hidden_size, self.num_attention_heads, self.mla
+        if mla is None:
+            kv = self.num_key_value_heads
+            return hidden * heads * self.head_dim + 2 * hidden * kv * self.head_dim + heads * self.v_head_dim * hidden
+        q_width = heads * mla.qk_head_dim
+        q = hidden * mla.q_lora_rank + mla.q_lora_rank * q_width if mla.q_lora_rank else hidden * q_width
+        kv = hidden * mla.cache_width + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        return q + kv + heads * mla.v_head_dim * hidden
 
     def to_dict(self) -> dict:
-        """A JSON-safe summary (what `kernelbay explain --json` prints)."""
-        return {
-            "architecture": self.architecture,
-            "architectures": list(self.architectures),
-            "model_type": self.model_type,
-            "model_kind": self.model_kind,
+        """A JSON-safe summary: every field (records by their own to_dict) and the derived views."""
+        out = {f.name: thawed_json(getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_IN_DICT}
+        return out | {
             "is_draft": self.is_draft,
             "is_encoder_only": self.is_encoder_only,
-            "source": self.source,
-            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
             "layer_groups": [{"kind": kind, "layers": list(idx)} for kind, idx in self.layer_groups()],
-            "layer_num_kv_heads": list(self.layer_num_kv_heads),
-            "mla": self.mla.to_dict() if self.mla else None,
-            "rope": self.rope.to_dict() if self.rope else None,
-            "quantization": self.quantization.to_dict() if self.quantization else None,
-            "blocksparse": self.blocksparse.to_dict() if self.blocksparse else None,
-            "indexer": self.indexer.to_dict() if self.indexer else None,
-            "moe": self.moe.to_dict() if self.moe else None,
             "parameters": self.parameter_counts(),
             "kv_bytes_per_token": self.kv_bytes_per_token(),
-            "notes": list(self.notes),
         }
 
 
-_PLAIN_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "v_head_dim",
-    "vocab_size",
-    "intermediate_size",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "tie_word_embeddings",
-    "dtype",
-    "sliding_window",
-    "attention_chunk_size",
-    "position_embedding",
-    "attention_scale",
-    "attn_logit_softcapping",
-    "attention_sinks",
-    "final_logit_softcapping",
-    "draft_vocab_size",
-)
+_NOT_IN_DICT = ("layer_types", "hf_config")  # layer_groups says the first; the second is not JSON
 
 
-def _sizes_problems(c: ModelConfig) -> list[str]:
+def _size_problems(c: ModelConfig) -> list[str]:
+    """Every size an integer within bounds (the layer cap keeps per-layer tuples from exhausting memory)."""
     sizes = {
-        "hidden_size": c.hidden_size,
-        "num_hidden_layers": c.num_hidden_layers,
-        "num_attention_heads": c.num_attention_heads,
-        "head_dim": c.head_dim,
-        "v_head_dim": c.v_head_dim,
-        "intermediate_size": c.intermediate_size,
-        "max_position_embeddings": c.max_position_embeddings,
+        "hidden_size": (1, MAX_DIMENSION),
+        "num_hidden_layers": (1, MAX_LAYERS),
+        "num_attention_heads": (1, MAX_DIMENSION),
+        "head_dim": (1, MAX_DIMENSION),
+        "v_head_dim": (1, MAX_DIMENSION),
+        "intermediate_size": (1, MAX_DIMENSION),
+        "max_position_embeddings": (1, MAX_DIMENSION),
+        "vocab_size": (0 if c.is_encoder_only else 1, MAX_DIMENSION),  # a vision encoder has no vocabulary
+        "sliding_window": (1, MAX_DIMENSION),
+        "attention_chunk_size": (1, MAX_DIMENSION),
     }
-    problems = [
-        f"{name}={value!r} must be a positive integer"
-        for name, value in sizes.items()
-        if not (isinstance(value, int) and value > 0)
-    ]
-    problems += [f"{name}={value!r} exceeds {MAX_DIMENSION}" for name, value in sizes.items() if value > MAX_DIMENSION]
-    if c.num_hidden_layers > MAX_LAYERS:
-        problems.append(f"num_hidden_layers={c.num_hidden_layers} exceeds {MAX_LAYERS}")
-    if c.vocab_size <= 0 and c.model_kind != "vision_encoder":
-        problems.append(f"vocab_size={c.vocab_size} must be positive for a language model")
-    if c.vocab_size > MAX_DIMENSION:
-        problems.append(f"vocab_size={c.vocab_size} exceeds {MAX_DIMENSION}")
-    if c.num_key_value_heads <= 0 or c.num_attention_heads % c.num_key_value_heads:
-        problems.append(
-            f"num_key_value_heads={c.num_key_value_heads} must divide num_attention_heads={c.num_attention_heads}"
-        )
-    if c.dtype not in MODEL_DTYPES:
-        problems.append(f"dtype={c.dtype!r} must be one of {', '.join(MODEL_DTYPES)}")
-    if not (c.attention_scale > 0 and math.isfinite(c.attention_scale)):
-        problems.append(f"attention_scale={c.attention_scale} must be a positive finite number")
-    return problems + _float_problems(c)
-
-
-def _float_problems(c: ModelConfig) -> list[str]:
-    """Epsilon and soft-caps: finite and positive (a cap of 0 divides by zero, NaN poisons every logit)."""
-    problems = [] if 0 < c.rms_norm_eps < 1 else [f"rms_norm_eps={c.rms_norm_eps!r} must be in (0, 1)"]
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+    problems = []
+    for name, (low, high) in sizes.items():
         value = getattr(c, name)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            problems.append(f"{name}={value!r} must be a positive finite number or null (no cap)")
+        if value is None and name in ("sliding_window", "attention_chunk_size"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            problems.append(f"{name}={value!r} must be an integer from {low} to {high}")
+    return problems
+
+
+def _value_problems(c: ModelConfig) -> list[str]:
+    """Heads that group, a known dtype and kinds, finite scales (a soft-cap of 0 divides by zero, NaN poisons
+    every logit), an epsilon that neither divides by zero nor swamps the variance."""
+    heads, cached = c.num_attention_heads, zip(c.layer_types, c.layer_num_kv_heads, strict=False)
+    kv_heads = {c.num_key_value_heads} | {kv for kind, kv in cached if kind not in CACHELESS_KINDS}
+    problems = [
+        f"num_key_value_heads={kv} must divide num_attention_heads={heads} (each KV head serves a group of query heads)"
+        for kv in sorted(kv_heads)
+        if kv <= 0 or heads % kv
+    ]
+    choices = {"dtype": MODEL_DTYPES, "model_kind": MODEL_KINDS, "position_embedding": POSITION_EMBEDDINGS}
+    problems += [
+        f"{name}={getattr(c, name)!r} must be one of {', '.join(known)}"
+        for name, known in choices.items()
+        if getattr(c, name) not in known
+    ]
+    if not 0 < c.rms_norm_eps < 1:
+        problems.append(f"rms_norm_eps={c.rms_norm_eps!r} must be in (0, 1)")
+    for name in ("attention_scale", "attn_logit_softcapping", "final_logit_softcapping"):
+        value, optional = getattr(c, name), name != "attention_scale"
+        if not (optional and value is None) and not (value > 0 and math.isfinite(value)):
+            problems.append(f"{name}={value!r} must be a positive finite number{' or null (no cap)' * optional}")
+    if c.rope is not None and c.rope.rotary_dim > c.head_dim:
+        problems.append(f"rotary_dim={c.rope.rotary_dim} exceeds head_dim={c.head_dim}")
+    if c.indexer is not None and c.mla is None:
+        problems.append(
+            "indexed_attention (DSA) layers need MLA geometry: the indexer keys are cached beside the latent"
+        )
     return problems
 
 
 def _layer_problems(c: ModelConfig) -> list[str]:
+    """One kind and one KV head count per layer; each optional part set exactly when something uses it."""
     n = c.num_hidden_layers
     problems = [
         f"{name} has {len(value)} entries for num_hidden_layers={n}"
@@ -237,35 +241,16 @@ def _layer_problems(c: ModelConfig) -> list[str]:
     unknown = sorted(set(c.layer_types) - set(LAYER_KINDS))
     if unknown:
         problems.append(f"unknown layer kinds {unknown}; known: {', '.join(LAYER_KINDS)}")
-    for name in ("sliding_window", "attention_chunk_size"):
+    needed = {  # field -> (whether it must be set, when)
+        "sliding_window": (SLIDING in c.layer_types, f"a layer is {SLIDING}"),
+        "attention_chunk_size": (CHUNKED in c.layer_types, f"a layer is {CHUNKED}"),
+        "blocksparse": (BLOCKSPARSE in c.layer_types, f"a layer is {BLOCKSPARSE}"),
+        "indexer": (INDEXED in c.layer_types, f"a layer is {INDEXED} (DSA)"),
+        "rope": (c.position_embedding == "rope", "position_embedding is 'rope'"),
+        "draft_vocab_size": (c.is_draft, "the model is a draft model"),
+    }
+    for name, (wanted, when) in needed.items():
         value = getattr(c, name)
-        if value is not None and not 0 < value <= MAX_DIMENSION:
-            problems.append(f"{name}={value!r} must be an integer from 1 to {MAX_DIMENSION}")
-    if (SLIDING in c.layer_types) != (c.sliding_window is not None):
-        problems.append(f"sliding_window={c.sliding_window} must be set exactly when a layer is sliding_attention")
-    if (INDEXED in c.layer_types) != (c.indexer is not None):
-        problems.append("indexer must be set exactly when a layer is indexed_attention (DSA)")
-    if c.indexer is not None and c.mla is None:
-        problems.append(
-            "indexed_attention (DSA) layers need MLA geometry: the indexer keys are cached beside the latent"
-        )
-    if (CHUNKED in c.layer_types) != (c.attention_chunk_size is not None):
-        problems.append(
-            f"attention_chunk_size={c.attention_chunk_size} must be set exactly when a layer is chunked_attention"
-        )
-    return problems
-
-
-def _kind_problems(c: ModelConfig) -> list[str]:
-    problems = []
-    if c.model_kind not in MODEL_KINDS:
-        problems.append(f"model_kind={c.model_kind!r} must be one of {', '.join(MODEL_KINDS)}")
-    if c.position_embedding not in POSITION_EMBEDDINGS:
-        problems.append(f"position_embedding={c.position_embedding!r} must be one of {', '.join(POSITION_EMBEDDINGS)}")
-    if (c.position_embedding == "rope") != (c.rope is not None):
-        problems.append("rope must be set exactly when position_embedding is 'rope'")
-    if c.rope is not None and c.rope.rotary_dim > c.head_dim:
-        problems.append(f"rotary_dim={c.rope.rotary_dim} exceeds head_dim={c.head_dim}")
-    if (c.model_kind == "draft_model") != (c.draft_vocab_size is not None):
-        problems.append("draft_vocab_size must be set exactly for a draft model")
+        if wanted != (value is not None):
+            problems.append(f"{name} must be set exactly when {when} (it is {'unset' if value is None else 'set'})")
     return problems

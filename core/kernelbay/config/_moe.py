@@ -7,11 +7,12 @@ says through the "moe" rule point (`register_model_type_rules`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 from ..moe._names import ROUTINGS, canonical_activation
 from ._fields import Fields
+from ._records import Record
 
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
 TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk")
@@ -19,7 +20,7 @@ _TOPK_METHODS = {"noaux_tc": "noaux_tc", "group_limited_greedy": "grouped_topk"}
 
 
 @dataclass(frozen=True, slots=True)
-class MoEConfig:
+class MoEConfig(Record):
     """The MoE layers of a model (all share one geometry)."""
 
     num_experts: int
@@ -80,10 +81,8 @@ class MoEConfig:
             block_size,
         )
 
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["layers"] = [i for i, moe in enumerate(self.layers) if moe]
-        return out
+    def derived(self) -> dict:
+        return {"layers": [i for i, moe in enumerate(self.layers) if moe]}  # the MoE layers' indices
 
 
 def resolve_moe(f: Fields, n_layers: int, overrides: dict | None = None) -> MoEConfig | None:

@@ -1,15 +1,16 @@
 """The small frozen records a `ModelConfig` is made of: MLA and DSA indexer geometry, RoPE, quantization,
-block-sparse."""
+block-sparse; and the read-only JSON they keep."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+SCALED_ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3")  # the types that need a factor
 
 
 class FrozenDict(dict):
@@ -34,7 +35,9 @@ def frozen_json(value: Any) -> Any:
 
 
 def thawed_json(value: Any) -> Any:
-    """The JSON-safe inverse of `frozen_json` (mapping proxies -> dicts, tuples -> lists)."""
+    """The JSON-safe inverse of `frozen_json` (mappings -> dicts, tuples -> lists); records by their to_dict."""
+    if isinstance(value, Record):
+        return value.to_dict()
     if isinstance(value, Mapping):
         return {k: thawed_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -42,14 +45,28 @@ def thawed_json(value: Any) -> Any:
     return value
 
 
-def _require_positive(owner: str, **values: int | None) -> None:
+class Record:
+    """`to_dict()` for the frozen records: every field but `raw` as JSON data, plus what `derived()` adds."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
+
+    def to_dict(self) -> dict:
+        out = {f.name: thawed_json(getattr(self, f.name)) for f in fields(self) if f.name != "raw"}
+        return out | self.derived()
+
+    def derived(self) -> dict:
+        return {}
+
+
+def require_positive(owner: str, **values: int | None) -> None:
     bad = [f"{name}={value!r}" for name, value in values.items() if not (isinstance(value, int) and value > 0)]
     if bad:
         raise ConfigError(f"{owner}: these must be positive integers", bad)
 
 
 @dataclass(frozen=True, slots=True)
-class MLAGeometry:
+class MLAGeometry(Record):
     """Multi-head latent attention (DeepSeek V2/V3, Kimi K2).
 
     Per token and layer the cache holds the compressed latent `[kv_lora_rank]` plus the shared
@@ -63,15 +80,10 @@ class MLAGeometry:
     v_head_dim: int
 
     def __post_init__(self) -> None:
-        _require_positive(
-            "MLA geometry",
-            kv_lora_rank=self.kv_lora_rank,
-            qk_nope_head_dim=self.qk_nope_head_dim,
-            qk_rope_head_dim=self.qk_rope_head_dim,
-            v_head_dim=self.v_head_dim,
-        )
+        widths = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "q_lora_rank"}
+        require_positive("MLA geometry", **widths)
         if self.q_lora_rank is not None:
-            _require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
+            require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
 
     @property
     def qk_head_dim(self) -> int:
@@ -83,19 +95,12 @@ class MLAGeometry:
         """Elements cached per token per layer: the latent and the rotary key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
-    def to_dict(self) -> dict:
-        return {
-            "kv_lora_rank": self.kv_lora_rank,
-            "q_lora_rank": self.q_lora_rank,
-            "qk_nope_head_dim": self.qk_nope_head_dim,
-            "qk_rope_head_dim": self.qk_rope_head_dim,
-            "v_head_dim": self.v_head_dim,
-            "cache_width": self.cache_width,
-        }
+    def derived(self) -> dict:
+        return {"cache_width": self.cache_width}
 
 
 @dataclass(frozen=True, slots=True)
-class IndexerGeometry:
+class IndexerGeometry(Record):
     """DeepSeek sparse attention (DSA, V3.2): a lightning indexer of `index_n_heads` heads of `index_head_dim`
     scores every earlier token and each query attends to its `index_topk` best. Its key (one `index_head_dim`
     vector per token and layer) is cached beside the MLA latent, in the KV-cache dtype (fp8 in DeepSeek's kernels)."""
@@ -105,29 +110,19 @@ class IndexerGeometry:
     index_topk: int
 
     def __post_init__(self) -> None:
-        _require_positive(
-            "DSA indexer",
-            index_n_heads=self.index_n_heads,
-            index_head_dim=self.index_head_dim,
-            index_topk=self.index_topk,
-        )
+        require_positive("DSA indexer", **{f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def cache_width(self) -> int:
         """Elements the indexer caches per token per layer: its key."""
         return self.index_head_dim
 
-    def to_dict(self) -> dict:
-        return {
-            "index_n_heads": self.index_n_heads,
-            "index_head_dim": self.index_head_dim,
-            "index_topk": self.index_topk,
-            "cache_width": self.cache_width,
-        }
+    def derived(self) -> dict:
+        return {"cache_width": self.cache_width}
 
 
 @dataclass(frozen=True, slots=True)
-class RopeConfig:
+class RopeConfig(Record):
     """Rotary position embedding, resolved from `rope_scaling` / `rope_parameters` and top-level keys."""
 
     theta: float
@@ -143,26 +138,15 @@ class RopeConfig:
             raise ConfigError(f"Unknown rope_type {self.rope_type!r}; known: {', '.join(ROPE_TYPES)}.")
         if not self.theta > 0:
             raise ConfigError(f"rope_theta must be positive, got {self.theta!r}.")
-        _require_positive("RoPE", rotary_dim=self.rotary_dim)
+        require_positive("RoPE", rotary_dim=self.rotary_dim)
         if self.rotary_dim % 2:
             raise ConfigError(f"rotary_dim {self.rotary_dim} is odd; rotary embedding rotates channel pairs.")
-        if self.rope_type in ("linear", "dynamic", "yarn", "llama3") and not self.factor:
+        if self.rope_type in SCALED_ROPE_TYPES and not self.factor:
             raise ConfigError(f"rope_type {self.rope_type!r} needs a positive 'factor' in rope_scaling.")
-
-    def to_dict(self) -> dict:
-        return {
-            "theta": self.theta,
-            "rope_type": self.rope_type,
-            "factor": self.factor,
-            "rotary_dim": self.rotary_dim,
-            "original_max_position_embeddings": self.original_max_position_embeddings,
-            "local_theta": self.local_theta,
-            "scaling": thawed_json(self.scaling),
-        }
 
 
 @dataclass(frozen=True, slots=True)
-class QuantConfig:
+class QuantConfig(Record):
     """What `quantization_config` says, parsed but not judged: the MODELS side decides what loads."""
 
     quant_method: str  # "fp8", "mxfp4", "compressed-tensors", "modelopt", "gptq", ...
@@ -180,22 +164,11 @@ class QuantConfig:
         if self.weight_block_size is not None:
             if len(self.weight_block_size) != 2:
                 raise ConfigError(f"weight_block_size must be [rows, cols], got {list(self.weight_block_size)}.")
-            _require_positive("weight_block_size", rows=self.weight_block_size[0], cols=self.weight_block_size[1])
-
-    def to_dict(self) -> dict:
-        return {
-            "quant_method": self.quant_method,
-            "fmt": self.fmt,
-            "weight_block_size": list(self.weight_block_size) if self.weight_block_size else None,
-            "weight_granularity": self.weight_granularity,
-            "activation_scheme": self.activation_scheme,
-            "modules_to_not_convert": list(self.modules_to_not_convert),
-            "kv_cache_dtype": self.kv_cache_dtype,
-        }
+            require_positive("weight_block_size", rows=self.weight_block_size[0], cols=self.weight_block_size[1])
 
 
 @dataclass(frozen=True, slots=True)
-class BlockSparseGeometry:
+class BlockSparseGeometry(Record):
     """Phi-3-small block-sparse attention: local blocks plus every `vert_stride`-th block."""
 
     block_size: int
@@ -204,17 +177,5 @@ class BlockSparseGeometry:
     homo_head_pattern: bool = False
 
     def __post_init__(self) -> None:
-        _require_positive(
-            "block-sparse attention",
-            block_size=self.block_size,
-            num_local_blocks=self.num_local_blocks,
-            vert_stride=self.vert_stride,
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "block_size": self.block_size,
-            "num_local_blocks": self.num_local_blocks,
-            "vert_stride": self.vert_stride,
-            "homo_head_pattern": self.homo_head_pattern,
-        }
+        sizes = {"block_size": self.block_size, "num_local_blocks": self.num_local_blocks}
+        require_positive("block-sparse attention", **sizes, vert_stride=self.vert_stride)
