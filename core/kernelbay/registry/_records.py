@@ -104,11 +104,10 @@ def normalize_dist(name: str) -> str:
 
 
 def origin_of(distribution: str | None) -> str:
-    if distribution and normalize_dist(distribution) in FALLBACK_DISTRIBUTIONS:
+    name = normalize_dist(distribution or "")
+    if name in FALLBACK_DISTRIBUTIONS:
         return Origin.FALLBACK
-    if distribution and normalize_dist(distribution) in FIRST_PARTY_DISTRIBUTIONS:
-        return Origin.BUILTIN
-    return Origin.EXTERNAL
+    return Origin.BUILTIN if name in FIRST_PARTY_DISTRIBUTIONS else Origin.EXTERNAL
 
 
 # Immutable records are named tuples rather than dataclasses: `kernelbay plugins` must start fast,
@@ -168,19 +167,15 @@ class PreferenceError(InputError, ValueError):
     """A KERNELBAY_PREFER entry that is not Name=distribution (ValueError too, as it always was)."""
 
 
-def _malformed_preference(item: str) -> str:
-    return (
-        f"KERNELBAY_PREFER entry {item!r} is not of the form Name=distribution; write e.g. "
-        'KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-llama,FLASH=my-dist" (comma-separated)'
-    )
-
-
 def _split_preferences(text: str) -> tuple[dict[str, str], list[str]]:
     pairs, problems = {}, []
     for item in filter(None, (p.strip() for p in text.split(","))):
         name, sep, who = item.partition("=")
         if not sep or not name.strip() or not who.strip():
-            problems.append(_malformed_preference(item))
+            problems.append(
+                f"KERNELBAY_PREFER entry {item!r} is not of the form Name=distribution; write e.g. "
+                'KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-llama,FLASH=my-dist" (comma-separated)'
+            )
             continue
         pairs[name.strip()] = who.strip()
     return pairs, problems
@@ -234,23 +229,12 @@ def _one_per_provider(regs: Iterable[Registration]) -> list[Registration]:
 def decide(kind: str, name: str, regs: Iterable[Registration], prefs: Preferences) -> Slot:
     """The precedence rule. Depends on the *set* of claims only, never on their order."""
     claims = _one_per_provider(regs)
-    if not claims:
-        return Slot(kind, name, None)
-    if len(claims) == 1:
-        return Slot(kind, name, claims[0])
     # an explicit preference wins over the built-in/external rule: "Arch=<built-in dist>" is honoured
-    preferred = prefs.pick(name, claims)
-    if preferred is not None:
-        return Slot(kind, name, preferred, tuple(r for r in claims if r is not preferred))
-    ranked = [r for r in claims if not r.provider.is_fallback] or claims  # a fallback wins only unopposed
-    external = [r for r in ranked if not r.provider.is_builtin]
-    contenders = external or ranked
-    if len(contenders) == 1:
-        winner = contenders[0]
-    else:
-        picked = prefs.pick(name, contenders)
-        if picked is None:
+    winner = prefs.pick(name, claims)
+    if winner is None:
+        ranked = [r for r in claims if not r.provider.is_fallback] or claims  # a fallback wins only unopposed
+        contenders = [r for r in ranked if not r.provider.is_builtin] or ranked  # external before built-in
+        if len(contenders) != 1:  # no claim, or two that nothing ranks apart
             return Slot(kind, name, None, conflict=tuple(contenders))
-        winner = picked
-    displaced = tuple(r for r in claims if r is not winner)
-    return Slot(kind, name, winner, displaced)
+        winner = contenders[0]
+    return Slot(kind, name, winner, tuple(r for r in claims if r is not winner))
