@@ -1,14 +1,8 @@
 """Every exception kernelbay raises on purpose; each message says what is wrong and how to fix it.
 
-User-input errors carry the process exit code the CLI reports (`kernelbay explain`, and the commands
-plugins add such as `kernelbay run`; documented in docs/engine.md):
-
-    1  any other kernelbay error          7  unknown attention backend
-    2  command-line usage (argparse)      8  attention backend cannot run this model
-    3  model folder does not exist        9  missing or partial weights
-    4  folder has no config.json         10  prompt longer than the model's context
-    5  config.json is not valid JSON     11  invalid sampling parameter (max_tokens <= 0, ...)
-    6  unsupported architecture          12  a request can never fit in the KV cache
+A user-input error (InputError) carries the exit code the CLI reports as `exit_code` (`kernelbay explain`,
+and the commands plugins add, such as `kernelbay run`); EXIT_CODES collects them, docs/engine.md tabulates
+them with their meanings.
 """
 
 from __future__ import annotations
