@@ -205,15 +205,16 @@ class Registry:
                 f"{builtin[0]}",
             )
 
-    def _slots(self, only: tuple[str, str] | None = None) -> dict[tuple[str, str], Slot]:
-        """Slots (or the one slot `only`) as the precedence rule derives them from the log: never stored, the log
-        is the state. A key whose claims leave no winner and no conflict has no slot."""
-        claims: dict[tuple[str, str], list[Registration]] = {}
-        for regs in self._log.values():
-            for reg in regs:
-                if only is None or reg.key == only:
-                    claims.setdefault(reg.key, []).append(reg)
-        slots = {key: decide(*key, regs, self._prefs) for key, regs in claims.items()}
+    def _slots(
+        self, only: tuple[str, str] | None = None, claims: Iterable[Registration] | None = None
+    ) -> dict[tuple[str, str], Slot]:
+        """Slots (or the one slot `only`) as the precedence rule derives them from `claims`, the log by default:
+        never stored, the log is the state. A key whose claims leave no winner and no conflict has no slot."""
+        by_key: dict[tuple[str, str], list[Registration]] = {}
+        for reg in (r for regs in self._log.values() for r in regs) if claims is None else claims:
+            if only is None or reg.key == only:
+                by_key.setdefault(reg.key, []).append(reg)
+        slots = {key: decide(*key, regs, self._prefs) for key, regs in by_key.items()}
         return {key: slot for key, slot in slots.items() if slot.winner is not None or slot.conflict}
 
     # ---- importing providers --------------------------------------------------------------
@@ -417,14 +418,10 @@ class Registry:
     def indexed_slots(self) -> list[tuple[Slot, str]]:
         """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
         found = self.discovery()
-        out = {key: (slot, "registered") for key, slot in self._slots().items()}
-        by_name: dict[str, list[Registration]] = {}
-        for entry in found.in_group("kernelbay.models"):
-            provider = self.provider_of_entry(entry)
-            by_name.setdefault(entry.name, []).append(Registration("model", entry.name, entry.module, provider))
-        for name, claims in by_name.items():
-            if ("model", name) not in out:
-                out[("model", name)] = (decide("model", name, claims, self._prefs), "indexed")
+        entries = found.in_group("kernelbay.models")
+        predicted = [Registration("model", e.name, e.module, self.provider_of_entry(e)) for e in entries]
+        out = {key: (slot, "indexed") for key, slot in self._slots(claims=predicted).items()}
+        out.update((key, (slot, "registered")) for key, slot in self._slots().items())
         return [out[k] for k in sorted(out)]
 
     # ---- the log ------------------------------------------------------------------------
