@@ -8,13 +8,13 @@ from kernelbay.dtypes import MODEL_DTYPES
 from kernelbay.platforms import Platform
 
 
-class FusedRopeOnly(AttentionBackend):
-    """Claims fused RoPE, refuses sliding windows."""
+class BlockSparseOnly(AttentionBackend):
+    """The one backend with block-sparse attention; refuses sliding windows."""
 
-    name = "FAKE_ROPE"
+    name = "FAKE_BLOCKSPARSE"
     head_sizes = block_sizes = platforms = ANY
     dtypes = frozenset(MODEL_DTYPES)
-    fused_rope = True
+    sparse_modes = frozenset({"blocksparse"})
 
 
 class UnavailableBackend(AttentionBackend):

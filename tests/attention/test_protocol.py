@@ -42,10 +42,9 @@ def test_capabilities_are_answered_without_an_instance_by_one_method():
         attn_type="sliding_attention",
     )
     assert sdpa.capability_failures(req) == []
-    assert sdpa.capability_failures(replace(req, logit_softcap=True, fused_qkv=True, sparse_mode="dsa")) == [
+    assert sdpa.capability_failures(replace(req, logit_softcap=True, sparse_mode="dsa")) == [
         "logit_softcap: attention logit soft-capping is not supported",
         "sparse_mode: dsa is not supported (supported: none)",
-        "fused_qkv: fused QKV input is not supported",
     ]
 
 

@@ -18,7 +18,7 @@ from kernelbay.attention import (
 from kernelbay.errors import UnknownNameError
 from kernelbay.registry import register_attention_backend
 
-from ._fakes import FakePlatform, FusedRopeOnly, UnavailableBackend
+from ._fakes import BlockSparseOnly, FakePlatform, UnavailableBackend
 
 FULL = AttentionRequirements(head_size=64, dtype="float32")
 SOFTCAP = AttentionRequirements(head_size=64, dtype="float32", logit_softcap=True)
@@ -147,13 +147,13 @@ def test_layer_groups_prefer_one_backend_for_all(fresh_registry):
 
 
 def test_layer_groups_split_when_no_backend_fits_all(fresh_registry):
-    """Fused-RoPE full layers and sliding layers have no common backend: each group gets its own."""
-    register_attention_backend("FAKE_ROPE", target=FusedRopeOnly)
-    rope = AttentionRequirements(head_size=64, fused_rope=True)
+    """Block-sparse full layers and sliding layers have no common backend: each group gets its own."""
+    register_attention_backend("FAKE_BLOCKSPARSE", target=BlockSparseOnly)
+    sparse = AttentionRequirements(head_size=64, sparse_mode="blocksparse")
     sliding = AttentionRequirements(head_size=64, attn_type="sliding_attention")
-    sel = select_for_layer_groups({"rope": rope, "sliding": sliding}, platform=FakePlatform("SDPA"))
+    sel = select_for_layer_groups({"sparse": sparse, "sliding": sliding}, platform=FakePlatform("SDPA"))
     assert not sel.shared
-    assert sel.backend_for("rope").backend_name == "FAKE_ROPE"
+    assert sel.backend_for("sparse").backend_name == "FAKE_BLOCKSPARSE"
     assert sel.backend_for("sliding").backend_name == "SDPA"
     assert json.loads(json.dumps(sel.to_dict()))["shared_backend"] is False
 

@@ -24,13 +24,10 @@ def test_valid_options_pass_and_are_returned(fresh_registry):
 
 
 def test_every_violation_is_reported_at_once(fresh_registry):
-    """Five independent problems give five lines in one error, each saying what to change."""
+    """Four independent problems give four lines in one error, each saying what to change."""
     found = violations_of(
         backend="SDPA",
         logit_softcap=True,
-        speculative_decoding=True,
-        num_speculative_tokens=2,
-        beam_width=4,
         chunked_attention=True,
         sparse_mode="blocksparse",
         kv_cache_dtype="fp8",
@@ -38,8 +35,6 @@ def test_every_violation_is_reported_at_once(fresh_registry):
     )
     assert found == [
         "chunked attention needs attention_chunk_size >= 1, got None",
-        "speculative decoding cannot be combined with beam search (beam_width=4); use beam_width=1 or turn "
-        "speculative decoding off",
         "sparse attention (blocksparse) cannot be combined with a KV cache in another precision than the model "
         "(kv_cache_dtype=fp8, dtype=bfloat16); use kv_cache_dtype=auto",
         "attention backend SDPA: logit_softcap: attention logit soft-capping is not supported",
@@ -50,11 +45,11 @@ def test_every_violation_is_reported_at_once(fresh_registry):
 def test_error_message_counts_problems(fresh_registry):
     """The ConfigError text leads with the count and lists each violation on its own line."""
     with pytest.raises(ConfigError) as err:
-        validate_options(AttentionOptions(beam_width=0, block_size=0))
+        validate_options(AttentionOptions(chunked_attention=True, block_size=0))
     assert str(err.value) == (
         "2 problem(s) in the attention options:\n"
         "  - block_size must be a positive int, got 0\n"
-        "  - beam_width must be >= 1, got 0"
+        "  - chunked attention needs attention_chunk_size >= 1, got None"
     )
 
 
@@ -105,8 +100,8 @@ def test_backend_options_unknown_keys_and_types(fresh_registry):
 
 def test_unknown_option_field_in_a_mapping(fresh_registry):
     """A mapping with a key AttentionOptions does not have is refused with close matches."""
-    with pytest.raises(ConfigError, match=r"Unknown attention option: 'beam_widht'.*Did you mean: beam_width"):
-        validate_options({"beam_widht": 2})
+    with pytest.raises(ConfigError, match=r"Unknown attention option: 'block_sise'.*Did you mean: block_size"):
+        validate_options({"block_sise": 2})
 
 
 def test_plugin_rules_through_the_hook(fresh_registry, monkeypatch):
@@ -130,7 +125,7 @@ def test_plugin_rules_through_the_hook(fresh_registry, monkeypatch):
 
 def test_extra_rules_argument(fresh_registry):
     """Callers can add rules for one call."""
-    with pytest.raises(ConfigError, match="no beams"):
+    with pytest.raises(ConfigError, match="no big blocks"):
         validate_options(
-            AttentionOptions(beam_width=2), extra_rules=[lambda o: ["no beams"] if o.beam_width > 1 else []]
+            AttentionOptions(block_size=64), extra_rules=[lambda o: ["no big blocks"] if o.block_size > 32 else []]
         )

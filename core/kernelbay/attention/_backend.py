@@ -3,23 +3,48 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import ClassVar, Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 
 from ..dtypes import normalize_kv_cache_dtype, storage_dtype, torch_dtype
 from ..errors import KernelbayError
 from . import _cache_ops as ops
-from ._capabilities import GEOMETRY, _Any, capability_failures, check_declarations
-from ._forward_args import AttentionForwardArgs
-from ._geometry import AttentionGeometry, MLASpec
+from ._capabilities import GEOMETRY, AttentionRequirements, _Any, capability_failures, check_declarations
+from ._geometry import SPARSE_NONE, AttentionGeometry, AttentionType, KVLayout, MLASpec
 from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
-from ._options import NoOptions, parse_options
-from ._requirements import AttentionRequirements
-from ._types import SPARSE_NONE, AttentionType, KVLayout
+from ._validation import NoOptions, parse_options
 
 TMetadata = TypeVar("TMetadata", bound=AttentionMetadata)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionForwardArgs:
+    """Options for one forward call (`backend.forward(q, k, v, metadata, AttentionForwardArgs(...))`)."""
+
+    causal: bool = True
+    """Mask each query from keys after its own position (decoder self-attention)."""
+    update_kv_cache: bool = True
+    """Write this call's k/v into the paged cache before attending (False: reuse what is cached)."""
+    output: Any = None
+    """Optional preallocated output tensor [T, num_heads, v_head_dim] to write into."""
+    topk_indices: Any = None
+    """DSA layers only (sparse mode "dsa"): [T, index_topk] integer tensor, the keys each query attends to as
+    positions in its own request's sequence (0 .. seq_len - 1, the layer's causal mask still applies); -1 pads
+    a row whose query sees fewer keys. The indexer picks them (model code) before the layer attends."""
+    sinks: Any = None
+    """Layers with attention sinks only (geometry.sinks): [num_heads] float tensor, each head's learned sink
+    logit, which joins the softmax denominator (exp(sink) added to the sum; it contributes no value)."""
+
+    def __post_init__(self):
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"AttentionForwardArgs.causal must be a bool, got {self.causal!r}")
+        if not isinstance(self.update_kv_cache, bool):
+            raise TypeError(f"AttentionForwardArgs.update_kv_cache must be a bool, got {self.update_kv_cache!r}")
+
+
 _DEFAULT_ARGS = AttentionForwardArgs()
 
 
@@ -57,8 +82,6 @@ class AttentionBackend(Generic[TMetadata]):
     logit_softcap: ClassVar[bool] = False
     sinks: ClassVar[bool] = False
     """Attention sinks: `_attend` adds `args.sinks` [num_heads] (one logit per head) to each softmax denominator."""
-    fused_rope: ClassVar[bool] = False
-    fused_qkv: ClassVar[bool] = False
     preferred_block_size: ClassVar[int] = 16
     """The block size `get_kv_cache_spec` uses when the engine does not insist; must be declared."""
 

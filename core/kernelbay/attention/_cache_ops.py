@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._types import KVLayout
+from ._geometry import KVLayout
 
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype, torch_dtype
-from ._types import KVLayout
+from ._geometry import KVLayout
 
 
 @dataclass(frozen=True, slots=True)

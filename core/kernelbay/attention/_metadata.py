@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ._types import KVLayout
+from ._geometry import KVLayout
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .._trace import trace, warn
 from ..errors import ConfigError, UnknownNameError, unknown_name_message
-from ._requirements import AttentionRequirements
+from ._capabilities import AttentionRequirements
 
 BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
 MOE_BACKEND_ENV = "KERNELBAY_MOE_BACKEND"

@@ -1,18 +1,75 @@
-"""One pass over the whole attention option set; every violation reported in one ConfigError."""
+"""Options: a backend's typed `Options` (unknown keys are an error) and the whole attention option set,
+checked in one pass with every violation reported in one ConfigError."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
-from ..errors import ConfigError, unknown_name_message
-from ._capabilities import CAPABILITIES
-from ._geometry import MLASpec
-from ._requirements import AttentionRequirements
-from ._types import SPARSE_NONE, KVLayout
+from ..errors import ConfigError, close_matches, unknown_name_message
+from ._capabilities import CAPABILITIES, AttentionRequirements
+from ._geometry import SPARSE_NONE, KVLayout, MLASpec
+
+
+@dataclass(frozen=True, slots=True)
+class NoOptions:
+    """A backend that takes no options."""
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _coerce(backend: str, key: str, kind, value):
+    """CLI values arrive as strings (`--backend-option SDPA.key=value`); turn them into the declared type."""
+    if not isinstance(value, str) or kind is str:
+        return value
+    if kind is bool:
+        if value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise ConfigError(f"option {backend}.{key} expects a bool (true/false), got {value!r}")
+    if kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            raise ConfigError(f"option {backend}.{key} expects {kind.__name__}, got {value!r}") from None
+    return value
+
+
+def parse_options(backend: str, options_cls: type, values) -> object:
+    """An instance of `options_cls` from None, an instance, or a mapping; unknown keys raise ConfigError."""
+    if values is None:
+        return options_cls()
+    if isinstance(values, options_cls):
+        return values
+    if not isinstance(values, Mapping):
+        raise ConfigError(
+            f"options for attention backend {backend} must be a mapping or "
+            f"{options_cls.__name__}, got {type(values).__name__}"
+        )
+    hints = typing.get_type_hints(options_cls)
+    known = [f.name for f in dataclasses.fields(options_cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) for attention backend {backend}: {', '.join(unknown)}",
+            [_unknown_line(backend, key, known) for key in unknown],
+        )
+    try:
+        return options_cls(**{k: _coerce(backend, k, hints.get(k), v) for k, v in values.items()})
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"invalid options for attention backend {backend}: {exc}") from exc
+
+
+def _unknown_line(backend: str, key: str, known: list[str]) -> str:
+    line = f"{backend}.{key} is not an option; known options: {', '.join(known) or '(none)'}"
+    matches = close_matches(key, known)
+    return line + (f"; did you mean {', '.join(matches)}?" if matches else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +87,6 @@ class AttentionOptions:
     attention_chunk_size: int | None = None
     sliding_window: bool = False
     logit_softcap: bool = False
-    speculative_decoding: bool = False
-    num_speculative_tokens: int = 0
-    beam_width: int = 1
     block_size: int | None = None
     kv_layout: str | None = None
     head_size: int | None = None
@@ -68,15 +122,6 @@ def _combination_rule(o: AttentionOptions) -> list[str]:
     out = []
     if o.chunked_attention and not (o.attention_chunk_size or 0) >= 1:
         out.append(f"chunked attention needs attention_chunk_size >= 1, got {o.attention_chunk_size}")
-    if o.beam_width < 1:
-        out.append(f"beam_width must be >= 1, got {o.beam_width}")
-    if o.speculative_decoding and o.beam_width > 1:
-        out.append(
-            f"speculative decoding cannot be combined with beam search (beam_width={o.beam_width}); "
-            f"use beam_width=1 or turn speculative decoding off"
-        )
-    if o.speculative_decoding and o.num_speculative_tokens < 1:
-        out.append(f"speculative decoding needs num_speculative_tokens >= 1, got {o.num_speculative_tokens}")
     if o.sparse_mode != SPARSE_NONE and _mixed_precision(o):
         out.append(
             f"sparse attention ({o.sparse_mode}) cannot be combined with a KV cache in another precision "
