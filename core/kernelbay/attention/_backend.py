@@ -127,7 +127,6 @@ class AttentionBackend(Generic[TMetadata]):
         kv_cache_dtype: str | None = "auto",
         block_size: int | None = None,
         layout: KVLayout | str = KVLayout.NHD,
-        kv_scale_mode: str = "none",
     ) -> KVCacheSpec:
         """The cache this backend wants for a layer; override to prefer another block size."""
         mla = geometry.mla
@@ -139,7 +138,6 @@ class AttentionBackend(Generic[TMetadata]):
             layout=KVLayout.parse(layout),
             mla=mla is not None,
             index_head_dim=geometry.indexer.index_head_dim if geometry.indexer else 0,
-            kv_scale_mode=kv_scale_mode,
             stride_order=cls.get_kv_cache_stride_order(layout),
         )
 

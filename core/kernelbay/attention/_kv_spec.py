@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..dtypes import ELEMENT_BYTES, normalize_kv_cache_dtype, torch_dtype
 from ._geometry import KVLayout
@@ -26,8 +26,6 @@ class KVCacheSpec:
     block_size: int = 16
     layout: KVLayout = KVLayout.NHD
     mla: bool = False
-    kv_scale_mode: str = "none"
-    """fp8 only: "per_tensor" multiplies cached values by the layer's k_scale / v_scale when read."""
     index_head_dim: int = 0
     """DSA (MLA only): the indexer key cached per token after the latent; 0 when the layer has no indexer."""
     stride_order: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -58,12 +56,6 @@ class KVCacheSpec:
         if sorted(self.stride_order) != list(range(5)):
             raise ValueError(
                 f"KVCacheSpec.stride_order must order the 5 cache dims (a permutation of 0..4), got {self.stride_order}"
-            )
-        if self.kv_scale_mode not in ("none", "per_tensor"):
-            raise ValueError(f"kv_scale_mode must be 'none' or 'per_tensor', got {self.kv_scale_mode!r}")
-        if self.kv_scale_mode != "none" and self.dtype != "fp8_e4m3":
-            raise ValueError(
-                f"kv_scale_mode {self.kv_scale_mode!r} only applies to an fp8_e4m3 cache, not {self.dtype}"
             )
 
     @property
@@ -98,12 +90,6 @@ class KVCacheSpec:
         if self.layout is KVLayout.NHD:
             return (self.planes, num_blocks, self.block_size, self.num_kv_heads, self.entry_width)
         return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.entry_width)
-
-    def with_layout(self, layout: KVLayout | str) -> KVCacheSpec:
-        return replace(self, layout=KVLayout.parse(layout))
-
-    def with_stride_order(self, stride_order: tuple[int, ...]) -> KVCacheSpec:
-        return replace(self, stride_order=stride_order)
 
     def allocate(self, num_blocks: int, device="cpu"):
         """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`.

@@ -98,6 +98,10 @@ class AttentionOptions:
 
 
 Rule = Callable[[AttentionOptions], Iterable[str]]
+# The options that are requirement fields by the same name (the capability check reads them as such).
+_REQUIREMENT_FIELDS = (
+    {f.name for f in dataclasses.fields(AttentionOptions)} & {f.name for f in dataclasses.fields(AttentionRequirements)}
+) - {"head_size"}
 
 
 def _names_rule(o: AttentionOptions) -> list[str]:
@@ -159,18 +163,9 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     """The backend's one capability check, asked with the options as a requirements record."""
     try:
         mla = MLASpec.from_any(o.mla) if o.mla is not None else None
+        shared = {name: getattr(o, name) for name in _REQUIREMENT_FIELDS}
         req = AttentionRequirements(
-            head_size=o.head_size or (mla.qk_head_dim if mla else 1),
-            dtype=o.dtype,
-            kv_cache_dtype=o.kv_cache_dtype,
-            use_mla=mla is not None,
-            sliding_window=o.sliding_window,
-            chunked_attention=o.chunked_attention,
-            logit_softcap=o.logit_softcap,
-            sparse_mode=o.sparse_mode,
-            block_size=o.block_size,
-            kv_layout=KVLayout.parse(o.kv_layout) if o.kv_layout is not None else None,
-            platform=o.platform,
+            head_size=o.head_size or (mla.qk_head_dim if mla else 1), use_mla=mla is not None, **shared
         )
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
