@@ -135,7 +135,7 @@ def test_trusted_remote_code_missing_file(write_config):
 
 def test_transformers_rejecting_a_value_is_a_config_error(write_config):
     """A value transformers' strict config refuses surfaces as a ConfigError, not its own exception."""
-    with pytest.raises(ConfigError, match="transformers could not parse"):
+    with pytest.raises(ConfigError, match="LlamaConfig could not parse"):
         ModelConfig.from_pretrained(write_config(tiny(num_attention_heads="four")))
 
 

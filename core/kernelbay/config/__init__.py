@@ -12,13 +12,12 @@ Light to import: transformers is imported when a config is first read; `import k
 loads this package.
 """
 
+from ._build import draft_architecture, resolution_target
 from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
-from ._loading import config_class_for, read_config_json
+from ._loading import config_class_for, read_config_json, weight_format_class
 from ._model_config import MODEL_KINDS, ModelConfig
-from ._naming import draft_architecture, resolution_target
 from ._records import ROPE_TYPES, BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
-from ._weight_files import weight_format_class
 
 __all__ = [
     "BLOCKSPARSE",

@@ -1,7 +1,9 @@
-"""Assemble a `ModelConfig` from config.json (as written) and transformers' parse of it."""
+"""Assemble a `ModelConfig` from config.json (as written) and transformers' parse of it: which slot it resolves
+to (architecture and kind), then its geometry."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,14 +11,18 @@ from ..errors import ConfigError
 from . import _geometry as geo
 from ._fields import Fields
 from ._layers import ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
-from ._loading import CONFIG_FILE, load_hf_config, read_config_json
+from ._loading import CONFIG_FILE, hf_config_from_dict, load_hf_config, read_config_json
 from ._model_config import ModelConfig
 from ._moe import resolve_moe
-from ._naming import Naming, resolve_naming
 from ._quant import resolve_quantization
 from ._rope import resolve_position_embedding, resolve_rope
 from ._rules import FamilyRules, family_rules
-from ._weight_files import hf_config_from_dict
+
+# How EAGLE heads spell their tie to a base architecture: LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM.
+_EAGLE_MARKS = re.compile(r"^(?:EAGLE3|Eagle3|EAGLE|Eagle)(?=[A-Z])|(?:EAGLE3|Eagle3|EAGLE|Eagle)$")
+VISION_ENCODER_SUFFIXES = ("VisionModel", "VisionTransformer", "VisionTower")
+# Keys a composite config keeps at the top level that describe its parts too.
+INHERITED_KEYS = ("torch_dtype", "dtype", "quantization_config")
 
 
 def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
@@ -72,32 +78,23 @@ def _parsed(hf_config) -> dict[str, Any]:
 
 def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
     model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
-    naming = resolve_naming(f, model_type, encoder_only, family_rules(f, model_type))
-    section = "vision_config" if naming.model_kind == "vision_encoder" else "text_config"
-    f, geometry_config = _section(f, hf_config, section)
-    return _assemble(f, hf_config, geometry_config, folder, model_type, naming)
-
-
-def _assemble(
-    f: Fields, hf_config, geometry_config, folder: Path | None, model_type: str, naming: Naming
-) -> ModelConfig:
-    """`geometry_config` is the (sub-)config the sizes come from: the text or vision part of a composite."""
-    encoder = naming.model_kind == "vision_encoder"
+    naming = _naming(f, model_type, encoder_only, family_rules(f, model_type))
+    encoder = naming["model_kind"] == "vision_encoder"
+    f, geometry_config = _section(f, hf_config, "vision_config" if encoder else "text_config")
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
     rules = family_rules(f, layer_model_type)  # the family's plugin answers first, the generic fields after
-    hidden, n_layers, heads, vocab = _sizes(f, encoder)
+    hidden, n_layers, heads, vocab = geo.core_sizes(f, encoder)
     mla = geo.resolve_mla(f)
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
     max_positions = _max_positions(f, encoder)
-    plan = _layer_plan(f, rules, n_layers, max_positions, type(geometry_config), encoder)
+    if encoder:
+        plan = LayerPlan((ENCODER,) * n_layers)
+    else:
+        plan = resolve_layers(f, rules, n_layers, max_positions, type(geometry_config))
     kv_heads = _layer_kv_heads(f, plan, heads)
     position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
-    rope = resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None
-    ffn = rules.ask("intermediate_size") or geo.resolve_intermediate_size(f)
-    scale = rules.ask("attention_scale") or geo.resolve_attention_scale(f, head_dim)
     return ModelConfig(
-        architecture=naming.architecture,
-        architectures=naming.architectures,
+        **naming,
         model_type=model_type,
         hidden_size=hidden,
         num_hidden_layers=n_layers,
@@ -105,7 +102,7 @@ def _assemble(
         num_key_value_heads=max(kv_heads) or heads,
         head_dim=head_dim,
         vocab_size=vocab,
-        intermediate_size=ffn,
+        intermediate_size=rules.ask("intermediate_size") or geo.resolve_intermediate_size(f),
         max_position_embeddings=max_positions,
         rms_norm_eps=geo.resolve_norm_eps(f),
         tie_word_embeddings=f.get_bool("tie_word_embeddings"),
@@ -115,9 +112,9 @@ def _assemble(
         sliding_window=plan.sliding_window,
         attention_chunk_size=plan.attention_chunk_size,
         mla=mla,
-        rope=rope,
+        rope=resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None,
         position_embedding=position_embedding,
-        attention_scale=scale,
+        attention_scale=rules.ask("attention_scale") or geo.resolve_attention_scale(f, head_dim),
         v_head_dim=mla.v_head_dim if mla else head_dim,
         attn_logit_softcapping=f.get_float("attn_logit_softcapping"),
         attention_sinks=bool(rules.ask("attention_sinks")),
@@ -127,19 +124,10 @@ def _assemble(
         blocksparse=plan.blocksparse,
         indexer=plan.indexer,
         moe=None if encoder else resolve_moe(f, n_layers, rules.ask("moe")),
-        model_kind=naming.model_kind,
-        draft_vocab_size=naming.draft_vocab_size,
         notes=tuple(f.notes),
         source=str(folder) if folder else None,
         hf_config=hf_config,
     )
-
-
-def _sizes(f: Fields, encoder: bool) -> tuple[int, int, int, int]:
-    if not encoder:
-        return geo.core_sizes(f)
-    hidden, layers, heads = (f.required_int(*names) for names in (geo.HIDDEN, geo.LAYERS, geo.HEADS))
-    return (*geo.checked_sizes(f, hidden, layers, heads), 0)  # a vision encoder has no vocabulary
 
 
 def _max_positions(f: Fields, encoder: bool) -> int:
@@ -150,14 +138,6 @@ def _max_positions(f: Fields, encoder: bool) -> int:
     return geo.resolve_max_positions(f)
 
 
-def _layer_plan(
-    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type, encoder: bool
-) -> LayerPlan:
-    if encoder:
-        return LayerPlan((ENCODER,) * n_layers)
-    return resolve_layers(f, rules, n_layers, max_positions, config_class)
-
-
 def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
     if plan.kv_heads is not None:
         return plan.kv_heads
@@ -165,10 +145,6 @@ def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
         return (0,) * len(plan.kinds)
     kv = geo.resolve_kv_heads(f, heads)
     return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
-
-
-# Keys a composite config keeps at the top level that describe its parts too.
-INHERITED_KEYS = ("torch_dtype", "dtype", "quantization_config")
 
 
 def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
@@ -188,3 +164,59 @@ def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
     part = Fields(raw, parsed, source=f"{f.source} ({name})", folder=f.folder)
     part.notes = f.notes
     return part, sub_config if sub_config is not None else hf_config
+
+
+# ---- naming: DESIGN "Model resolution" ---------------------------------------------------------------------
+def _naming(f: Fields, model_type: str, encoder_only: bool, rules: FamilyRules) -> dict[str, Any]:
+    """architecture (the slot name), architectures, model_kind and draft_vocab_size: architectures[0];
+    encoder-only -> vision encoder; drafts -> EAGLE3<Arch>; a family's `architecture` rule may rename a legacy
+    architectures[0]."""
+    names = _architectures(f, model_type)
+    architecture, kind, draft_vocab_size = names[0], "model", None
+    if f.get("draft_vocab_size") is not None:
+        architecture, kind = draft_architecture(names[0]), "draft_model"
+        draft_vocab_size = f.get_int("draft_vocab_size")
+    elif encoder_only or names[0].endswith(VISION_ENCODER_SUFFIXES) or model_type.endswith("_vision_model"):
+        kind = "vision_encoder"  # a standalone vision tower (SigLIP, CLIP vision) is encoder-only by construction
+    else:
+        architecture = rules.ask("architecture") or names[0]
+    return {
+        "architecture": architecture,
+        "architectures": names,
+        "model_kind": kind,
+        "draft_vocab_size": draft_vocab_size,
+    }
+
+
+def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:
+    value = f.get("architectures")
+    if value:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{f.source}: architectures must be a list of class names, got {value!r}.")
+        return tuple(value)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    default = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if default is None:
+        raise ConfigError(
+            f"{f.source}: 'architectures' is missing and transformers has no causal-LM class for "
+            f'model_type {model_type!r}; add e.g. "architectures": ["LlamaForCausalLM"].'
+        )
+    f.notes.append(f"no architectures in config: transformers' causal LM for {model_type!r} ({default}) used")
+    return (default,)
+
+
+def draft_architecture(architecture: str) -> str:
+    """`EAGLE3<TargetArch>`: the decoder class the EAGLE-3 head is built from, its EAGLE marks removed.
+
+    SpecForge writes `LlamaForCausalLMEagle3`, vLLM `Eagle3LlamaForCausalLM`: both are
+    `EAGLE3LlamaForCausalLM`, a Llama layer drafting for whatever target it was trained on.
+    """
+    return "EAGLE3" + _EAGLE_MARKS.sub("", architecture)
+
+
+def resolution_target(config) -> tuple[str, str]:
+    """(slot kind, slot name) a resolved `ModelConfig` builds from (DESIGN "Model resolution", steps 1-3):
+    `architecture` is `architectures[0]`, or `EAGLE3<TargetArch>` for a draft; `model_kind` is "model",
+    "draft_model" or "vision_encoder"."""
+    return config.model_kind, config.architecture

@@ -9,8 +9,24 @@ from pathlib import Path
 from typing import Any, overload
 
 from ..errors import ConfigError
-from ._limits import check_finite
-from ._weight_files import stored_tensors
+
+MAX_DIMENSION = 2**31 - 1  # one tensor dimension or a context length: int32-indexable
+MAX_LAYERS = 4096  # the largest published checkpoints have ~130; anything beyond is a typo
+
+
+def check_size(source: str, name: str, value: int, *, limit: int = MAX_DIMENSION) -> int:
+    """`value` if 1 <= value <= limit, else a ConfigError naming the field and the range."""
+    if not 1 <= value <= limit:
+        raise ConfigError(f"{source}: {name}={value} must be an integer from 1 to {limit}.")
+    return value
+
+
+def check_finite(source: str, name: str, value: float, *, positive: bool = False) -> float:
+    """A finite float (and > 0 when `positive`), else a ConfigError naming the field."""
+    if not math.isfinite(value) or (positive and value <= 0):
+        need = "a positive finite number" if positive else "a finite number"
+        raise ConfigError(f"{source}: {name} must be {need}, got {value!r}.")
+    return value
 
 
 class Fields:
@@ -30,6 +46,8 @@ class Fields:
     @cached_property
     def tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """name -> (dtype, shape) of the folder's stored tensors (headers only); {} without any."""
+        from ._loading import stored_tensors
+
         return stored_tensors(self.folder) if self.folder is not None else {}
 
     def written(self, *names: str) -> bool:

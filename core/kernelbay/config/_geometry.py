@@ -6,8 +6,7 @@ from collections import Counter
 
 from ..dtypes import MODEL_DTYPES, canonical
 from ..errors import ConfigError
-from ._fields import Fields
-from ._limits import MAX_LAYERS, check_finite, check_size
+from ._fields import MAX_LAYERS, Fields, check_finite, check_size
 from ._records import MLAGeometry
 
 HIDDEN = ("hidden_size", "n_embd", "d_model")
@@ -20,26 +19,19 @@ NORM_EPS = ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_epsilo
 DEFAULT_LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which OPT relies on
 
 
-def core_sizes(f: Fields) -> tuple[int, int, int, int]:
-    """hidden_size, num_hidden_layers, num_attention_heads, vocab_size: each must be written down."""
-    missing = [" / ".join(names) for names in (HIDDEN, LAYERS, HEADS, VOCAB) if not _has(f, names)]
+def core_sizes(f: Fields, encoder: bool = False) -> tuple[int, int, int, int]:
+    """hidden_size, num_hidden_layers, num_attention_heads, vocab_size (0 for a vision encoder): each must be
+    written down. The layer count is bounded before anything is built per layer, the heads before hidden / heads;
+    the record (ModelConfig) bounds every other size."""
+    spellings = (HIDDEN, LAYERS, HEADS) if encoder else (HIDDEN, LAYERS, HEADS, VOCAB)
+    written = f.raw if f.raw else f.parsed
+    missing = [" / ".join(names) for names in spellings if all(written.get(name) is None for name in names)]
     if missing:
         raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
-    hidden, layers, heads, vocab = (f.required_int(*names) for names in (HIDDEN, LAYERS, HEADS, VOCAB))
-    return (*checked_sizes(f, hidden, layers, heads), vocab)
-
-
-def checked_sizes(f: Fields, hidden: int, layers: int, heads: int) -> tuple[int, int, int]:
-    """The layer count bounded before anything is built per layer, the heads before hidden / heads; the record
-    (ModelConfig) bounds every other size."""
+    hidden, layers, heads, *vocab = (f.required_int(*names) for names in spellings)
     check_size(f.source, LAYERS[0], layers, limit=MAX_LAYERS)
     check_size(f.source, HEADS[0], heads)
-    return hidden, layers, heads
-
-
-def _has(f: Fields, names: tuple[str, ...]) -> bool:
-    where = f.raw if f.raw else f.parsed
-    return any(where.get(name) is not None for name in names)
+    return hidden, layers, heads, vocab[0] if vocab else 0
 
 
 def resolve_mla(f: Fields) -> MLAGeometry | None:

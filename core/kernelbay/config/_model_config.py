@@ -9,8 +9,8 @@ from typing import Any
 
 from ..dtypes import MODEL_DTYPES, element_bytes
 from ..errors import ConfigError
+from ._fields import MAX_DIMENSION, MAX_LAYERS
 from ._layers import BLOCKSPARSE, CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING
-from ._limits import MAX_DIMENSION, MAX_LAYERS
 from ._moe import MoEConfig
 from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig, thawed_json
 

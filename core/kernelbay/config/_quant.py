@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ._fields import Fields
-from ._limits import parse_config_text
+from ._loading import read_json
 from ._records import QuantConfig, frozen_json
 
 MODELOPT_FILE = "hf_quant_config.json"
@@ -49,12 +48,7 @@ def _quantization_dict(f: Fields, folder: Path | None) -> dict[str, Any] | None:
 
 
 def _modelopt_file(file: Path) -> dict[str, Any]:
-    try:
-        data = parse_config_text(file.read_text(encoding="utf-8"), file)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{file} is not UTF-8 text.") from None
+    data = read_json(file)
     body = data.get("quantization") if isinstance(data, dict) else None
     if not isinstance(body, dict):
         raise ConfigError(f"{file} has no 'quantization' object.")

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ._fields import Fields
+from ._fields import Fields, check_size
 from ._layers import FULL, SLIDING
-from ._limits import check_size
 from ._records import ROPE_TYPES, MLAGeometry, RopeConfig, frozen_json
 
 THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
