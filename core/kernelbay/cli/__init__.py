@@ -1,9 +1,10 @@
 """`kernelbay` command line: the core's plugins, doctor, explain and check-backend, plus every subcommand
 an installed plugin adds through the `kernelbay.commands` entry-point group (`run` from kernelbay-engine).
 
-A plugin command is `name = "module:function"`; `function(subparsers)` adds its subparser with
-`set_defaults(handler=...)` (vLLM's `CLISubcommand` idea without a class). `kernelbay --help` lists
-installed commands from metadata alone; a command's module is imported only when that command runs."""
+A plugin command is `name = "module:function"`; `function(parser)` adds its arguments to the command's
+parser and returns its handler, `handler(args) -> exit code`. The host gives every command `--trace` and
+`--custom-module-dirs` (loaded before the handler runs). `kernelbay --help` lists installed commands from
+metadata alone; a command's module is imported only when that command runs."""
 
 from __future__ import annotations
 
@@ -53,23 +54,6 @@ def _version() -> str:
     from kernelbay._version import __version__
 
     return f"kernelbay {__version__}"
-
-
-def add_custom_dirs_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--custom-module-dirs",
-        nargs="+",
-        default=[],
-        metavar="PATH",
-        help="import these .py files / package folders first; their registrations are external",
-    )
-
-
-def load_custom_dirs(args) -> None:
-    if getattr(args, "custom_module_dirs", None):
-        from kernelbay.registry import load_custom_module_dirs
-
-        load_custom_module_dirs(args.custom_module_dirs)
 
 
 def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
@@ -136,6 +120,13 @@ def _main(argv: list[str] | None) -> int:
     description = COMMANDS[top.command][1] if top.command in COMMANDS else None
     parser = argparse.ArgumentParser(prog=f"kernelbay {top.command}", description=description)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(  # every command's, loaded here so that no command can ignore it
+        "--custom-module-dirs",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="import these .py files / package folders first; their registrations are external",
+    )
     try:
         handler = _command(top.command, plugins, parser)
         args = parser.parse_args(rest)
@@ -143,6 +134,10 @@ def _main(argv: list[str] | None) -> int:
             from kernelbay._trace import enable_trace
 
             enable_trace()
+        if args.custom_module_dirs:
+            from kernelbay.registry import load_custom_module_dirs
+
+            load_custom_module_dirs(args.custom_module_dirs)
         return handler(args)
     except KernelbayError as err:
         print(f"kernelbay {top.command}: error: {err}", file=sys.stderr)

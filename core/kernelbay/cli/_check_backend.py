@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from . import add_custom_dirs_argument, load_custom_dirs
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("name", metavar="NAME", help="an installed attention or MoE backend (see `kernelbay plugins`)")
@@ -25,7 +23,6 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="torch device the backend runs on (default: cpu)")
     parser.add_argument("--json", action="store_true", help="machine-readable report")
-    add_custom_dirs_argument(parser)
 
 
 def backend_options(name: str, items: list[str]) -> dict[str, str] | None:
@@ -42,7 +39,6 @@ def backend_options(name: str, items: list[str]) -> dict[str, str] | None:
 
 
 def run(args) -> int:
-    load_custom_dirs(args)
     from ..testing.conformance import check_backend
 
     report = check_backend(

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 
-from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
-
 MODELS = "kernelbay.models"  # the module index of every model kind; each other kind's group names classes
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable findings")
-    add_custom_dirs_argument(parser)
 
 
 def _check_model_providers(reg, found) -> list[str]:
@@ -99,7 +96,6 @@ def _check_preferences(reg) -> list[str]:
 
 
 def run(args) -> int:
-    load_custom_dirs(args)
     problems = findings()
     if args.json:
         print(json.dumps({"ok": not problems, "findings": problems}, indent=2))

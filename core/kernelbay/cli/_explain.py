@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
@@ -35,7 +33,6 @@ def add_arguments(parser) -> None:
         help="which provider to explain: auto (native if installed, else the transformers fallback), native, "
         "transformers",
     )
-    add_custom_dirs_argument(parser)
 
 
 def memory_argument(value: str | None) -> str | None:
@@ -64,7 +61,6 @@ def run(args) -> int:
     from kernelbay.explain import explain_model, render_text
 
     kv_dtype = kv_dtype_argument(args.kv_dtype)
-    load_custom_dirs(args)
     doc = explain_model(
         args.model,
         backend=args.backend,

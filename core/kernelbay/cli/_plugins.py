@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 
-from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
-
 NOT_CHECKED = "(providers not imported; run `kernelbay doctor` to find the ones that fail to import)"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--log", action="store_true", help="include the registration log, in order")
-    add_custom_dirs_argument(parser)
 
 
 def report(include_log: bool) -> dict:
@@ -89,7 +86,6 @@ def render(doc: dict) -> str:
 
 
 def run(args) -> int:
-    load_custom_dirs(args)
     doc = report(args.log)
     print(json.dumps(doc) if args.json else render(doc))
     return 0

@@ -9,7 +9,6 @@ import errno
 import sys
 from collections.abc import Iterator
 
-from kernelbay.cli import add_custom_dirs_argument, load_custom_dirs
 from kernelbay.errors import InputError
 
 
@@ -67,7 +66,6 @@ def add_arguments(parser) -> None:
         action="store_true",
         help="allow the folder's own config/tokenizer code to run (off by default)",
     )
-    add_custom_dirs_argument(parser)
 
 
 def sampling_params(args):
@@ -160,7 +158,6 @@ def run(args) -> int:
     params = sampling_params(args)  # bad flags and folders fail before torch is even imported
     args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)
     folder = check_model_folder(args.model if args.model else demo_model_folder())
-    load_custom_dirs(args)
     with cache_allocation_errors(args.kv_cache_memory):
         llm = build_llm(args, folder)
     ids = prompt_ids(llm, args)
