@@ -3,12 +3,12 @@
 The rule, per linear layer (fused q/k/v and gate/up assembled row by row, Llama's Q/K rows un-permuted
 like the float path, a tied LM head from the embedding's tensor):
 
-- Q8_0, Q4_0, Q4_1, Q4_K (all its parts one type): the file's own codes and scales, exactly
-  (`from_q8_0` / `from_q4_0` / `from_q4_1`; Q4_K's 6-bit sub-block scales and mins are multiplied out into
-  int4 groups of 32 with per-group zeros, the same values its dequantization gives);
-- Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, or parts of different types: no kernel runs their codes, so the
-  tensors are dequantized and requantized to int8 groups of 32 (`quantize(dense, 8, 32)`: per group, an
-  error of at most half of max|w| / 127, below each of those types' own step);
+- Q8_0 and Q5_0 (int8 groups of 32: Q5_0's codes less 16), Q4_0, Q4_1 and Q4_K (int4 groups of 32 with
+  per-group zeros: Q4_K's 6-bit sub-block scales and mins multiplied out): the file's own codes and scales,
+  exactly, also when a fused layer's parts mix types of one width (Q5_0 q/k with a Q8_0 v);
+- Q5_1, Q2_K, Q3_K, Q5_K, Q6_K (no kernel runs their codes: Q6_K's scales are per 16 weights, the int4
+  kernel's smallest group is 32), or parts of both widths: dequantized, then requantized to int8 groups of 32
+  (`quantize(dense, 8, 32)`: per group an error of at most half of max|w| / 127, below each type's own step);
 - F32 / F16 / BF16 (not quantized in the file) and per-expert weights keep the weights as loaded.
 
 `forms(model, path)` says this per layer from the header alone (what `explain --quantization gguf` shows);
@@ -36,7 +36,7 @@ from kernelbay_gguf.format import GGUFFormat
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
 
 BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block, and per Q4_K sub-block
-REQUANTIZED = frozenset({Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.Q6_K})
+REQUANTIZED = frozenset({Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.Q6_K})
 REQUANT_BITS, REQUANT_GROUP = 8, 32
 Parts = list[tuple[TensorInfo, tuple]]  # a weight's file tensors and the rows each fills
 
@@ -78,6 +78,12 @@ def codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
         return _nibbles(blocks[..., 2:]), _f16(blocks, 0)
     if info.qtype == Q.Q4_K:
         return _q4_k(raw)
+    if info.qtype == Q.Q5_0:  # scale, 32 high bits (little-endian), then the low nibbles; value = (q - 16) * d
+        blocks = raw.reshape(rows, -1, 6 + BLOCK // 2)
+        high = np.unpackbits(blocks[..., 2:6], axis=-1, bitorder="little")
+        low = np.concatenate([blocks[..., 6:] & 0x0F, blocks[..., 6:] >> 4], axis=-1)
+        q = ((low | (high << 4)).astype(np.int8) - 16).reshape(rows, -1)
+        return torch.from_numpy(q), _f16(blocks, 0)
     blocks = raw.reshape(rows, -1, 4 + BLOCK // 2)  # Q4_1: scale, min, then the nibbles
     return _nibbles(blocks[..., 4:]), _f16(blocks, 0), _f16(blocks, 2)
 
@@ -86,7 +92,12 @@ def _from_q4_k(q, scale, low) -> QuantizedWeight:
     return replace(from_q4_1(q, scale, low), source="GGUF Q4_K")
 
 
-CONSTRUCTORS = {Q.Q8_0: from_q8_0, Q.Q4_0: from_q4_0, Q.Q4_1: from_q4_1, Q.Q4_K: _from_q4_k}
+def _from_q5_0(q, scale) -> QuantizedWeight:
+    return replace(from_q8_0(q, scale), source="GGUF Q5_0")
+
+
+CONSTRUCTORS = {Q.Q8_0: from_q8_0, Q.Q5_0: _from_q5_0, Q.Q4_0: from_q4_0, Q.Q4_1: from_q4_1, Q.Q4_K: _from_q4_k}
+EXACT_BITS = {Q.Q8_0: 8, Q.Q5_0: 8, Q.Q4_0: 4, Q.Q4_1: 4, Q.Q4_K: 4}  # the width each type's codes are kept at
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +122,11 @@ def _form(parts: Parts | None, layer: Linear) -> Form | str:
     names = "/".join(q.name for q in kinds)
     if any(q not in CONSTRUCTORS and q not in REQUANTIZED for q in kinds):
         return f"stored as {names}: not quantized in the file, kept as loaded"
-    if len(kinds) == 1 and kinds[0] in CONSTRUCTORS:
-        return Form(8 if kinds[0] == Q.Q8_0 else 4, BLOCK, f"GGUF {names}", exact=True)
-    why = "parts of different types" if len(kinds) > 1 else "no kernel runs its codes"
+    widths = {EXACT_BITS.get(q) for q in kinds}
+    if len(widths) == 1 and None not in widths:
+        return Form(widths.pop(), BLOCK, f"GGUF {names}", exact=True)
+    unkept = [q.name for q in kinds if q not in EXACT_BITS]
+    why = f"no kernel runs {'/'.join(unkept)} codes" if unkept else "parts of 4- and 8-bit types"
     return Form(REQUANT_BITS, REQUANT_GROUP, f"GGUF {names}, requantized to int8 groups of 32 ({why})", False)
 
 
@@ -123,14 +136,17 @@ def _assemble(reader: GGUFTensorReader, parts: Parts, form: Form) -> QuantizedWe
     if not form.exact:
         dense = torch.cat([reader.values(info) for info in ordered])
         return quantize(dense, form.bits, form.group_size, source=form.source)
-    pieces: list[list[torch.Tensor]] = []
+    pieces = []
     for info in ordered:
         fields = codes(info, reader.raw(info))
         if info.permute_heads:
             fields = tuple(unpermute_rows(f, info.permute_heads) for f in fields)
-        pieces.append(list(fields))
-    joined = [torch.cat(column) for column in zip(*pieces, strict=True)]
-    return CONSTRUCTORS[ordered[0].qtype](*joined)
+        pieces.append(CONSTRUCTORS[info.qtype](*fields))
+    if len(pieces) == 1:
+        return pieces[0]
+    q, scale = torch.cat([p.q for p in pieces]), torch.cat([p.scale for p in pieces])
+    zero = None if form.bits == 8 else torch.cat([p.zero for p in pieces if p.zero is not None])
+    return QuantizedWeight(form.bits, BLOCK, q, scale, zero, form.source)
 
 
 def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, Parts]:

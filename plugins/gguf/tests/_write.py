@@ -9,6 +9,7 @@ so that transformers' own GGUF reader (the reference) and kernelbay's read the s
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -17,6 +18,9 @@ import torch
 import transformers
 from gguf import GGMLQuantizationType as Q
 
+from plugins.gguf.tests._kquants import quantize_q4_k, quantize_q6_k
+
+QUANTIZERS = {Q.Q4_K: quantize_q4_k, Q.Q6_K: quantize_q6_k}  # K-quants gguf-py cannot make
 GEMMA = ("gemma2", "gemma3")
 MOE = ("qwen2moe", "qwen3moe")
 
@@ -105,8 +109,10 @@ def write_gguf(
     qtype: Q = Q.F32,
     skip_keys: tuple[str, ...] = (),
     architecture: str | None = None,
+    qtype_of: Callable[[str], Q] | None = None,
 ) -> Path:
-    """`hf_model` as `path`: 2-D and expert weights stored as `qtype` (F32/F16/Q8_0/...), norms and biases F32."""
+    """`hf_model` as `path`: 2-D and expert weights stored as `qtype` (F32/F16/Q8_0/.../Q4_K/Q6_K), or as
+    `qtype_of(gguf name)` says; norms, biases and the MoE router F32."""
     config = hf_model.config
     writer = gguf.GGUFWriter(path, architecture or arch)
     add_metadata(writer, config, architecture or arch, skip_keys)
@@ -114,10 +120,11 @@ def write_gguf(
         if hf == "lm_head.weight" and config.tie_word_embeddings:
             continue
         for name, data in converted(hf, tensor.detach().to(torch.float32).numpy(), arch, config):
-            kind = qtype if data.ndim >= 2 and not name.endswith("ffn_gate_inp.weight") else Q.F32
+            kind = (qtype_of or (lambda _: qtype))(name)
+            kind = kind if data.ndim >= 2 and not name.endswith("ffn_gate_inp.weight") else Q.F32
             stored = data.astype(np.float16) if kind == Q.F16 else data
             if kind not in (Q.F32, Q.F16):
-                stored = gguf.quants.quantize(data, kind)
+                stored = QUANTIZERS[kind](data) if kind in QUANTIZERS else gguf.quants.quantize(data, kind)
             writer.add_tensor(name, stored, raw_dtype=kind if kind not in (Q.F32, Q.F16) else None)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -17,11 +18,20 @@ from kernelbay_gguf.tensors import TensorInfo
 from kernelbay.cli import main
 from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
 from kernelbay_engine.runner import StepRequest
-from plugins.gguf.tests._write import random_k_quant, transformers_from_gguf, write_random_k_quants
+from plugins.gguf.tests._tiny import TINY_GGUF
+from plugins.gguf.tests._write import (
+    QUANTIZERS,
+    random_k_quant,
+    transformers_from_gguf,
+    write_gguf,
+    write_random_k_quants,
+)
 from tests._explain_schema import validate
 from tests.models._parity import PROMPTS, reference_logits, runner
+from tests.models.conftest import build_reference
 
-KEPT = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+KEPT = [Q.Q8_0, Q.Q5_0, Q.Q4_0, Q.Q4_1]
+GPL3 = Path("/usr/share/common-licenses/GPL-3")  # Debian's base-files ships it
 RELATIVE = 0.03  # the kernels compute in bfloat16: logits within 3% of the largest one
 
 
@@ -55,6 +65,35 @@ def test_kept_quantized_model_matches_the_dequantized_reference(tiny_gguf, name,
     assert worst <= RELATIVE * expected.abs().max().item(), f"[{name} {qtype.name}] max |logit diff| {worst:.3g}"
 
 
+REQUANTIZED = "requantized to int8 groups of 32"
+MIXED = {
+    # fused q/k/v parts -> what the layer runs: one width joins exactly, two widths are requantized
+    "Q5_0 q/k, Q8_0 v": (Q.Q5_0, Q.Q8_0, "GGUF Q5_0/Q8_0 on int8_group"),
+    "Q4_0 q/k, Q4_1 v": (Q.Q4_0, Q.Q4_1, "GGUF Q4_0/Q4_1 on int4_group"),
+    "Q4_1 q/k, Q8_0 v": (Q.Q4_1, Q.Q8_0, f"GGUF Q4_1/Q8_0, {REQUANTIZED} (parts of 4- and 8-bit types) on int8_group"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXED))
+def test_fused_parts_of_different_types(tmp_path, case):
+    """A fused layer whose parts differ in type (llama.cpp's mixes put attn_v a step up): joined code for code
+    when every part is kept at one width, else requantized; the model still matches its dequantized reference."""
+    qk, v, expected = MIXED[case]
+    path = write_gguf(
+        tmp_path / "model.gguf",
+        build_reference("llama", tiny=TINY_GGUF["llama"][1]),
+        "llama",
+        qtype_of=lambda name: v if ".attn_v." in name else qk,
+    )
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    report = GGUFFormat.keep_quantized(model, path)
+    assert report["model.layers.0.self_attn.qkv_proj"] == expected, report
+    logits = runner(model, "SDPA").step([StepRequest(i, p, 0) for i, p in enumerate(PROMPTS)])
+    reference = reference_logits(transformers_from_gguf(path), [list(p) for p in PROMPTS])
+    worst = (logits - reference).abs().max().item()
+    assert worst <= RELATIVE * reference.abs().max().item(), f"[{case}] max |logit diff| {worst:.3g}"
+
+
 def test_float_types_keep_their_weights_and_say_why(tiny_gguf):
     path = tiny_gguf("llama", Q.F16)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
@@ -62,18 +101,17 @@ def test_float_types_keep_their_weights_and_say_why(tiny_gguf):
     assert set(report.values()) == {"stored as F16: not quantized in the file, kept as loaded"}
 
 
-REQUANTIZED = "requantized to int8 groups of 32"
 K_QUANT_CASES = {
     # name -> (type of each 2-D tensor by GGUF name, what every linear runs)
     "Q4_K": (lambda name: Q.Q4_K, {"GGUF Q4_K on int4_group"}),
-    "Q5_K": (lambda name: Q.Q5_K, {f"GGUF Q5_K, {REQUANTIZED} (no kernel runs its codes) on int8_group"}),
-    "Q6_K": (lambda name: Q.Q6_K, {f"GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes) on int8_group"}),
+    "Q5_K": (lambda name: Q.Q5_K, {f"GGUF Q5_K, {REQUANTIZED} (no kernel runs Q5_K codes) on int8_group"}),
+    "Q6_K": (lambda name: Q.Q6_K, {f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group"}),
     # as llama.cpp's Q4_K_M: attn_v and ffn_down in Q6_K, so fused q/k/v mixes the two types
     "Q4_K_M": (
         lambda name: Q.Q6_K if ".attn_v." in name or ".ffn_down." in name else Q.Q4_K,
         {
-            f"GGUF Q4_K/Q6_K, {REQUANTIZED} (parts of different types) on int8_group",
-            f"GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes) on int8_group",
+            f"GGUF Q4_K/Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group",
+            f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group",
             "GGUF Q4_K on int4_group",
         },
     ),
@@ -114,26 +152,69 @@ def test_explain_lists_what_each_file_tensor_becomes(tmp_path, capsys):
         ("lm_head", 4, "int4_group"),
     }
     text = "\n".join(section["lines"])
-    assert f"from GGUF Q4_K/Q6_K, {REQUANTIZED} (parts of different types)" in text
-    assert f"from GGUF Q6_K, {REQUANTIZED} (no kernel runs its codes)" in text
+    assert f"from GGUF Q4_K/Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes)" in text
+    assert f"from GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes)" in text
+
+
+@pytest.mark.parametrize(("qtype", "coarser"), [(Q.Q4_K, Q.Q4_0), (Q.Q6_K, Q.Q5_0)], ids=["Q4_K", "Q6_K"])
+def test_the_tests_k_quant_encoders_write_blocks_gguf_reads_back(qtype, coarser):
+    """The encoders the SmolLM2 K-quant file is built with: gguf's dequantizer reads their blocks back closer to
+    the input than a coarser type gguf itself quantizes (Q4_K's sub-block mins beat Q4_0, 6 bits beat 5)."""
+    x = np.random.default_rng(0).standard_normal((16, 512)).astype(np.float32) * 0.05
+
+    def error(raw: np.ndarray, kind: Q) -> float:
+        return float(np.sqrt(((gguf.quants.dequantize(raw, kind) - x) ** 2).mean()) / x.std())
+
+    ours, theirs = error(QUANTIZERS[qtype](x), qtype), error(gguf.quants.quantize(x, coarser), coarser)
+    assert ours < theirs, f"{qtype.name} relative RMS error {ours:.4f}, {coarser.name} {theirs:.4f}"
+
+
+def _perplexity(path, ids: list[int], quantization: str | None) -> tuple[float, dict]:
+    """Perplexity of `ids` scored by the model in `path` (from prompt_logprobs), and its quant report."""
+    llm = LLM(path, progress=False, prepack_weights="never", quantization=quantization)
+    out = llm.generate([ids], SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0))[0]
+    nll = -sum(e[t] for e, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)) / (len(ids) - 1)
+    return math.exp(nll), llm.quant_report or {}
+
+
+def _kept_vs_dequantized(path, ids: list[int]) -> tuple[float, float, set[str]]:
+    dequantized, _ = _perplexity(path, ids, None)
+    kept, report = _perplexity(path, ids, "gguf")
+    return dequantized, kept, set(report.values())
 
 
 @pytest.mark.slow
 def test_smollm2_kept_quantized_perplexity_within_1_percent_of_dequantized(smollm2):
     """The real Q4_1 file (its embedding / LM head Q8_0): 512 tokens of a prompt scored both ways."""
     text = " ".join(f"Step {i}: the scheduler admits a request and the kernel reads its weights." for i in range(64))
-    params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0)
-    perplexities = []
-    for keep in (False, True):
-        llm = LLM(smollm2, progress=False, prepack_weights="never")
-        if keep:
-            report = GGUFFormat.keep_quantized(llm.model, smollm2)
-            assert {w.split(" on ")[0] for w in report.values()} == {"GGUF Q4_1", "GGUF Q8_0"}, report
-        ids = llm.encode(text)[:512]
-        out = llm.generate([ids], params)[0]
-        nll = -sum(e[t] for e, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)) / (len(ids) - 1)
-        perplexities.append(math.exp(nll))
-    dequantized, kept = perplexities
+    ids = LLM(smollm2, progress=False).encode(text)[:512]
+    dequantized, kept, report = _kept_vs_dequantized(smollm2, ids)
+    assert {w.split(" on ")[0] for w in report} == {"GGUF Q4_1", "GGUF Q8_0"}, report
+    assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
+
+
+def smollm2_q4_k_m(name: str) -> Q:
+    """llama.cpp's Q4_K_M mix as it comes out for SmolLM2: K-quants need rows of 256, so the 576-wide tensors take
+    its fallbacks (Q4_K -> Q5_0, Q6_K -> Q8_0: attn_v, token_embd); ffn_down (1536 wide) Q6_K on every third layer."""
+    if ".ffn_down." in name:
+        return Q.Q6_K if int(name.split(".")[1]) % 3 == 0 else Q.Q4_K
+    return Q.Q8_0 if ".attn_v." in name or name.startswith("token_embd") else Q.Q5_0
+
+
+@pytest.mark.slow
+def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2, tmp_path):
+    """SmolLM2 written as a Q4_K_M-style file (the test's own K-quant encoders): 512 GPL-3 tokens scored with the
+    file dequantized and kept quantized (Q4_K / Q5_0 / Q8_0 codes kept, Q6_K requantized to int8 groups of 32)."""
+    path = write_gguf(tmp_path / "model.gguf", transformers_from_gguf(smollm2), "llama", qtype_of=smollm2_q4_k_m)
+    ids = LLM(smollm2, progress=False).encode(GPL3.read_text())[:512]
+    dequantized, kept, report = _kept_vs_dequantized(path, ids)
+    assert report == {
+        "GGUF Q4_K on int4_group",
+        "GGUF Q5_0 on int8_group",
+        "GGUF Q5_0/Q8_0 on int8_group",
+        "GGUF Q8_0 on int8_group",
+        "GGUF Q6_K, requantized to int8 groups of 32 (no kernel runs Q6_K codes) on int8_group",
+    }
     assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
 
 
