@@ -12,6 +12,8 @@ Light to import: transformers is imported when a config is first read; `import k
 loads this package.
 """
 
+# The imports below are the package's exports; __all__ is derived from them.
+# ruff: noqa: F401
 from ._build import draft_architecture, resolution_target
 from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
 from ._loading import config_class_for, read_config_json, weight_format_class
@@ -19,30 +21,4 @@ from ._model_config import MODEL_KINDS, ModelConfig
 from ._records import ROPE_TYPES, BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
-__all__ = [
-    "BLOCKSPARSE",
-    "CHUNKED",
-    "ENCODER",
-    "FULL",
-    "INDEXED",
-    "LAYER_KINDS",
-    "MODEL_KINDS",
-    "NO_ATTENTION",
-    "ROPE_TYPES",
-    "RULE_POINTS",
-    "SLIDING",
-    "BlockSparseGeometry",
-    "ConfigRuleError",
-    "ConfigView",
-    "IndexerGeometry",
-    "LayerPlan",
-    "MLAGeometry",
-    "ModelConfig",
-    "QuantConfig",
-    "RopeConfig",
-    "config_class_for",
-    "draft_architecture",
-    "read_config_json",
-    "resolution_target",
-    "weight_format_class",
-]
+__all__ = sorted(name for name in dir() if not name.startswith("_"))  # noqa: PLE0605 - what is imported above

@@ -21,14 +21,6 @@ def check_size(source: str, name: str, value: int, *, limit: int = MAX_DIMENSION
     return value
 
 
-def check_finite(source: str, name: str, value: float, *, positive: bool = False) -> float:
-    """A finite float (and > 0 when `positive`), else a ConfigError naming the field."""
-    if not math.isfinite(value) or (positive and value <= 0):
-        need = "a positive finite number" if positive else "a finite number"
-        raise ConfigError(f"{source}: {name} must be {need}, got {value!r}.")
-    return value
-
-
 class Fields:
     """Key lookup with spellings: `raw` (config.json as written) wins over `parsed` (transformers' view).
 
@@ -88,13 +80,7 @@ class Fields:
     def get_float(self, *names: str, default: None = None) -> float | None: ...
     def get_float(self, *names: str, default: float | None = None) -> float | None:
         value = self.get(*names)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{self.source}: {names[0]} must be a number, got {value!r}.")
-        if isinstance(value, int) and abs(value) >= 2**63:
-            raise ConfigError(f"{self.source}: {names[0]}={value} is too large for a float field.")
-        return check_finite(self.source, names[0], float(value))
+        return default if value is None else self.as_float(names[0], value)
 
     def get_bool(self, *names: str, default: bool = False) -> bool:
         value = self.get(*names)
@@ -103,6 +89,17 @@ class Fields:
     def missing(self, names: tuple[str, ...]) -> ConfigError:
         spellings = " / ".join(repr(n) for n in names)
         return ConfigError(f"{self.source}: required field {spellings} is missing (or null); add it to config.json.")
+
+    def as_float(self, name: str, value: Any, *, positive: bool = False) -> float:
+        """A finite number (and > 0 when `positive`), else a ConfigError naming `name`."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{self.source}: {name} must be a number, got {value!r}.")
+        if isinstance(value, int) and abs(value) >= 2**63:
+            raise ConfigError(f"{self.source}: {name}={value} is too large for a float field.")
+        if not math.isfinite(value) or (positive and value <= 0):
+            need = "a positive finite number" if positive else "a finite number"
+            raise ConfigError(f"{self.source}: {name} must be {need}, got {value!r}.")
+        return float(value)
 
     def as_int(self, name: str, value: Any) -> int:
         """An integer (an integral float such as 4096.0 too) within 64 bits, else a ConfigError naming `name`."""

@@ -6,7 +6,7 @@ from collections import Counter
 
 from ..dtypes import MODEL_DTYPES, canonical
 from ..errors import ConfigError
-from ._fields import MAX_LAYERS, Fields, check_finite, check_size
+from ._fields import MAX_LAYERS, Fields, check_size
 from ._records import MLAGeometry
 
 HIDDEN = ("hidden_size", "n_embd", "d_model")
@@ -126,10 +126,10 @@ def resolve_attention_scale(f: Fields, head_dim: int) -> float:
     """The softmax scale q·k is multiplied by: 1/sqrt(head_dim) unless a generic field says otherwise."""
     scalar = f.get_float("query_pre_attn_scalar")
     if scalar is not None:  # Gemma 2/3
-        return check_finite(f.source, "query_pre_attn_scalar", scalar, positive=True) ** -0.5
+        return f.as_float("query_pre_attn_scalar", scalar, positive=True) ** -0.5
     multiplier = f.get_float("attention_multiplier")
     if multiplier is not None:  # Granite gives the scale itself
-        return check_finite(f.source, "attention_multiplier", multiplier, positive=True)
+        return f.as_float("attention_multiplier", multiplier, positive=True)
     return head_dim**-0.5
 
 

@@ -71,17 +71,11 @@ def _inferred_method(f: Fields, raw: dict) -> str:
     return method
 
 
-def _first_group(raw: dict) -> dict:
-    groups = raw.get("config_groups")
-    if isinstance(groups, dict) and groups:
-        first = next(iter(groups.values()))
-        return first if isinstance(first, dict) else {}
-    return {}
-
-
 def _group_part(raw: dict, name: str) -> dict:
-    """`weights` / `input_activations` of the first config group: an object, or {} when absent."""
-    value = _first_group(raw).get(name)
+    """`weights` / `input_activations` of the first compressed-tensors config group: an object, or {} when absent."""
+    groups = raw.get("config_groups")
+    first = next(iter(groups.values()), None) if isinstance(groups, dict) else None
+    value = first.get(name) if isinstance(first, dict) else None
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -95,11 +89,8 @@ def _weight_format(raw: dict, method: str) -> str | None:
     algo = str(raw.get("quant_algo") or "").upper()
     if algo in FP8_FORMATS:
         return FP8_FORMATS[algo]
-    weights = _group_part(raw, "weights")
-    if weights.get("type") == "float" and weights.get("num_bits") == 8:
+    if _is_fp8(_group_part(raw, "weights")) or method == "fp8":  # e4m3: transformers' FP8 default
         return "e4m3"
-    if method == "fp8":
-        return "e4m3"  # transformers' FP8 default
     if method == "mxfp4":
         return "e2m1"
     return None
@@ -155,8 +146,12 @@ def _excluded(raw: dict) -> tuple[str, ...]:
 def _kv_cache_dtype(raw: dict) -> str | None:
     scheme = raw.get("kv_cache_scheme") or raw.get("kv_cache_quant_algo")
     if isinstance(scheme, dict):
-        is_fp8 = scheme.get("type") == "float" and scheme.get("num_bits") == 8
-        return "fp8_e4m3" if is_fp8 else None
+        return "fp8_e4m3" if _is_fp8(scheme) else None
     if isinstance(scheme, str) and scheme.upper() in FP8_FORMATS:
         return "fp8_" + FP8_FORMATS[scheme.upper()]
     return None
+
+
+def _is_fp8(spec: dict) -> bool:
+    """A compressed-tensors quantization spec of 8-bit floats."""
+    return spec.get("type") == "float" and spec.get("num_bits") == 8

@@ -77,7 +77,7 @@ def _local_theta(f: Fields, local: dict | None) -> float | None:
             f"on {FULL} layers only (as Gemma 3 does): move the scaling to rope_parameters.{FULL}."
         )
     value = f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta")
-    return None if value is None else _positive_number(f, "rope_local_base_freq", value)
+    return None if value is None else f.as_float("rope_local_base_freq", value, positive=True)
 
 
 def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
@@ -112,14 +112,7 @@ def _theta(f: Fields, params: dict) -> float:
     if theta is None:
         f.notes.append(f"rope_theta not in config.json: using the RoPE default {DEFAULT_THETA}")
         return DEFAULT_THETA
-    return _positive_number(f, "rope_theta", theta)
-
-
-def _positive_number(f: Fields, name: str, value: Any) -> float:
-    """A RoPE parameter that must be a positive finite number, else a ConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ConfigError(f"{f.source}: {name} must be a positive finite number, got {value!r}.")
-    return float(value)
+    return f.as_float("rope_theta", theta, positive=True)
 
 
 def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, original: int | None) -> float | None:
@@ -130,7 +123,7 @@ def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, origina
         return max_positions / original
     if factor is None:
         return None
-    factor = _positive_number(f, "rope_scaling.factor", factor)
+    factor = f.as_float("rope_scaling.factor", factor, positive=True)
     if factor < 1:  # transformers' own rule: a factor stretches the trained context, never shrinks it
         raise ConfigError(f"{f.source}: rope_scaling.factor must be >= 1 (it stretches the context), got {factor}.")
     return factor
@@ -145,7 +138,7 @@ def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLAGeometry | None)
         return explicit
     fraction = f.get_float(*PARTIAL)
     if fraction is None:
-        fraction = _positive_number(f, "partial_rotary_factor", params.get("partial_rotary_factor") or 1.0)
+        fraction = f.as_float("partial_rotary_factor", params.get("partial_rotary_factor") or 1.0, positive=True)
     if not 0 < fraction <= 1:
         raise ConfigError(f"{f.source}: partial_rotary_factor/rotary_pct must be in (0, 1], got {fraction}.")
     return int(head_dim * fraction)

@@ -39,43 +39,24 @@ class ConfigRuleError(ConfigError):
     """A family rule failed or refused the config; the message names the rule's plugin."""
 
 
-class ConfigView:
-    """What a rule reads: config.json's keys over transformers' parse (read-only copies), the core's sizes, notes."""
-
-    __slots__ = ("_fields", "model_type")
+class ConfigView(Fields):
+    """What a rule reads: config.json's keys over transformers' parse (read-only copies: dicts and lists frozen),
+    the core's sizes, and `note()`; `get`, `written`, `get_int`, `get_float`, `get_bool`, `required_int` as on
+    the core's own reader."""
 
     def __init__(self, fields: Fields, model_type: str):
-        self._fields = fields
+        super().__init__(frozen_json(fields.raw), frozen_json(fields.parsed), fields.source, fields.folder)
+        self.notes = fields.notes  # a rule's notes are the config's
         self.model_type = model_type
 
-    source = property(lambda self: self._fields.source)
-    hidden_size = property(lambda self: self._fields.required_int(*geo.HIDDEN))
-    num_hidden_layers = property(lambda self: self._fields.required_int(*geo.LAYERS))
-    num_attention_heads = property(lambda self: self._fields.required_int(*geo.HEADS))
-    rope_parameters = property(lambda self: rope_parameters(self._fields), doc="the RoPE dict as written, or {}")
-
-    def get(self, *names: str, default=None):
-        """The first non-null value among `names` (config.json first, then the parse); dicts and lists frozen."""
-        return frozen_json(self._fields.get(*names, default=default))
-
-    def written(self, *names: str) -> bool:
-        return self._fields.written(*names)
-
-    def get_int(self, *names: str, default: int | None = None) -> int | None:
-        return self._fields.get_int(*names, default=default)
-
-    def get_float(self, *names: str, default: float | None = None) -> float | None:
-        return self._fields.get_float(*names, default=default)
-
-    def get_bool(self, *names: str, default: bool = False) -> bool:
-        return self._fields.get_bool(*names, default=default)
-
-    def required_int(self, *names: str) -> int:
-        return self._fields.required_int(*names)
+    hidden_size = property(lambda self: self.required_int(*geo.HIDDEN))
+    num_hidden_layers = property(lambda self: self.required_int(*geo.LAYERS))
+    num_attention_heads = property(lambda self: self.required_int(*geo.HEADS))
+    rope_parameters = property(lambda self: rope_parameters(self), doc="the RoPE dict as written, or {}")
 
     def note(self, text: str) -> None:
         """Say how a quirk was resolved (`kernelbay explain` prints the notes)."""
-        self._fields.notes.append(text)
+        self.notes.append(text)
 
 
 def family_rules(f: Fields, model_type: str) -> FamilyRules:
