@@ -118,15 +118,8 @@ class Registry:
             return Provider(module)
         return Provider(module, dist[0], dist[1], origin_of(dist[0]))
 
-    def refusal(self, provider: Provider) -> str | None:
-        """Why discovery refused the provider's distribution (disabled, not allowed, core range), else None."""
-        if not provider.distribution:
-            return None
-        info = self.discovery().plugins.get(normalize_dist(provider.distribution))
-        return info.refused if info is not None else None
-
     def _refuse(self, provider: Provider, regs: list[Registration], why: str) -> None:
-        """Blocked stays blocked (as in pluggy): a refused distribution's module imported by hand takes no slot."""
+        """Warn (once per module) that `regs` take no slot: discovery refused their distribution, for `why`."""
         trace("refuse %d registration(s) by %s: %s", len(regs), provider.describe(), why)
         what = ", ".join(f"{KIND_LABEL[r.kind]} {r.name!r}" for r in regs)
         self._warn_once(
@@ -156,18 +149,18 @@ class Registry:
         with self._lock:
             provider = frame.provider if frame else self.provider_for_module(owner)
             regs = [Registration(kind, n, key_target, provider) for n in names]
-            if not isinstance(target, str):
+            objects = {} if isinstance(target, str) else {key_target: target}
+            if objects:
                 _remember_slots(target, [(kind, n) for n in names])
             if frame is not None:
                 frame.registrations.extend(regs)
-                if not isinstance(target, str):
-                    frame.objects[key_target] = target
+                frame.objects.update(objects)
                 return
-            objects = {} if isinstance(target, str) else {key_target: target}
             _remember_import_time(regs, objects)
-            refused = self.refusal(provider)
-            if refused:
-                self._refuse(provider, regs, refused)
+            # blocked stays blocked (as in pluggy): a refused distribution's module imported by hand takes no slot
+            info = self.discovery().plugins.get(normalize_dist(provider.distribution or ""))
+            if info is not None and info.refused:
+                self._refuse(provider, regs, info.refused)
                 return
             self._objects.update(objects)
             self._commit(provider, regs)
