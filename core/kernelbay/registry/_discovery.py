@@ -190,9 +190,9 @@ def _plugin_info(dist, name: str, version: str) -> tuple[PluginInfo, list[EntryP
     records = []
     for ep in dist.entry_points:
         if ep.group in GROUPS:
-            info.groups.setdefault(ep.group, []).append(ep.name)
-            info.modules.add(ep.value.partition(":")[0].strip())
             records.append(EntryPointRecord(ep.group, ep.name, ep.value, name, version, origin))
+            info.groups.setdefault(ep.group, []).append(ep.name)
+            info.modules.add(records[-1].module)
     return info, records
 
 

@@ -96,9 +96,8 @@ class Registry:
         _check_kind(kind)
         found = self.discovery()
         # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
-        shared = kind in ("vision_encoder", "draft_model")
-        live = [e for e in found.in_group(INDEX_GROUP[kind]) if e.module not in self._unloaded]
-        indexed = set() if shared else {e.name for e in live}
+        entries = [] if kind in ("vision_encoder", "draft_model") else found.in_group(INDEX_GROUP[kind])
+        indexed = {e.name for e in entries if e.module not in self._unloaded}
         return sorted((indexed | {n for (k, n) in self._slots() if k == kind}) - {ANY_ARCHITECTURE})
 
     # ---- recording ----------------------------------------------------------------------
