@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from kernelbay.errors import InputError, UnknownNameError, UnsupportedArchitecture
-from kernelbay.inputs import backend_errors, check_model_folder
+from kernelbay.inputs import backend_errors
 
 SCHEMA_VERSION = 1
 CONFIG_FIELDS = (
@@ -50,13 +50,12 @@ def explain_model(
     blocks, and which linear kernel each layer would run)."""
     from kernelbay.config import ModelConfig
 
-    folder = check_model_folder(path)
-    config = ModelConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
     kind, name = _resolve(config, model_impl)
     options = {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
     return {
         "schema_version": SCHEMA_VERSION,
-        "model_path": str(folder),
+        "model_path": config.source,
         "config": _config_section(config),
         "resolution": {"kind": kind, "name": name},
         "provider": _provider_section(kind, name, model_impl),

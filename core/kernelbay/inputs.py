@@ -1,21 +1,11 @@
-"""Checks on a model folder made before anything loads, and the translation of selector errors into
-exit-coded input errors (same message, a precise type)."""
+"""The translation of selector errors into exit-coded input errors (same message, a precise type)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 
 from kernelbay.errors import IncapableBackend, UnknownBackend, UnknownNameError
-
-
-def check_model_folder(path: str | Path) -> Path:
-    """The folder, once it exists and holds a config.json that parses; else a precise InputError."""
-    from kernelbay.config import read_config_json
-
-    folder, _ = read_config_json(path)
-    return folder
 
 
 @contextlib.contextmanager
@@ -33,4 +23,4 @@ def backend_errors() -> Iterator[None]:
         raise IncapableBackend(str(err)) from err
 
 
-__all__ = ["backend_errors", "check_model_folder"]
+__all__ = ["backend_errors"]

@@ -152,8 +152,7 @@ def prompt_ids(llm, args) -> list[int]:
 
 
 def run(args) -> int:
-    from kernelbay.inputs import check_model_folder
-    from kernelbay_engine.inputs import demo_model_folder
+    from kernelbay_engine.inputs import check_model_folder, demo_model_folder
 
     params = sampling_params(args)  # bad flags and folders fail before torch is even imported
     args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)

@@ -1,4 +1,5 @@
-"""The engine's default model and the translation of loader errors into exit-coded input errors."""
+"""The engine's default model, the model-folder check made before anything loads, and the translation of
+loader errors into exit-coded input errors."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ def demo_model_folder() -> Path:
     from importlib.resources import files
 
     return Path(str(files("kernelbay_engine") / "demo"))
+
+
+def check_model_folder(path: str | Path) -> Path:
+    """The folder (or weight file), once it exists and holds a config that parses; else a precise InputError."""
+    from kernelbay.config import read_config_json
+
+    folder, _ = read_config_json(path)
+    return folder
 
 
 @contextlib.contextmanager

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelbay.errors import InputError, PromptTooLong
-from kernelbay.inputs import backend_errors, check_model_folder
+from kernelbay.inputs import backend_errors
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
-from kernelbay_engine.inputs import demo_model_folder, model_errors
+from kernelbay_engine.inputs import check_model_folder, demo_model_folder, model_errors
 from kernelbay_engine.loading.formats import format_for
 from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
