@@ -97,16 +97,23 @@ def _resolve_platform(platform):
     return platform if isinstance(platform, Platform) else get_platform(str(platform))
 
 
+def load_backend(kind: str, name: str) -> tuple[Any, str | None]:
+    """The class an installed name resolves to, or why not: a broken backend is a reason, never a crash."""
+    from ..registry import resolve
+
+    try:
+        return resolve(kind, name), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"failed to import: {type(exc).__name__}: {exc}"
+
+
 def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
     """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
     if name not in installed:
         return None, (_NOT_INSTALLED,)
-    from ..registry import resolve
-
-    try:
-        cls = resolve(kind, name)
-    except Exception as exc:  # noqa: BLE001 - a broken backend must not break selection of the others
-        return None, (f"failed to import: {type(exc).__name__}: {exc}",)
+    cls, broken = load_backend(kind, name)
+    if cls is None:
+        return None, (str(broken),)
     try:
         failures = cls.capability_failures(req)
     except Exception as exc:  # noqa: BLE001

@@ -148,15 +148,14 @@ def _mixed_precision(o: AttentionOptions) -> bool:
 
 
 def _load_backend(name: str):
-    from ..registry import names, resolve
+    from ..registry import names
+    from ._selector import load_backend
 
     known = names("attention_backend")
     if name not in known:
         return None, unknown_name_message("attention backend", name, known)
-    try:
-        return resolve("attention_backend", name), None
-    except Exception as exc:  # noqa: BLE001 - reported as a violation
-        return None, f"attention backend {name} failed to import: {type(exc).__name__}: {exc}"
+    cls, broken = load_backend("attention_backend", name)
+    return cls, broken and f"attention backend {name} {broken}"
 
 
 def _capability_lines(cls, o: AttentionOptions) -> list[str]:
