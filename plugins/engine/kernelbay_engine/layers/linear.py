@@ -57,7 +57,8 @@ class Linear(nn.Module):
         return self._require_method().weight(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._require_method().apply(self, x)
+        method = self.method
+        return (method or self._require_method()).apply(self, x)
 
     def _require_method(self) -> LinearMethod:
         if self.method is None:
@@ -90,6 +91,7 @@ class MergedLinear(Linear):
             raise ValueError("MergedLinear needs at least one part")
         super().__init__(in_features, sum(parts.values()), bias=bias, batch_shape=batch_shape)
         self.parts = dict(parts)
+        self._sizes = tuple(self.parts.values())
 
     def part_rows(self) -> dict[str, tuple[int, int]]:
         """Part name -> (first row, row count) in the fused output."""
@@ -99,8 +101,8 @@ class MergedLinear(Linear):
             start += size
         return rows
 
-    def split(self, y: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(y, list(self.parts.values()), dim=-1))
+    def split(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return y.split_with_sizes(self._sizes, dim=-1)  # not torch.split: two Python frames fewer, 60 calls a step
 
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
         parent = prefix.rpartition(".")[0]

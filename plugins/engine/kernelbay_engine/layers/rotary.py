@@ -156,6 +156,8 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.params = params
         self._tables: dict[bool, tuple[torch.Tensor, float]] = {}
+        self._swaps: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+        self._step: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def _inv_freq(self, positions: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Frequencies for this step. `longrope` and `dynamic` depend on how far positions reach: like
@@ -195,7 +197,41 @@ class RotaryEmbedding(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q and k with tables from `cos_sin` (computed once per step, shared by all layers)."""
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        p = self.params
+        full = q.shape[-1] == k.shape[-1] == p.rotary_dim and q.dtype == k.dtype
+        if p.interleaved or not full or torch.compiler.is_compiling():
+            return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        both = _adjacent_heads(q, k)
+        if both is None:
+            return self._rotate_full(q, cos, sin), self._rotate_full(k, cos, sin)
+        out = self._rotate_full(both, cos, sin)  # q and k of one fused projection: one rotation for both
+        return out[:, : q.shape[1]].contiguous(), out[:, q.shape[1] :].contiguous()
+
+    def _rotate_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """`_rotate` with every dim rotating, in 4 ops instead of ~12 (a decode step is dispatch-bound):
+        rotate_half(x) as x @ S, S the signed swap of the halves (one +-1 per column: exact in any dtype),
+        so the result is bit for bit `_rotate`'s."""
+        cos3, sin3 = self._step_tables(cos, sin)
+        return x * cos3 + torch.matmul(x, self._swap(x.dtype, x.device)) * sin3
+
+    def _step_tables(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[T, 1, D] views of this step's tables, made by the first layer and reused by the others."""
+        step = self._step
+        if step is None or step[0] is not cos or step[1] is not sin:
+            step = self._step = (cos, sin, cos[:, None, :], sin[:, None, :])
+        return step[2], step[3]
+
+    def _swap(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """S [D, D] with (x @ S) == rotate_half(x): column j takes -x[j + D/2] (first half) or x[j - D/2]."""
+        key = (dtype, device)
+        if key not in self._swaps:
+            dim, half = self.params.rotary_dim, self.params.rotary_dim // 2
+            swap = torch.zeros(dim, dim, dtype=dtype, device=device)
+            cols = torch.arange(half, device=device)
+            swap[cols + half, cols] = -1
+            swap[cols, cols + half] = 1
+            self._swaps[key] = swap
+        return self._swaps[key]
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.apply(q, k, *self.cos_sin(positions, q.dtype))
@@ -203,3 +239,19 @@ class RotaryEmbedding(nn.Module):
     def extra_repr(self) -> str:
         p = self.params
         return f"type={p.rope_type}, rotary_dim={p.rotary_dim}, theta={p.theta}, interleaved={p.interleaved}"
+
+
+def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
+    """q [T, H, D] and k [T, Hk, D] as one [T, H + Hk, D] view when k's heads follow q's in memory (both are
+    slices of one fused qkv output), else None."""
+    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        return None
+    if q.stride(2) != 1 or q.stride(1) != q.shape[2] or k.stride()[1:] != q.stride()[1:]:
+        return None
+    if q.shape[0] > 1 and q.stride(0) != k.stride(0):  # one token: that stride means nothing (views differ)
+        return None
+    if k.data_ptr() != q.data_ptr() + q.shape[1] * q.stride(1) * q.element_size():
+        return None
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
+        return None
+    return q.as_strided((q.shape[0], q.shape[1] + k.shape[1], q.shape[2]), q.stride())
