@@ -114,6 +114,14 @@ class GGUFFormat(CheckpointFormat):
         return keep_quantized(model, path)
 
     @classmethod
+    def load_quantized(cls, path: Path, *, progress: bool | None = None, moe_backend: str | None = None):
+        """(model, report): keep_quantized's result without building float weights first (the quantized
+        linears are made from the file's codes before the rest loads; kernelbay_gguf.quantized.load_quantized)."""
+        from kernelbay_gguf.quantized import load_quantized
+
+        return load_quantized(path, progress=progress, moe_backend=moe_backend)
+
+    @classmethod
     def quantized_forms(cls, model, path: Path) -> dict:
         """What keep_quantized would make of each linear of `model` (built on meta: nothing is read):
         layer path -> a record with bits, group_size and source, or the reason it keeps float weights."""

@@ -114,6 +114,8 @@ def _form(parts: Parts | None, layer: Linear) -> Form | str:
     """The layer's form, or why it keeps the weights it loaded with."""
     if type(layer.method) is not UnquantizedLinearMethod or layer.batch_shape:
         return f"weights are {layer.method!r}" if layer.batch_shape == () else "per-expert weights"
+    if "weight" not in layer._parameters:
+        return "no weight"
     if not parts:
         return "no tensor of the file fills it"
     if any(index and (len(index) != 1 or not isinstance(index[0], slice)) for _, index in parts):
@@ -156,7 +158,8 @@ def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, Parts]:
     params = dict(model.named_parameters())
     parts: dict[int, Parts] = defaultdict(list)
     for name, target in plan.assignments.items():
-        parts[id(params[target.param])].append((source.entries[name], target.index))
+        if target.param in params:  # not one an MoE kernel repacked and released (held once, by the kernel)
+            parts[id(params[target.param])].append((source.entries[name], target.index))
     return parts
 
 
@@ -167,7 +170,15 @@ def _layers(model: nn.Module, source: GGUFSource):
         if isinstance(layer, Linear):
             weight = layer._parameters.get("weight")
             mine = parts.get(id(weight)) if weight is not None else None
-            yield name, layer, mine, _form(mine, layer) if weight is not None else "no weight"
+            yield name, layer, mine, _form(mine, layer)
+
+
+def _peak_order(layers: list) -> list:
+    """The order that keeps the peak lowest: on meta (load_quantized) nothing is freed as layers go, so the
+    largest (the LM head, whose packing copies are the biggest) first, while the least is resident; on a loaded
+    model each layer frees its float weight, so module order, which leaves the LM head for when most are freed."""
+    on_meta = all(layer.weight.is_meta for _, layer, _, form in layers if not isinstance(form, str))
+    return sorted(layers, key=lambda item: -item[1].in_features * item[1].out_features) if on_meta else layers
 
 
 def forms(model: nn.Module, path: str | Path) -> dict[str, Form | str]:
@@ -179,11 +190,31 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     """Layer path -> what it runs now ("GGUF Q4_1 on int4_group") or why it keeps its loaded weights."""
     source = GGUFFormat.open(Path(path))
     report = {}
+    layers = list(_layers(model, source))
     with source.reader() as reader, torch.inference_mode():
-        for name, layer, parts, form in list(_layers(model, source)):
+        for name, layer, parts, form in _peak_order(layers):
             if isinstance(form, str) or parts is None:
                 report[name] = str(form)
                 continue
             quantized = _assemble(reader, parts, form)
             report[name] = f"{quantized.source} on {set_quantized_weight(layer, quantized).kernel.name}"
-    return report
+    return {name: report[name] for name, *_ in layers}  # in module order
+
+
+def load_quantized(path: str | Path, *, progress: bool | None = None, moe_backend: str | None = None):
+    """(model, report): the model in `path` with `keep_quantized`'s forms built straight from the file's codes
+    into the kernels' packed form before anything else loads, so those weights never exist as float; the loader
+    then reads only the rest (embedding, norms, float and per-expert tensors: the plan skips held weights)."""
+    from kernelbay.config import ModelConfig
+    from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.layers.moe import bind_moe_backends
+    from kernelbay_engine.loading import load_weights
+
+    path = Path(path)
+    model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(path))  # on meta
+    report = keep_quantized(model, path)
+    load_weights(model, GGUFFormat.open(path), model.checkpoint_rules(), progress=progress)
+    if "weight" in model.lm_head._parameters:  # a float LM head (re)shares the loaded embedding when tied
+        model.tie_weights()
+    bind_moe_backends(model, moe_backend)
+    return model.eval(), report

@@ -225,6 +225,25 @@ def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf):
     assert len(llm.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
 
 
+@pytest.mark.parametrize(
+    ("name", "qtype"),
+    [("llama", Q.Q4_1), ("qwen2", Q.Q8_0), ("qwen2moe", Q.Q8_0)],
+    ids=["llama-Q4_1", "qwen2-Q8_0", "qwen2moe-Q8_0"],
+)
+def test_load_quantized_builds_no_float_copy_and_equals_quantizing_after_load(tiny_gguf, name, qtype):
+    """load_quantized: the linears get the file's codes on meta, the loader skips the tensors they hold and reads
+    the rest (embedding, norms, experts, router); same kernels and the same logits as quantizing a float load."""
+    path = tiny_gguf(name, qtype)
+    model, report = GGUFFormat.load_quantized(path, progress=False)
+    after = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    assert report == GGUFFormat.keep_quantized(after, path)
+    kept = [m for n, m in model.named_modules() if n in report and " on " in report[n]]
+    assert kept and all("weight" not in m._parameters for m in kept), "a kept-quantized linear has a float weight"
+    assert not any(p.is_meta for p in model.parameters()), "a parameter was left unloaded"
+    prompts = [StepRequest(i, p, 0) for i, p in enumerate(PROMPTS)]
+    torch.testing.assert_close(runner(model, "SDPA").step(prompts), runner(after, "SDPA").step(prompts), rtol=0, atol=0)
+
+
 def test_quantization_gguf_on_a_safetensors_folder_is_refused():
     """The embedded demo checkpoint is a safetensors folder: refused before its weights load."""
     with pytest.raises(ValueError, match=r"quantization='gguf' keeps a GGUF file's own quantized weights"):

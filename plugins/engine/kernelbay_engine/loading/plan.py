@@ -20,6 +20,9 @@ class Target:
     transposed: bool = False  # the checkpoint holds this 2-D weight as [in, out] (GPT-2's Conv1D)
 
 
+_NONE = Target("")
+
+
 @dataclass
 class LoadPlan:
     """checkpoint name -> Target, for every tensor that will be read."""
@@ -65,13 +68,28 @@ def _direct_and_aliases(model: nn.Module) -> tuple[dict[str, Target], dict[str, 
     return direct, aliases_of
 
 
+def _held(model: nn.Module) -> set[str]:
+    """Weights a layer's method already holds itself (a linear quantized before loading): nothing to read.
+    A merged layer's parts too, under the names its `checkpoint_aliases` would give them (`parent.part.weight`)."""
+    held = set()
+    for path, module in model.named_modules():
+        if getattr(getattr(module, "method", None), "holds_weight", False):
+            parent = path.rpartition(".")[0]
+            held.add(f"{path}.weight")
+            held.update(f"{parent}.{part}.weight" for part in getattr(module, "part_rows", dict)())
+    return held
+
+
 def make_plan(model: nn.Module, names: Iterable[str], rules: NameRules) -> LoadPlan:
-    """Map every checkpoint name; raise one error naming all unexpected and all missing tensors."""
+    """Map every checkpoint name; raise one error naming all unexpected and all missing tensors.
+
+    Tensors of weights a layer already holds (`method.holds_weight`: quantized before loading) are skipped."""
     targets, aliases_of = _direct_and_aliases(model)
+    held = _held(model)
     plan, unexpected = LoadPlan(), []
     for name in names:
         mapped = rules.rename(name)
-        if rules.ignored(name) or rules.ignored(mapped):
+        if rules.ignored(name) or rules.ignored(mapped) or mapped in held or targets.get(mapped, _NONE).param in held:
             plan.skipped.append(name)
         elif mapped in targets:
             plan.assignments[name] = targets[mapped]

@@ -21,6 +21,7 @@ from kernelbay_engine.quant.weights import QuantizedWeight
 
 INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGroupSize
 _INT4_ROWS = 16  # its packing needs N divisible by 16: other N are padded with zero rows
+_PACK_ROWS = 4096  # rows packed at a time (a multiple of _INT4_ROWS)
 BF16_FEATURES = ("avx512_bf16", "amx_bf16")
 
 
@@ -150,9 +151,9 @@ class Int8GroupKernel(Int4GroupKernel):
 
     @classmethod
     def pack(cls, weight: QuantizedWeight) -> Packed:
-        q = weight.q.to(torch.int16)
+        q = weight.q  # int8 shifts and masks: no wider copy of a large weight (an LM head's is ~30M codes)
         hi, lo = (q >> 4) + 8, q & 15  # hi in 0..15 after the +8 bias, lo in 0..15
-        codes = torch.cat([hi, lo], dim=1).to(torch.uint8)
+        codes = torch.cat([hi, lo], dim=1).view(torch.uint8)
         scale = torch.cat([16 * weight.scale, weight.scale], dim=1)
         zero = torch.cat([torch.zeros_like(weight.scale), 8 * weight.scale], dim=1)
         packed = _int4_pack(codes, scale, zero, weight.group_size, weight.out_features)
@@ -164,7 +165,9 @@ def _int4_pack(codes, scale, zero, group: int, n: int) -> Packed:
     if pad:  # zero rows (codes 8, scale 0) give zero outputs, sliced off
         codes = torch.cat([codes, torch.full((pad, codes.shape[1]), 8, dtype=codes.dtype)])
         scale, zero = (torch.cat([t, torch.zeros(pad, t.shape[1])]) for t in (scale, zero))
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+    # the op takes int32 codes: packed in row chunks (rows pack independently) to bound that 4-byte copy
+    chunks = codes.split(_PACK_ROWS)
+    packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(c.to(torch.int32), 1) for c in chunks])
     scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()  # [K/g, N, 2]
 
     def run(x):

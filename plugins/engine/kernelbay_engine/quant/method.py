@@ -45,6 +45,8 @@ def quant_mode(name: str) -> QuantMode:
 class QuantizedLinearMethod(LinearMethod):
     """Applies a weight held by a quantized kernel; activations are cast to the kernel's dtype and back."""
 
+    holds_weight = True  # the loader reads no checkpoint tensor into such a layer's weight (loading/plan.py)
+
     def __init__(self, choice: KernelChoice, weight: QuantizedWeight):
         self.choice = choice
         self.kernel = choice.kernel
