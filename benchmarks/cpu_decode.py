@@ -17,7 +17,8 @@ here (torch sum over 1 GiB with the same threads); "% of bw" is (weight bytes re
 `--kernels` first times one pass over the model's linears alone (random weights of the same shapes, each
 format's kernel) at each batch size: how close the kernels themselves come to the bandwidth limit.
 "x llama.cpp" compares with the llama.cpp row of the nearest format: Q4_1 for int4 and int8, F16 for bf16, F32
-for fp32 and transformers.
+for fp32 and transformers. "aten ops per step" (kernelbay rows, per batch size): the aten calls one decode step
+dispatches, counted after the timed runs; unlike tok/s it does not move with the machine's load.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def child(job: dict) -> dict:
         best = min(best, time.perf_counter() - t0)
     rss = _peak_rss()
     n = sum(len(t) for t in tokens)
+    ops = _ops_per_decode_step(run, job["prompts"]) if engine.startswith("kernelbay") else None
     return {
         "tok_s": n / best,
         "seconds": best,
@@ -167,7 +169,28 @@ def child(job: dict) -> dict:
         "rss": rss,
         "weight_bytes": weight_bytes,
         "tokens": tokens,
+        "ops": ops,
     }
+
+
+def _ops_per_decode_step(run, prompts) -> int:
+    """aten calls of one decode step (a 2-token generation less a 1-token one): the per-step dispatch count,
+    which load on the machine does not change (after the timed runs: the counting slows every op)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for new_tokens in (1, 2):
+        with Count() as count:
+            run(prompts, new_tokens)
+        counts.append(count.calls)
+    return counts[1] - counts[0]
 
 
 def _peak_rss() -> int:
@@ -346,8 +369,8 @@ def kernel_steps(threads: int, rows: int, bandwidth: float) -> list[str]:
 # -- report --------------------------------------------------------------------------------------------
 def table(results: dict, batches, bandwidth: float) -> str:
     head = "| engine | " + " | ".join(f"batch {b} tok/s | x llama.cpp | % of bw" for b in batches)
-    head += " | load s | peak RSS MiB | weights MiB | tokens = kernelbay-fp32 |"
-    lines = [head, "|" + "---|" * (1 + 3 * len(batches) + 4)]
+    head += " | aten ops per step | load s | peak RSS MiB | weights MiB | tokens = kernelbay-fp32 |"
+    lines = [head, "|" + "---|" * (1 + 3 * len(batches) + 5)]
     for engine, per_batch in results.items():
         cells = [engine]
         first = next(iter(per_batch.values()))
@@ -356,6 +379,9 @@ def table(results: dict, batches, bandwidth: float) -> str:
             continue
         for b in batches:
             r = per_batch[b]
+            if "error" in r:
+                cells += [r["error"], "-", "-"]
+                continue
             ref = _reference(results, engine, b)
             step_s = r["seconds"] / (sum(len(t) for t in r["tokens"]) / b)
             cells += [
@@ -364,7 +390,9 @@ def table(results: dict, batches, bandwidth: float) -> str:
                 f"{r['weight_bytes'] / step_s / 1e9 / bandwidth:.0%}",
             ]
         same = _agreement(results, engine, batches[0])
-        cells += [f"{first['load_s']:.2f}", f"{first['rss'] / 2**20:.0f}", f"{first['weight_bytes'] / 2**20:.0f}", same]
+        ops = "/".join(str(r["ops"]) for r in per_batch.values() if r.get("ops") is not None) or "-"
+        cells += [ops, f"{first['load_s']:.2f}", f"{first['rss'] / 2**20:.0f}"]
+        cells += [f"{first['weight_bytes'] / 2**20:.0f}", same]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -381,7 +409,7 @@ def _reference(results, engine: str, batch: int) -> float | None:
 def _agreement(results, engine: str, batch: int) -> str:
     base = results.get("kernelbay-fp32", {}).get(batch)
     mine = results[engine][batch]
-    if not base or "error" in base:
+    if not base or "error" in base or "error" in mine:
         return "-"
     a, b = base["tokens"][0], mine["tokens"][0]
     first_diff = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
