@@ -126,6 +126,13 @@ def test_trusted_remote_code_runs(write_config, monkeypatch, tmp_path):
     assert (cfg.architecture, cfg.head_dim, cfg.num_key_value_heads) == ("AcmeForCausalLM", 16, 2)
 
 
+@pytest.mark.parametrize("auto_map", [1, ["x"], {"AutoModelForCausalLM": 1}, {"AutoConfig": ""}])
+def test_malformed_auto_map_is_a_config_error(write_config, auto_map):
+    """An auto_map that is not Auto class -> "module.Class" is refused up front (the fallback would trip on it)."""
+    with pytest.raises(ConfigError, match="auto_map must map Auto classes to code references"):
+        ModelConfig.from_pretrained(write_config(tiny(auto_map=auto_map)))
+
+
 def test_trusted_remote_code_missing_file(write_config):
     """Trusting code the folder does not contain fails as a ConfigError naming the file."""
     folder = write_config(tiny(auto_map={"AutoConfig": "configuration_gone.GoneConfig"}))
@@ -135,7 +142,7 @@ def test_trusted_remote_code_missing_file(write_config):
 
 def test_transformers_rejecting_a_value_is_a_config_error(write_config):
     """A value transformers' strict config refuses surfaces as a ConfigError, not its own exception."""
-    with pytest.raises(ConfigError, match="LlamaConfig could not parse"):
+    with pytest.raises(ConfigError, match="transformers could not parse"):
         ModelConfig.from_pretrained(write_config(tiny(num_attention_heads="four")))
 
 

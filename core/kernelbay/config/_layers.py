@@ -75,26 +75,10 @@ def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     listed = f.get("layer_types")  # as written, else as the config class computed them
     if listed is not None:  # an older spelling of a kind means today's (as transformers remaps it)
         return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
-    if _chunk_size(f, config_class):
+    chunk = _size_or_none(f, "attention_chunk_size", f.get_int("attention_chunk_size"))
+    if chunk and _applies(f, config_class, "attention_chunk_size", chunk, "chunked attention"):  # Llama4TextConfig
         return LayerPlan((CHUNKED,) * n_layers)
     return _sliding_plan(f, n_layers, config_class)
-
-
-def _chunk_size(f: Fields, config_class: type | None) -> int | None:
-    """`attention_chunk_size` when this config class chunks attention; ignored (with a note) when it does not,
-    as the model built from that class would (LlamaConfig has no chunked attention, Llama4TextConfig does)."""
-    chunk = f.get_int("attention_chunk_size")
-    if chunk is not None and chunk < 0:
-        raise ConfigError(
-            f"{f.source}: attention_chunk_size must be a positive integer (or null for none), got {chunk}."
-        )
-    if chunk and not _class_takes(config_class, "attention_chunk_size"):
-        f.notes.append(
-            f"attention_chunk_size={chunk} ignored: {getattr(config_class, '__name__', 'this config')} "
-            "has no chunked attention"
-        )
-        return None
-    return chunk or None
 
 
 def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
@@ -111,26 +95,33 @@ def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
     pattern = f.get_int("sliding_window_pattern")
     if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
         kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers))
-    elif _class_takes(config_class, "sliding_window"):  # Mistral, Phi-3, ...: every layer slides
-        kinds = (SLIDING,) * n_layers
+    elif _applies(f, config_class, "sliding_window", window, "sliding-window attention"):  # Mistral, Phi-3, ...
+        kinds = (SLIDING,) * n_layers  # every layer slides
     else:
-        f.notes.append(
-            f"sliding_window={window} ignored: {getattr(config_class, '__name__', 'this config')} "
-            "has no sliding-window attention"
-        )
         kinds = (FULL,) * n_layers
     return LayerPlan(kinds, window if SLIDING in kinds else None)
 
 
-def _class_takes(config_class: type | None, parameter: str) -> bool:
+def _applies(f: Fields, config_class: type | None, parameter: str, value: int, what: str) -> bool:
     """A transformers config class applies `sliding_window` / `attention_chunk_size` only if it takes it as a
-    parameter (MistralConfig does, LlamaConfig does not); a plugin's or the folder's class is taken at its word."""
+    parameter (MistralConfig does, LlamaConfig does not), as the model built from it would; a plugin's or the
+    folder's class is taken at its word. Ignored with a note otherwise."""
     if config_class is None or not config_class.__module__.startswith("transformers."):
         return True
     try:
-        return parameter in inspect.signature(config_class).parameters
+        takes = parameter in inspect.signature(config_class).parameters
     except (TypeError, ValueError):
         return True
+    if not takes:
+        f.notes.append(f"{parameter}={value} ignored: {config_class.__name__} has no {what}")
+    return takes
+
+
+def _size_or_none(f: Fields, name: str, value: int | None) -> int | None:
+    """A window or chunk size: positive, or 0 / null for none (Qwen2-MoE parses "off" as 0)."""
+    if value is not None and value < 0:
+        raise ConfigError(f"{f.source}: {name} must be a positive integer (0 or null: none), got {value}.")
+    return value or None
 
 
 def _sliding_window(f: Fields) -> int | None:
@@ -146,12 +137,7 @@ def _sliding_window(f: Fields) -> int | None:
         f.notes.append(
             f"sliding_window not in config.json: the config class default {f.parsed['sliding_window']} applies"
         )
-    window = f.get_int("sliding_window")
-    if window is not None and window < 0:
-        raise ConfigError(
-            f"{f.source}: sliding_window must be a positive integer (0 or null: no window), got {window}."
-        )
-    return window or None  # Qwen2-MoE parses "off" as 0
+    return _size_or_none(f, "sliding_window", f.get_int("sliding_window"))
 
 
 def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) -> LayerPlan:

@@ -131,14 +131,27 @@ def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
     for name, value in ((name, part.get(name)) for part in parts for name in LAYERS):
         if isinstance(value, int) and not isinstance(value, bool):  # bounded before anything is built per layer
             check_size(str(file), name, value, limit=MAX_LAYERS)
-    auto_map = raw.get("auto_map")
-    remote = auto_map.get("AutoConfig") if isinstance(auto_map, dict) else None
-    if trust_remote_code and remote:
-        from transformers import AutoConfig
+    auto_map = raw.get("auto_map") or {}
+    if not (isinstance(auto_map, dict) and all(_is_code_reference(ref) for ref in auto_map.values())):
+        raise ConfigError(
+            f'{file}: auto_map must map Auto classes to code references ("module.Class"), got {auto_map!r}.'
+        )
+    remote = auto_map.get("AutoConfig")
+    from transformers import CONFIG_MAPPING, AutoConfig
 
-        return _parse("transformers", file, lambda: AutoConfig.from_pretrained(str(folder), trust_remote_code=True))
+    trusted = bool(trust_remote_code and remote)
+    if trusted or model_type in CONFIG_MAPPING:  # AutoConfig also refuses a malformed auto_map
+        return _parse("transformers", file, lambda: AutoConfig.from_pretrained(str(folder), trust_remote_code=trusted))
     cls = config_class_for(model_type, remote)
     return _parse(f"{cls.__module__}.{cls.__qualname__}", file, lambda: cls.from_pretrained(str(folder)))
+
+
+def _is_code_reference(ref: Any) -> bool:
+    """A "module.Class" (or "repo--module.Class", or a repo id) string; a tokenizer's is a [slow, fast] pair,
+    either may be null."""
+    if isinstance(ref, (list, tuple)):
+        return bool(ref) and all(part is None or _is_code_reference(part) for part in ref)
+    return isinstance(ref, str) and bool(ref)
 
 
 def _parse(parser: str, source: object, parse):

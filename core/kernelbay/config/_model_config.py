@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +12,14 @@ from ..errors import ConfigError
 from ._fields import MAX_DIMENSION, MAX_LAYERS
 from ._layers import BLOCKSPARSE, CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING
 from ._moe import MoEConfig
-from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig, thawed_json
+from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, Record, RopeConfig
 
 MODEL_KINDS = ("model", "draft_model", "vision_encoder")
 POSITION_EMBEDDINGS = ("rope", "alibi", "learned")
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
+class ModelConfig(Record):
     """Everything kernelbay needs to pick a model class and attention kernels, read once from config.json.
 
     Build it with `ModelConfig.from_pretrained(folder)` or `ModelConfig.from_hf_config(config)`.
@@ -61,6 +61,7 @@ class ModelConfig:
     notes: tuple[str, ...] = ()  # how defaults and quirks were resolved, in words
     source: str | None = None  # the folder it was read from
     hf_config: Any = field(default=None, compare=False, hash=False, repr=False)
+    NOT_IN_DICT = ("layer_types", "hf_config")  # layer_groups says the first; the second is not JSON
 
     def __post_init__(self) -> None:
         problems = _size_problems(self) + _value_problems(self) + _layer_problems(self)
@@ -160,19 +161,15 @@ class ModelConfig:
         kv = hidden * mla.cache_width + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
         return q + kv + heads * mla.v_head_dim * hidden
 
-    def to_dict(self) -> dict:
-        """A JSON-safe summary: every field (records by their own to_dict) and the derived views."""
-        out = {f.name: thawed_json(getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_IN_DICT}
-        return out | {
+    def derived(self) -> dict:
+        """What `to_dict()` (a JSON-safe summary) adds to the fields: the derived views."""
+        return {
             "is_draft": self.is_draft,
             "is_encoder_only": self.is_encoder_only,
             "layer_groups": [{"kind": kind, "layers": list(idx)} for kind, idx in self.layer_groups()],
             "parameters": self.parameter_counts(),
             "kv_bytes_per_token": self.kv_bytes_per_token(),
         }
-
-
-_NOT_IN_DICT = ("layer_types", "hf_config")  # layer_groups says the first; the second is not JSON
 
 
 def _size_problems(c: ModelConfig) -> list[str]:

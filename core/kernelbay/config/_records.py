@@ -46,13 +46,14 @@ def thawed_json(value: Any) -> Any:
 
 
 class Record:
-    """`to_dict()` for the frozen records: every field but `raw` as JSON data, plus what `derived()` adds."""
+    """`to_dict()` for the frozen records: their fields as JSON data (but `NOT_IN_DICT`), plus what `derived()` adds."""
 
     __slots__ = ()
     __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
+    NOT_IN_DICT: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict:
-        out = {f.name: thawed_json(getattr(self, f.name)) for f in fields(self) if f.name != "raw"}
+        out = {f.name: thawed_json(getattr(self, f.name)) for f in fields(self) if f.name not in self.NOT_IN_DICT}
         return out | self.derived()
 
     def derived(self) -> dict:
@@ -157,6 +158,7 @@ class QuantConfig(Record):
     modules_to_not_convert: tuple[str, ...] = ()  # names/patterns kept in the checkpoint dtype
     kv_cache_dtype: str | None = None  # e.g. "fp8_e4m3" when the checkpoint ships KV scales
     raw: Mapping[str, Any] = field(default_factory=FrozenDict, hash=False, repr=False)
+    NOT_IN_DICT = ("raw",)  # the whole quantization_config, kept for the loaders
 
     def __post_init__(self) -> None:
         if not self.quant_method:
