@@ -112,8 +112,10 @@ class Form:
 
 def _form(parts: Parts | None, layer: Linear) -> Form | str:
     """The layer's form, or why it keeps the weights it loaded with."""
-    if type(layer.method) is not UnquantizedLinearMethod or layer.batch_shape:
-        return f"weights are {layer.method!r}" if layer.batch_shape == () else "per-expert weights"
+    if layer.batch_shape:
+        return "per-expert weights: the MoE kernel runs them"
+    if type(layer.method) is not UnquantizedLinearMethod:
+        return f"weights are {layer.method!r}"
     if "weight" not in layer._parameters:
         return "no weight"
     if not parts:
@@ -123,7 +125,7 @@ def _form(parts: Parts | None, layer: Linear) -> Form | str:
     kinds = sorted({info.qtype for info, _ in parts})
     names = "/".join(q.name for q in kinds)
     if any(q not in CONSTRUCTORS and q not in REQUANTIZED for q in kinds):
-        return f"stored as {names}: not quantized in the file, kept as loaded"
+        return f"stored as {names}: not quantized in the file"
     widths = {EXACT_BITS.get(q) for q in kinds}
     if len(widths) == 1 and None not in widths:
         return Form(widths.pop(), BLOCK, f"GGUF {names}", exact=True)
