@@ -106,3 +106,22 @@ def test_an_unknown_quantization_is_refused_before_loading(tiny_llama):
     """A misspelt mode names the valid ones."""
     with pytest.raises(ValueError, match=r"quantization must be None or one of 'int8', 'int4'.*; got 'int3'"):
         LLM(tiny_llama, quantization="int3")
+
+
+def test_a_linear_quantized_before_loading_is_skipped_by_the_load(tiny_llama):
+    """A layer given a quantized weight on meta (GGUFFormat.load_quantized's order) holds it: the load plan skips
+    its checkpoint tensors (a fused layer's parts by their own names) and fills everything else."""
+    from kernelbay.config import ModelConfig
+    from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.loading import load_weights, open_checkpoint
+    from kernelbay_engine.quant import set_quantized_weight
+
+    model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(tiny_llama))
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    codes = torch.randn(qkv.out_features, qkv.in_features)
+    set_quantized_weight(qkv, quantize(codes, 8, 32))
+    plan = load_weights(model, open_checkpoint(tiny_llama), model.checkpoint_rules(), progress=False)
+    held = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"}
+    assert held <= set(plan.skipped) and not held & set(plan.assignments)
+    assert isinstance(qkv.method, QuantizedLinearMethod)
+    assert not any(p.is_meta for p in model.parameters()), "a parameter was left unloaded"
