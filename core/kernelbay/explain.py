@@ -115,63 +115,31 @@ def _provider_section(kind: str, name: str, model_impl: str) -> dict:
 
 # -- attention -----------------------------------------------------------------------------------
 def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict:
+    """Each layer group's backend with every candidate's reason; when a group has none, still every group's
+    candidates (the selector's error carries them)."""
     from kernelbay.attention import NoCapableBackend, select_for_model
     from kernelbay.platforms import current_platform
 
     section = {"platform": current_platform().name, "requested_backend": backend, "kv_cache_dtype": kv_cache_dtype}
+    layers = dict(config.layer_groups())
     with backend_errors():
         try:
             selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
         except NoCapableBackend as err:
-            groups = _groups_without_selection(config, kv_cache_dtype)
+            groups = [_group(kind, layers[kind], result, reports) for kind, result, reports in err.groups]
             return {**section, "shared_backend": None, "runnable": False, "error": str(err), "layer_groups": groups}
-    layers = dict(config.layer_groups())
-    groups = [_group(kind, layers[kind], result.to_dict()) for kind, result in selection.groups]
+    groups = [_group(kind, layers[kind], result, result.candidates) for kind, result in selection.groups]
     return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
 
 
-def _group(kind: str, layers, result: dict | None, candidates: list | None = None) -> dict:
+def _group(kind: str, layers, result, reports) -> dict:
     return {
         "kind": kind,
         "layers": list(layers),
-        "backend": result["backend"] if result else None,
-        "requirements": result["requirements"] if result else None,
-        "candidates": result["candidates"] if result else candidates,
+        "backend": result.backend_name if result else None,
+        "requirements": result.requirements.to_dict() if result else None,
+        "candidates": [c.to_dict() for c in reports],
     }
-
-
-def _groups_without_selection(config, kv_cache_dtype: str) -> list[dict]:
-    """Per group on its own: its selection if one backend can run it, else every backend's failures."""
-    from kernelbay.attention import AttentionRequirements, NoCapableBackend, select_attention_backend
-
-    groups = []
-    for kind, layers in config.layer_groups():
-        if kind == "no_attention":
-            continue
-        req = AttentionRequirements.from_model_config(config, kind, kv_cache_dtype=kv_cache_dtype)
-        try:
-            groups.append(_group(kind, layers, select_attention_backend(req).to_dict()))
-        except NoCapableBackend:
-            groups.append(_group(kind, layers, None, _every_candidate(req)))
-    return groups
-
-
-def _every_candidate(req) -> list[dict]:
-    from kernelbay.attention import BackendNotCapable, CandidateReport, select_attention_backend
-    from kernelbay.registry import names
-
-    out = []
-    for name in names("attention_backend"):
-        try:
-            select_attention_backend(req, requested=name)
-            failures = []
-        except BackendNotCapable as err:
-            failures = list(err.violations)
-        except UnknownNameError as err:
-            failures = [f"not available: {err}"]
-        reason = "not capable" if failures else "capable"
-        out.append(CandidateReport(name, "installed", False, reason, tuple(failures)).to_dict())
-    return out
 
 
 # -- MoE ----------------------------------------------------------------------------------------------

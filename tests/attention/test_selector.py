@@ -114,6 +114,18 @@ def test_no_capable_backend_lists_every_candidate(fresh_registry):
         assert f"  - {name}: sparse_mode: blocksparse is not supported (supported: {modes})" in text
 
 
+def test_no_capable_backend_carries_every_groups_reports(fresh_registry):
+    """The error keeps each group's outcome (what explain shows): the served group's selection, and for the
+    group nobody can run, every candidate's failures."""
+    sparse = AttentionRequirements(head_size=64, sparse_mode="blocksparse")
+    with pytest.raises(NoCapableBackend, match="layer group 'sparse': no installed") as err:
+        select_for_layer_groups({"full": FULL, "sparse": sparse}, platform=FakePlatform("SDPA"))
+    (full, served, _), (sparse_name, unserved, reports) = err.value.groups
+    assert (full, served.backend_name, sparse_name, unserved) == ("full", "SDPA", "sparse", None)
+    assert {c.name for c in reports} == {"SDPA", "VANILLA", "FLEX"}
+    assert all(c.reason == "not capable" and not c.chosen and c.failures for c in reports)
+
+
 def test_selection_is_cached_and_serialisable(fresh_registry):
     """Same requirements, same answer object; to_dict() is plain JSON with every candidate."""
     plat = FakePlatform("SDPA", "VANILLA")

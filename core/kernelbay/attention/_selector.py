@@ -30,7 +30,12 @@ class BackendNotCapable(ConfigError):
 
 
 class NoCapableBackend(ConfigError):
-    """No installed backend can run these layers on this platform."""
+    """No installed backend can run these layers on this platform. `groups`: per layer group, its
+    SelectionResult (None where nothing can run it) and every candidate's report."""
+
+    def __init__(self, message: str, violations=(), groups: tuple = ()):
+        super().__init__(message, violations)
+        self.groups = groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +217,18 @@ def _select_groups(
         for name, req in items:
             _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req, kind)
     shared = requested or _first_capable_everywhere(verdicts)
-    results = tuple(
-        (name, _group_result(name, req, verdicts, shared, requested, platform_name, label)) for name, req in items
+    outcomes = tuple(
+        (name, *_group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items
     )
+    for (name, req), (_, result, reports) in zip(items, outcomes, strict=True):
+        if result is None:  # every group's outcome travels with the error (explain shows them all)
+            where = f"layer group {name!r}: " if len(items) > 1 else ""
+            raise NoCapableBackend(
+                f"{where}no installed {label} can run {req.describe()} on {platform_name}",
+                [f"{c.name}: {'; '.join(c.failures)}" for c in reports],
+                outcomes,
+            )
+    results = tuple((name, result) for name, result, _ in outcomes)
     for name, result in results:
         for c in result.candidates:
             failed = (": " + "; ".join(c.failures)) if c.failures else ""
@@ -276,22 +290,21 @@ def _capable(verdicts, name: str) -> bool:
     return any(v.name == name and v.cls is not None and not v.failures for v in verdicts)
 
 
-def _group_result(group, req, verdicts, shared, requested, platform_name, label) -> SelectionResult:
+def _group_result(group, req, verdicts, shared, requested, platform_name):
+    """(the group's SelectionResult or None where no candidate can run it, every candidate's report)."""
     own = verdicts[group]
     winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
-    if winner is None:
-        where = f"layer group {group!r}: " if len(verdicts) > 1 else ""
-        raise NoCapableBackend(
-            f"{where}no installed {label} can run {req.describe()} on {platform_name}",
-            [f"{v.name}: {'; '.join(v.failures)}" for v in own],
-        )
     others = {g: vs for g, vs in verdicts.items() if g != group}
     reports = tuple(_report(v, winner, requested, shared, others) for v in own)
+    if winner is None:
+        return None, reports
     cls = next(v.cls for v in own if v.name == winner)
-    return SelectionResult(winner, cls, req, platform_name, requested, reports)
+    return SelectionResult(winner, cls, req, platform_name, requested, reports), reports
 
 
-def _report(v: _Verdict, winner: str, requested: str | None, shared: str | None, others: dict) -> CandidateReport:
+def _report(
+    v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict
+) -> CandidateReport:
     lacking = [g for g, vs in others.items() if not _capable(vs, v.name)]
     if v.failures:
         reason = "not capable"
