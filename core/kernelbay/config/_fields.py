@@ -67,12 +67,16 @@ class Fields:
 
     def required_int(self, *names: str) -> int:
         """A positive integer that must be written down, under any of its spellings."""
-        if self.raw and not any(self.raw.get(name) is not None for name in names):
-            raise self.missing(names)
-        value = self.get_int(*names)
+        value = self.as_written(*names)
         if value is None:
             raise self.missing(names)
-        return value
+        return self.as_int(names[0], value)
+
+    def as_written(self, *names: str) -> Any:
+        """The first non-null value among `names` as config.json writes it (a class default is no evidence: a copy
+        may have dropped the key); transformers' parse only when there is no config.json."""
+        layer = self.raw or self.parsed
+        return next((layer[name] for name in names if layer.get(name) is not None), None)
 
     @overload
     def get_float(self, *names: str, default: float) -> float: ...

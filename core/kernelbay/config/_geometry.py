@@ -24,8 +24,7 @@ def core_sizes(f: Fields, encoder: bool = False) -> tuple[int, int, int, int]:
     written down. The layer count is bounded before anything is built per layer, the heads before hidden / heads;
     the record (ModelConfig) bounds every other size."""
     spellings = (HIDDEN, LAYERS, HEADS) if encoder else (HIDDEN, LAYERS, HEADS, VOCAB)
-    written = f.raw if f.raw else f.parsed
-    missing = [" / ".join(names) for names in spellings if all(written.get(name) is None for name in names)]
+    missing = [" / ".join(names) for names in spellings if f.as_written(*names) is None]
     if missing:
         raise ConfigError(f"{f.source}: required fields are missing or null; add them to config.json", missing)
     hidden, layers, heads, *vocab = (f.required_int(*names) for names in spellings)
@@ -40,8 +39,7 @@ def resolve_mla(f: Fields) -> MLAGeometry | None:
     if kv_lora_rank is None:
         return None
     fields = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    written = f.raw if f.raw else f.parsed  # class defaults do not count: a copy may have dropped them
-    missing = [name for name in fields if written.get(name) is None]
+    missing = [name for name in fields if f.as_written(name) is None]
     if missing:
         raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
     return MLAGeometry(

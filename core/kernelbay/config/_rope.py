@@ -42,7 +42,7 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
     params = rope_parameters(f)
     main, local = _split_per_layer_kind(params)
     if local is None:  # an old-style rope_scaling as written; the class (Gemma 3) may still split it per kind
-        local = _split_per_layer_kind(_parsed_rope(f))[1]
+        local = _split_per_layer_kind(f.parsed.get("rope_parameters"))[1]
     rope_type = _rope_type(main)
     original = _original_positions(f, main)
     return RopeConfig(
@@ -54,11 +54,6 @@ def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry 
         original_max_position_embeddings=original if rope_type != "default" else None,
         local_theta=_local_theta(f, local),
     )
-
-
-def _parsed_rope(f: Fields) -> dict:
-    parsed = f.parsed.get("rope_parameters")
-    return dict(parsed) if isinstance(parsed, Mapping) else {}
 
 
 def _original_positions(f: Fields, params: dict) -> int | None:
@@ -90,9 +85,9 @@ def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
     return {"rope_type": rope_type, **scaling}
 
 
-def _split_per_layer_kind(params: dict) -> tuple[dict, dict | None]:
+def _split_per_layer_kind(params: Any) -> tuple[Any, dict | None]:
     """Gemma 3 under transformers 5 nests one dict per layer kind; the full-attention one is the main."""
-    if isinstance(params.get(FULL), Mapping):
+    if isinstance(params, Mapping) and isinstance(params.get(FULL), Mapping):
         return dict(params[FULL]), dict(params.get(SLIDING) or {})
     return params, None
 
@@ -106,9 +101,7 @@ def _rope_type(params: dict) -> str:
 
 def _theta(f: Fields, params: dict) -> float:
     """The base: a top-level key as written, else the one inside the RoPE dict, else the class's value."""
-    written = next((f.raw[name] for name in THETA if f.raw.get(name) is not None), None)
-    parsed = next((f.parsed[name] for name in THETA if f.parsed.get(name) is not None), None)
-    theta = next((v for v in (written, params.get("rope_theta"), parsed) if v is not None), None)
+    theta = next((v for v in (f.as_written(*THETA), params.get("rope_theta"), f.get(*THETA)) if v is not None), None)
     if theta is None:
         f.notes.append(f"rope_theta not in config.json: using the RoPE default {DEFAULT_THETA}")
         return DEFAULT_THETA
