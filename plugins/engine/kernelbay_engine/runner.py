@@ -154,7 +154,9 @@ class ModelRunner:
         hidden = self.model(tokens, metadata.positions, metadata)  # [T, hidden]
         starts = metadata.query_start_loc.to(torch.long)
         full = {i: self.model.compute_logits(hidden[starts[i] : starts[i + 1]]) for i in every_position}
-        return self.model.compute_logits(hidden[starts[1:] - 1]), full
+        # one new token per request (a decode step): every row is a last token, no gather needed
+        last = hidden if hidden.shape[0] == len(requests) else hidden[starts[1:] - 1]
+        return self.model.compute_logits(last), full
 
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""

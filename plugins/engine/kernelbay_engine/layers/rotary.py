@@ -178,7 +178,10 @@ class RotaryEmbedding(nn.Module):
         inv_freq, attention_factor = self._inv_freq(positions)
         freqs = positions[:, None].float() * inv_freq.to(positions.device)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)
+        cos, sin = emb.cos(), emb.sin()
+        if attention_factor != 1.0:  # x * 1.0 is x: skipped, like the casts to the dtype they already have
+            cos, sin = cos * attention_factor, sin * attention_factor
+        return (cos, sin) if cos.dtype == dtype else (cos.to(dtype), sin.to(dtype))
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         rot_dim = self.params.rotary_dim
