@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from kernelbay.errors import InputError, UnknownNameError, UnsupportedArchitecture
-from kernelbay.inputs import backend_errors
 
 SCHEMA_VERSION = 1
 CONFIG_FIELDS = (
@@ -122,12 +121,11 @@ def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict
 
     section = {"platform": current_platform().name, "requested_backend": backend, "kv_cache_dtype": kv_cache_dtype}
     layers = dict(config.layer_groups())
-    with backend_errors():
-        try:
-            selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
-        except NoCapableBackend as err:
-            groups = [_group(kind, layers[kind], result, reports) for kind, result, reports in err.groups]
-            return {**section, "shared_backend": None, "runnable": False, "error": str(err), "layer_groups": groups}
+    try:
+        selection = select_for_model(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
+    except NoCapableBackend as err:
+        groups = [_group(kind, layers[kind], result, reports) for kind, result, reports in err.groups]
+        return {**section, "shared_backend": None, "runnable": False, "error": str(err), "layer_groups": groups}
     groups = [_group(kind, layers[kind], result, result.candidates) for kind, result in selection.groups]
     return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
 
@@ -152,14 +150,13 @@ def _moe_section(config, requested: str | None) -> dict | None:
     if config.moe is None:
         return None
     section = {**config.moe.to_dict(), "stored_format": stored_expert_format(config)[0], "requested_backend": requested}
-    with backend_errors():
-        try:
-            selection, dequantized = select_moe_for_model(config, requested=requested)
-        except ConfigError as err:
-            if _requested_name(requested, "moe_backend"):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
-                raise
-            none: dict[str, Any] = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
-            return {**section, **none, "runnable": False, "error": str(err)}
+    try:
+        selection, dequantized = select_moe_for_model(config, requested=requested)
+    except ConfigError as err:
+        if _requested_name(requested, "moe_backend"):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
+            raise
+        none: dict[str, Any] = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
+        return {**section, **none, "runnable": False, "error": str(err)}
     result = selection.to_dict()
     chosen = {key: result[key] for key in ("backend", "requirements", "candidates")}
     return {**section, **chosen, "dequantized": dequantized, "runnable": True, "error": None}

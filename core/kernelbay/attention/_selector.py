@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .._trace import trace, warn
-from ..errors import ConfigError, UnknownNameError, unknown_name_message
+from ..errors import IncapableBackend, UnknownBackend, unknown_name_message
 from ._capabilities import AttentionRequirements
 
 BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
@@ -25,11 +25,11 @@ KERNEL_KINDS = {
 _NOT_INSTALLED = "not installed (no plugin provides it)"
 
 
-class BackendNotCapable(ConfigError):
+class BackendNotCapable(IncapableBackend):
     """The requested backend exists but lacks capabilities the layers need."""
 
 
-class NoCapableBackend(ConfigError):
+class NoCapableBackend(IncapableBackend):
     """No installed backend can run these layers on this platform. `groups`: per layer group, its
     SelectionResult (None where nothing can run it) and every candidate's report."""
 
@@ -271,7 +271,7 @@ def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict]
     where = f"layer group {group!r}: " if group else ""
     verdict = next((v for v in verdicts if v.name == requested), None)
     if verdict is None or verdict.failures == (_NOT_INSTALLED,):
-        raise UnknownNameError(
+        raise UnknownBackend(
             where + unknown_name_message(label, requested, names(kind)) + f" (requested via argument or {env})"
         )
     if verdict.failures:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelbay.errors import InputError, PromptTooLong
-from kernelbay.inputs import backend_errors
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.inputs import check_model_folder, demo_model_folder, model_errors
@@ -139,8 +138,7 @@ class LLM:
         scheduler_config = self._scheduler_config(
             kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
         )
-        with backend_errors():
-            self.runner.allocate_cache(scheduler_config.num_blocks)
+        self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
@@ -363,14 +361,13 @@ class LLM:
         from kernelbay.config import ModelConfig
 
         config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_remote_code)
-        with backend_errors():
-            select_for_model(
-                config,
-                kv_cache_dtype=kv_cache_dtype,
-                requested=attention_backend,
-                dtype=str(dtype).removeprefix("torch.") if dtype else None,
-                block_size=block_size,
-            )
+        select_for_model(
+            config,
+            kv_cache_dtype=kv_cache_dtype,
+            requested=attention_backend,
+            dtype=str(dtype).removeprefix("torch.") if dtype else None,
+            block_size=block_size,
+        )
         return config
 
     def _scheduler_config(
@@ -390,14 +387,13 @@ class LLM:
         """The runner with every layer's backend and cache spec chosen; its cache is allocated once planned."""
         from kernelbay_engine.runner import ModelRunner
 
-        with backend_errors():
-            return ModelRunner(
-                self.model,
-                block_size=block_size,
-                attention_backend=attention_backend,
-                kv_cache_dtype=kv_cache_dtype,
-                attention_backend_options=backend_options,
-            )
+        return ModelRunner(
+            self.model,
+            block_size=block_size,
+            attention_backend=attention_backend,
+            kv_cache_dtype=kv_cache_dtype,
+            attention_backend_options=backend_options,
+        )
 
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""
@@ -435,8 +431,7 @@ def _select_moe(config, moe_backend: str | None, dtype) -> None:
         if moe_backend:
             raise no_moe_layers(moe_backend, config.architecture)
         return
-    with backend_errors():
-        select_moe_for_model(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
+    select_moe_for_model(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
 
 
 def _check_prepack_policy(policy) -> None:
