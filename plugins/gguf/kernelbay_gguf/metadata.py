@@ -121,7 +121,9 @@ def config_dict(fields: dict[str, Any], tensor_names: set[str], source: str) -> 
             config[hf_field] = fields[f"tokenizer.ggml.{key}"]
     if "vocab_size" not in config:
         config["vocab_size"] = _vocab_size(fields, source)
-    _check_rope(fields, name, config, tensor_names, source)
+    scaling = _rope_scaling(fields, name, config, tensor_names, source)
+    if scaling:
+        config["rope_scaling"] = scaling
     config["tie_word_embeddings"] = "output.weight" not in tensor_names
     config["dtype"] = "float32"  # quantized tensors dequantize to float32 exactly
     return {**config, **arch.defaults}
@@ -137,13 +139,15 @@ def _vocab_size(fields: dict[str, Any], source: str) -> int:
 ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
-def _check_rope(fields: dict[str, Any], name: str, config: dict, tensor_names: set[str], source: str) -> None:
-    """Scaled or partial rotary embeddings are refused rather than silently run unscaled or whole."""
+def _rope_scaling(fields: dict[str, Any], name: str, config: dict, tensor_names: set[str], source: str) -> dict | None:
+    """The config's rope_scaling: linear scaling maps (Gemma 3's global layers, linear-scaled Llamas); any other
+    scaling, per-frequency factors or partial rotary embeddings are refused rather than silently run unscaled."""
     kind = fields.get(f"{name}.rope.scaling.type", "none")
     factors = [t for t in ROPE_FACTOR_TENSORS if t in tensor_names]
-    if kind not in ("none", None) or factors:
-        what = f"rope scaling {kind!r}" if kind not in ("none", None) else f"per-frequency rope factors ({factors[0]})"
-        raise MalformedConfig(f"{source} uses {what}, which kernelbay-gguf does not map yet")
+    if factors:
+        raise MalformedConfig(
+            f"{source} uses per-frequency rope factors ({factors[0]}), which kernelbay-gguf does not map yet"
+        )
     rotary = fields.get(f"{name}.rope.dimension_count")
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     if rotary is not None and rotary != head_dim:
@@ -151,3 +155,10 @@ def _check_rope(fields: dict[str, Any], name: str, config: dict, tensor_names: s
             f"{source}: {name}.rope.dimension_count {rotary} differs from the head size {head_dim} (partial rotary "
             f"embeddings), which kernelbay-gguf does not map yet; convert the model to a safetensors folder"
         )
+    if kind in ("none", None):
+        return None
+    factor = fields.get(f"{name}.rope.scaling.factor")
+    if kind != "linear" or factor is None:
+        what = f"rope scaling {kind!r}" + ("" if kind != "linear" else f" without {name}.rope.scaling.factor")
+        raise MalformedConfig(f"{source} uses {what}, which kernelbay-gguf does not map yet (it maps 'linear')")
+    return {"rope_type": "linear", "factor": float(factor)}

@@ -40,9 +40,10 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _rope_theta(config) -> float:
+def _rope(config) -> dict:
+    """The rope parameters of the full-attention layers (Gemma 3 keeps a second set for its sliding ones)."""
     rope = config.rope_parameters
-    return rope["full_attention"]["rope_theta"] if "full_attention" in rope else rope["rope_theta"]
+    return rope["full_attention"] if "full_attention" in rope else rope
 
 
 def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ...] = ()) -> None:
@@ -54,7 +55,7 @@ def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ..
         "head_count": (writer.add_head_count, config.num_attention_heads),
         "head_count_kv": (writer.add_head_count_kv, config.num_key_value_heads),
         "rms_eps": (writer.add_layer_norm_rms_eps, config.rms_norm_eps),
-        "rope_freq_base": (writer.add_rope_freq_base, _rope_theta(config)),
+        "rope_freq_base": (writer.add_rope_freq_base, _rope(config)["rope_theta"]),
         "vocab_size": (writer.add_vocab_size, config.vocab_size),
         "bos": (writer.add_bos_token_id, config.bos_token_id),
         "eos": (writer.add_eos_token_id, config.eos_token_id),
@@ -68,6 +69,9 @@ def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ..
     if arch == "gemma2":  # what convert_hf_to_gguf's Gemma2Model writes besides
         for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
             keys[cap] = (functools.partial(writer.add_float32, f"{arch}.{cap}"), getattr(config, cap))
+    if _rope(config).get("rope_type") == "linear":  # what the converter writes for linear rope scaling
+        keys["rope_scaling"] = (writer.add_rope_scaling_type, gguf.RopeScalingType.LINEAR)
+        keys["rope_factor"] = (writer.add_rope_scaling_factor, _rope(config)["factor"])
     if arch == "phi3":
         keys["rope_dimension_count"] = (writer.add_rope_dimension_count, head_dim)
     experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)

@@ -66,6 +66,18 @@ def test_long_rope_factors_are_refused(tmp_path, tiny_phi3):
         ModelConfig.from_pretrained(path)
 
 
+def test_rope_scaling_other_than_linear_is_refused(tmp_path, tiny_llama):
+    """YaRN (Qwen2.5 128k files): refused by name, not run unscaled."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    add_metadata(writer, tiny_llama.config, "llama")
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(4.0)
+    _finish(writer)
+    with pytest.raises(MalformedConfig, match=r"uses rope scaling 'yarn', which kernelbay-gguf does not map yet"):
+        ModelConfig.from_pretrained(path)
+
+
 def _finish(writer: gguf.GGUFWriter) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

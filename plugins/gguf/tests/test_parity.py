@@ -6,6 +6,7 @@ import pytest
 import transformers
 from gguf import GGMLQuantizationType as Q
 
+from kernelbay.config import ModelConfig
 from kernelbay_engine import AutoModelForCausalLM
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import K_QUANTS, transformers_from_gguf, write_gguf, write_random_k_quants
@@ -54,6 +55,34 @@ def test_mixtral_file_is_llama_with_experts(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     assert type(model).__name__ == "MixtralForCausalLM"
     compare_generation(source, runner(model, "SDPA"), "mixtral (llama + experts)")
+
+
+LINEAR_ROPE = {
+    # transformers' GGUF reader drops rope.scaling.*: the source model is the reference (F32: its exact weights)
+    "gemma3": Tiny(
+        "gemma-3-4b-it (linear x8 on the global layers)",
+        lambda: transformers.Gemma3TextConfig(
+            **{**COMMON, "num_hidden_layers": 6},
+            head_dim=16,
+            sliding_window=5,
+            rope_scaling={"rope_type": "linear", "factor": 8.0},
+        ),
+    ),
+    "llama": Tiny(
+        "a linear-scaled Llama",
+        lambda: transformers.LlamaConfig(**COMMON, rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR_ROPE))
+def test_linear_rope_scaling_is_mapped(tmp_path, name):
+    """rope.scaling.type linear + rope.scaling.factor -> rope_scaling (Gemma 3 4B-27B files carry it)."""
+    source = build_reference(name, tiny=LINEAR_ROPE[name])
+    path = write_gguf(tmp_path / "model.gguf", source, name)
+    model = AutoModelForCausalLM.from_pretrained(path, progress=False)
+    assert model.config.rope == ModelConfig.from_hf_config(source.config).rope
+    compare_generation(source, runner(model, "SDPA"), f"{name} linear rope")
 
 
 def test_mmap_maps_the_float_tensors_and_matches(tiny_gguf):
