@@ -24,7 +24,8 @@ from kernelbay_engine.quant import (
 )
 
 TOLERANCE = 1.5e-2
-SHAPES = [(33, 64), (97, 256), (16, 32), (129, 96)]  # odd N (padded to 16 by the int4 kernel), K multiple of 32
+# odd N (padded to 16 by the int4 kernel), K multiple of 32; 4100 rows: packed in two row chunks (an LM head's case)
+SHAPES = [(33, 64), (97, 256), (16, 32), (129, 96), (4100, 64)]
 ROWS = (1, 3, 8, 17)
 
 
