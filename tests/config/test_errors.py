@@ -202,7 +202,7 @@ def test_unknown_rope_type(write_config):
 
 def test_unknown_dtype(write_config):
     """torch_dtype must be a floating checkpoint dtype."""
-    with pytest.raises(ConfigError, match=r"could not parse|torch_dtype 'int3'"):
+    with pytest.raises(ConfigError, match=r"could not parse|torch_dtype: unknown dtype 'int3'; use one of: float32"):
         ModelConfig.from_pretrained(write_config(tiny(torch_dtype="int3")))
 
 

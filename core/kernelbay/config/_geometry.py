@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..dtypes import MODEL_DTYPES, canonical
+from ..dtypes import MODEL_DTYPES, canonical, normalize_dtype
 from ..errors import ConfigError
 from ._fields import MAX_LAYERS, Fields, check_size
 from ._records import MLAGeometry
@@ -143,9 +143,7 @@ def resolve_dtype(f: Fields) -> str:
     if value is None:
         f.notes.append("no torch_dtype/dtype in config.json: float32 assumed (transformers' convention)")
         return "float32"
-    if canonical(value) not in MODEL_DTYPES:
-        raise ConfigError(
-            f"{f.source}: torch_dtype {value!r} is not a checkpoint dtype kernelbay knows; "
-            f"use one of {', '.join(MODEL_DTYPES)}."
-        )
-    return canonical(value)
+    try:
+        return normalize_dtype(value)
+    except ValueError as err:  # kernelbay.dtypes' words: the spelling and the choices
+        raise ConfigError(f"{f.source}: torch_dtype: {err}.") from None
