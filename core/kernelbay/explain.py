@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from kernelbay.errors import InputError, UnknownNameError, UnsupportedArchitecture
+from kernelbay.errors import InputError
 
 SCHEMA_VERSION = 1
 CONFIG_FIELDS = (
@@ -47,10 +47,12 @@ def explain_model(
     native | transformers, as for `kernelbay run` (which provider would serve). `memory` and `quantization`
     are answered by the sections plugins contribute (kernelbay-engine's: the tokens `memory` holds in its KV
     blocks, and which linear kernel each layer would run)."""
-    from kernelbay.config import ModelConfig
+    from kernelbay.config import ModelConfig, resolution_target
+    from kernelbay.registry import resolve_impl
 
     config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
-    kind, name = _resolve(config, model_impl)
+    kind, name = resolution_target(config)
+    resolve_impl(kind, name, model_impl, config.hf_config)  # imported as AutoModelForCausalLM does: same error
     options = {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -63,22 +65,6 @@ def explain_model(
         "kv_cache": _kv_section(config, kv_cache_dtype),
         "sections": _plugin_sections(config, options),
     }
-
-
-def _resolve(config, model_impl: str) -> tuple[str, str]:
-    """The slot the config resolves to, imported exactly as AutoModelForCausalLM does (same error, a refusing
-    fallback's reason included)."""
-    from kernelbay.config import resolution_target
-    from kernelbay.registry import resolve_impl
-
-    kind, name = resolution_target(config)
-    try:
-        resolve_impl(kind, name, model_impl, config.hf_config)
-    except UnknownNameError as err:
-        if isinstance(err, UnsupportedArchitecture):
-            raise
-        raise UnsupportedArchitecture(str(err)) from err
-    return kind, name
 
 
 def _config_section(config) -> dict:
@@ -98,7 +84,7 @@ def _provider_section(kind: str, name: str, model_impl: str) -> dict:
     info = slot_info(kind, name) or {}
     claims = [c for c in (info.get("winner"), *info.get("displaced", [])) if c]  # the serving one first
     note = None
-    if model_impl == "transformers" or not claims:  # _resolve succeeded: the fallback serves
+    if model_impl == "transformers" or not claims:  # resolve_impl succeeded: the fallback serves
         fallback = default_registry().fallback_claim(kind)
         if fallback is not None:
             note = (

@@ -327,14 +327,14 @@ class Registry:
         fallback's "*" claim (it ranks below built-in: it only fills what nobody claims); "transformers" takes
         the fallback even where a native provider exists. With `hf_config`, a fallback that refuses it
         (its `refusal(hf_config)`: encoder-decoders, state-space models, ...) is UnsupportedArchitecture, the
-        native error and the fallback's reason together."""
+        native error and the fallback's reason together. Every name nobody serves is UnsupportedArchitecture."""
         if model_impl not in MODEL_IMPLS:
             raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
         context = f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'"
         if model_impl == "transformers":
             fallback = self.fallback_claim(kind)
             if fallback is None:
-                raise UnknownNameError(
+                raise UnsupportedArchitecture(
                     f"{context} needs the fallback provider, which is not installed: pip install kernelbay-transformers"
                 )
         else:
@@ -344,7 +344,7 @@ class Registry:
                 fallback = self.fallback_claim(kind) if kind == "model" and model_impl == "auto" else None
                 # a plugin advertising the name (refused, or never registering it) is to be fixed, not papered over
                 if fallback is None or self._advertisers(kind, name):
-                    raise
+                    raise UnsupportedArchitecture(str(err)) from err
                 trace("%s %r: no native provider (%s); the fallback %s serves", kind, name, err, fallback.target)
                 context = str(err)
         impl = self._load_winner(fallback)

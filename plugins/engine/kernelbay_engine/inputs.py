@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from kernelbay.errors import MissingWeights, UnknownNameError, UnsupportedArchitecture
+from kernelbay.errors import MissingWeights
 
 
 def demo_model_folder() -> Path:
@@ -27,15 +27,12 @@ def check_model_folder(path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def model_errors() -> Iterator[None]:
-    """While resolving and loading a model: unknown architecture and weight problems get their own types."""
+    """While loading a model: weight problems get their own type (the registry's resolve_impl raises
+    UnsupportedArchitecture itself)."""
     from kernelbay_engine.loading.checkpoint import CheckpointError
 
     try:
         yield
-    except UnknownNameError as err:
-        if isinstance(err, UnsupportedArchitecture):
-            raise
-        raise UnsupportedArchitecture(str(err)) from err
     except CheckpointError as err:
         raise MissingWeights(str(err)) from err
 
