@@ -57,6 +57,7 @@ _BLOCK_NAMES = {
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # Routed experts stacked in one tensor [experts, out, in]: each expert is read as its own [out, in] slice.
 EXPERT_PARTS = {"ffn_gate_exps": 0, "ffn_up_exps": 1, "ffn_down_exps": 2}  # index into the (gate, up, down) names
+_LEGACY_EXPERT = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight")
 
 
 def hf_name(info: TensorInfo, arch: Architecture | None = None) -> str:
@@ -131,6 +132,9 @@ def per_expert(info: TensorInfo) -> list[TensorInfo]:
     A 1-D shared-expert gate [in] is the HF Linear's [1, in] (llama.cpp stores it without the row axis)."""
     if info.name.endswith("ffn_gate_inp_shexp.weight") and len(info.shape) == 1:
         return [replace(info, shape=(1, *info.shape))]
+    legacy = _LEGACY_EXPERT.fullmatch(info.name)
+    if legacy:  # Mixtral files converted before llama.cpp stacked experts: one tensor per expert
+        return [replace(info, name=f"blk.{legacy[1]}.ffn_{legacy[2]}_exps.weight", expert=int(legacy[3]))]
     block = _BLOCK.fullmatch(info.name)
     if not block or block[2] not in EXPERT_PARTS or len(info.shape) != 3:
         return [info]

@@ -87,14 +87,18 @@ def add_metadata(writer: gguf.GGUFWriter, config, arch: str, skip: tuple[str, ..
             add(value)
 
 
-def converted(hf: str, data: np.ndarray, arch: str, config) -> list[tuple[str, np.ndarray]]:
-    """(GGUF name, array) for one HF tensor, changed as the converter changes it."""
-    if hf.endswith(".mlp.experts.gate_up_proj"):  # [E, 2I, H], gate rows first
-        prefix = gguf_name(hf.replace("experts.gate_up_proj", "experts.down_proj.weight"), arch).split(".ffn_")[0]
-        gate, up = np.split(data, 2, axis=1)
-        return [(f"{prefix}.ffn_gate_exps.weight", gate), (f"{prefix}.ffn_up_exps.weight", up)]
-    if hf.endswith(".mlp.experts.down_proj"):
-        return [(gguf_name(f"{hf}.weight", arch), data)]
+def converted(hf: str, data: np.ndarray, arch: str, config, per_expert: bool = False) -> list[tuple[str, np.ndarray]]:
+    """(GGUF name, array) for one HF tensor, changed as the converter changes it (`per_expert`: experts as
+    one tensor each, `blk.N.ffn_gate.E.weight`, as llama.cpp wrote Mixtral before it stacked them)."""
+    if hf.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+        prefix = f"blk.{hf.split('.')[2]}"  # model.layers.N.mlp.experts...
+        if hf.endswith("gate_up_proj"):  # [E, 2I, H], gate rows first
+            parts = dict(zip(("gate", "up"), np.split(data, 2, axis=1), strict=True))
+        else:
+            parts = {"down": data}
+        if per_expert:
+            return [(f"{prefix}.ffn_{p}.{e}.weight", w[e]) for p, w in parts.items() for e in range(len(w))]
+        return [(f"{prefix}.ffn_{p}_exps.weight", w) for p, w in parts.items()]
     name = gguf_name(hf, arch)
     if arch in GEMMA and name.endswith("norm.weight"):
         data = data + 1  # Gemma's converter stores the (1 + w) its RMSNorm multiplies by
@@ -114,6 +118,7 @@ def write_gguf(
     skip_keys: tuple[str, ...] = (),
     architecture: str | None = None,
     qtype_of: Callable[[str], Q] | None = None,
+    per_expert_tensors: bool = False,
 ) -> Path:
     """`hf_model` as `path`: 2-D and expert weights stored as `qtype` (F32/F16/Q8_0/.../Q4_K/Q6_K), or as
     `qtype_of(gguf name)` says; norms, biases and the MoE router F32."""
@@ -123,7 +128,8 @@ def write_gguf(
     for hf, tensor in hf_model.state_dict().items():
         if hf == "lm_head.weight" and config.tie_word_embeddings:
             continue
-        for name, data in converted(hf, tensor.detach().to(torch.float32).numpy(), arch, config):
+        values = tensor.detach().to(torch.float32).numpy()
+        for name, data in converted(hf, values, arch, config, per_expert_tensors):
             kind = (qtype_of or (lambda _: qtype))(name)
             kind = kind if data.ndim >= 2 and not name.endswith("ffn_gate_inp.weight") else Q.F32
             stored = data.astype(np.float16) if kind == Q.F16 else data

@@ -45,13 +45,15 @@ def test_head_dim_comes_from_key_length(tmp_path):
     compare_generation(source, runner(model, "SDPA"), "qwen3 head_dim 24")
 
 
-def test_mixtral_file_is_llama_with_experts(tmp_path):
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked experts", "one tensor per expert"])
+def test_mixtral_file_is_llama_with_experts(tmp_path, stacked):
     """llama.cpp writes Mixtral as general.architecture llama plus llama.expert_count: kernelbay builds Mixtral.
     transformers loads such a file as a dense Llama with its MLPs newly initialised (the experts dropped), so the
-    reference is the source model itself (F32 storage: the file holds its exact weights)."""
+    reference is the source model itself (F32 storage: the file holds its exact weights). Files converted before
+    llama.cpp stacked the experts hold `blk.N.ffn_gate.E.weight` per expert: read the same."""
     config = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2)
     source = build_reference("mixtral", tiny=Tiny("mixtral-8x7b", lambda: config))
-    path = write_gguf(tmp_path / "model.gguf", source, "llama")
+    path = write_gguf(tmp_path / "model.gguf", source, "llama", per_expert_tensors=not stacked)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     assert type(model).__name__ == "MixtralForCausalLM"
     compare_generation(source, runner(model, "SDPA"), "mixtral (llama + experts)")
