@@ -166,11 +166,12 @@ def _wanted(req: AttentionRequirements, field: str):
     return value.value if isinstance(value, KVLayout) else value
 
 
-def capability_failures(cls, req: AttentionRequirements, fields=None) -> list[str]:
-    """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability."""
+def capability_failures(cls, req, fields=None, checks=_CHECKS) -> list[str]:
+    """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability;
+    `checks` is the kernel kind's table (kernelbay.moe passes its own)."""
     checked = [
         _failure(cls, field, declared, what, _wanted(req, field))
-        for field, declared, what in _CHECKS
+        for field, declared, what in checks
         if fields is None or field in fields
     ]
     failures = [line for line in checked if line]
@@ -207,23 +208,26 @@ def _declared(cls, declared: str):
     return values
 
 
-def check_declarations(cls) -> None:
-    """Refuse a backend class whose declarations cannot be right, naming the attribute (at class creation)."""
+VOCABULARIES = {"dtypes": MODEL_DTYPES, "kv_cache_dtypes": KV_CACHE_DTYPES}
+"""The declarations that must name known values: declaration -> the names it may hold."""
+
+
+def check_declarations(cls, checks=_CHECKS, vocabularies=VOCABULARIES, kind: str = "attention backend") -> None:
+    """Refuse a kernel class whose declarations cannot be right, naming the attribute (at class creation)."""
     problems = []
-    for _field, declared, what in _CHECKS:
+    for _field, declared, what in checks:
         values = getattr(cls, declared)
-        if what is not None:
+        if what is not None or values is ANY:
             continue
-        if values is not ANY and (isinstance(values, str) or not hasattr(values, "__contains__")):
+        needs = "__iter__" if declared in vocabularies else "__contains__"  # names are checked one by one
+        if isinstance(values, str) or not hasattr(values, needs):
             problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
-    unknown = {
-        "dtypes": set(cls.dtypes) - set(MODEL_DTYPES) if cls.dtypes is not ANY else set(),
-        "kv_cache_dtypes": set(cls.kv_cache_dtypes) - set(KV_CACHE_DTYPES) if cls.kv_cache_dtypes is not ANY else set(),
-    }
-    problems += [f"{declared}: unknown name(s) {', '.join(sorted(v))}" for declared, v in unknown.items() if v]
-    if cls.block_sizes and cls.preferred_block_size not in cls.block_sizes:
+        elif declared in vocabularies and (unknown := set(values) - set(vocabularies[declared])):
+            problems.append(f"{declared}: unknown name(s) {', '.join(sorted(unknown))}")
+    block_sizes = getattr(cls, "block_sizes", None)
+    if block_sizes and cls.preferred_block_size not in block_sizes:
         problems.append(
-            f"preferred_block_size {cls.preferred_block_size} is not among block_sizes {_listed(cls.block_sizes)}"
+            f"preferred_block_size {cls.preferred_block_size} is not among block_sizes {_listed(block_sizes)}"
         )
     if problems:
-        raise TypeError(f"attention backend {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))
+        raise TypeError(f"{kind} {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
+from ..attention._capabilities import _Any, capability_failures, check_declarations
 from ..dtypes import MODEL_DTYPES, normalize_dtype
 from ..errors import KernelbayError
 from ._geometry import ExpertWeights, MoEGeometry
 from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
-
-if TYPE_CHECKING:
-    from ..attention._capabilities import _Any
 
 
 class MoEContractError(KernelbayError, RuntimeError):
@@ -65,6 +63,12 @@ _CHECKS = (
     ("platform", "platforms", None),
 )
 _GEOMETRY = frozenset({"activation", "weight_format", "bias"})
+_VOCABULARIES = {
+    "activations": ACTIVATIONS,
+    "routings": ROUTINGS,
+    "weight_formats": WEIGHT_FORMATS,
+    "dtypes": MODEL_DTYPES,
+}
 
 
 class MoEBackend:
@@ -83,7 +87,7 @@ class MoEBackend:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _check_declarations(cls)
+        check_declarations(cls, _CHECKS, _VOCABULARIES, "MoE backend")
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
@@ -92,19 +96,7 @@ class MoEBackend:
     @classmethod
     def capability_failures(cls, req: MoERequirements, fields: Collection[str] | None = None) -> list[str]:
         """Every capability `req` needs that this backend does not declare, one line each (empty: capable)."""
-        from ..attention._capabilities import _failure, _unavailable
-
-        checked = (
-            _failure(cls, field, declared, what, getattr(req, field))
-            for field, declared, what in _CHECKS
-            if fields is None or field in fields
-        )
-        failures = [line for line in checked if line]
-        if fields is None:
-            unavailable = _unavailable(cls, cls.is_available())
-            if unavailable:
-                failures.append(unavailable)
-        return failures
+        return capability_failures(cls, req, fields, _CHECKS)
 
     def __init__(self, geometry: MoEGeometry, quant_config=None):
         if not isinstance(geometry, MoEGeometry):
@@ -159,20 +151,3 @@ class MoEBackend:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(experts={self.geometry.num_experts}, top_k={self.geometry.top_k})"
-
-
-def _check_declarations(cls) -> None:
-    from ..attention._capabilities import ANY
-
-    known = {"activations": ACTIVATIONS, "routings": ROUTINGS, "weight_formats": WEIGHT_FORMATS, "dtypes": MODEL_DTYPES}
-    problems = []
-    for declared, vocabulary in known.items():
-        values = getattr(cls, declared)
-        if values is ANY:
-            continue
-        if isinstance(values, str) or not hasattr(values, "__iter__"):
-            problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
-        elif set(values) - set(vocabulary):
-            problems.append(f"{declared}: unknown name(s) {', '.join(sorted(set(values) - set(vocabulary)))}")
-    if problems:
-        raise TypeError(f"MoE backend {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))
