@@ -40,8 +40,8 @@ class HookSpecs:
 
     @hookspec
     def register_explain_sections(self, register):
-        """Call `register(name, section)`; `section(config, options) -> dict | None` becomes
-        `explain`'s `sections[name]` (`options`: e.g. `quantization`); its `lines` are the text output's."""
+        """Call `register(name, section)`; `section(config, options) -> dict | None` becomes `explain`'s
+        `sections[name]` (`options`: memory, backend, kv_cache_dtype, quantization); its `lines` are the text's."""
 
 
 # A hook plugin that failed to import: listed (doctor, a warning), never fatal.

@@ -8,6 +8,7 @@ group) is put to the kernel selector, and every candidate's reason is listed, as
 from __future__ import annotations
 
 from kernelbay.errors import ConfigError
+from kernelbay.explain import candidate_lines
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
 from kernelbay_engine.quant.method import quant_mode
@@ -108,8 +109,6 @@ def _lines(section: dict, sources: dict[int, str], kept: dict[tuple[str, str], i
         lines.append(f"  {g['name']:<20} x{g['count']:<3} [{out}, {inp}] {g['bits']}-bit {per} -> {g['kernel']}")
         if sources.get(id(g)):
             lines.append(f"      from {sources[id(g)]}")
-        for c in g["candidates"]:
-            lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<12} {c['reason']}")
-            lines += [f"        - {f}" for f in c["failures"]]
+        lines += candidate_lines(g["candidates"], 12)
     lines += [f"  {name:<20} x{count:<3} keeps its loaded weight: {why}" for (name, why), count in kept.items()]
     return lines
