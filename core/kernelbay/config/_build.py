@@ -47,7 +47,7 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     refusal) keeps its own error."""
     import transformers
 
-    from ..errors import KernelbayError, UnsupportedArchitecture
+    from ..errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
     from ..registry import resolve_impl
 
     names = getattr(hf_config, "architectures", None)
@@ -57,8 +57,10 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     try:
         resolve_impl("model", arch, hf_config=hf_config)
     except UnsupportedArchitecture as refused:
+        if isinstance(refused.__cause__, UnknownNameError):  # nobody serves it: the config error stands
+            return
         raise UnsupportedArchitecture(f"{refused} (Config: {err})") from err
-    except KernelbayError:  # nobody provides it: the config error stands
+    except KernelbayError:  # a broken or conflicting provider: the config error stands
         return
 
 
