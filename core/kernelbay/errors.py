@@ -1,8 +1,8 @@
 """Every exception kernelbay raises on purpose; each message says what is wrong and how to fix it.
 
 A user-input error (InputError) carries the exit code the CLI reports as `exit_code` (`kernelbay explain`,
-and the commands plugins add, such as `kernelbay run`); EXIT_CODES collects them, docs/engine.md tabulates
-them with their meanings.
+and the commands plugins add, such as `kernelbay run`); EXIT_CODES collects them (kernelbay-engine's own, 9-12,
+are in kernelbay_engine.errors), docs/engine.md tabulates them with their meanings.
 """
 
 from __future__ import annotations
@@ -74,26 +74,6 @@ class UnknownBackend(InputError, UnknownNameError):
 
 class IncapableBackend(InputError, ConfigError):
     exit_code = 8
-
-
-class MissingWeights(InputError, ValueError):
-    exit_code = 9
-
-
-class PromptTooLong(InputError, ValueError):
-    exit_code = 10
-
-
-class SamplingParamsError(InputError, ValueError):
-    """A sampling parameter out of range; the message names the parameter and the valid range."""
-
-    exit_code = 11
-
-
-class RequestTooLarge(InputError, MemoryError):
-    """A single request needs more KV-cache blocks than the whole cache has: it could never run."""
-
-    exit_code = 12
 
 
 # Every InputError defined here (all direct subclasses) by class name: what docs/engine.md tabulates.

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from kernelbay.errors import MissingWeights
+from kernelbay_engine.errors import MissingWeights
 
 
 def demo_model_folder() -> Path:

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelbay.errors import InputError, PromptTooLong
+from kernelbay.errors import InputError
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
+from kernelbay_engine.errors import PromptTooLong
 from kernelbay_engine.inputs import check_model_folder, demo_model_folder, model_errors
 from kernelbay_engine.loading.formats import format_for
 from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, plan_num_blocks

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import re
 
-from kernelbay.errors import InputError, RequestTooLarge
+from kernelbay.errors import InputError
+from kernelbay_engine.errors import RequestTooLarge
 
 
 class MemorySizeError(InputError, ValueError):

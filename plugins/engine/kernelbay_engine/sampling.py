@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kernelbay.errors import SamplingParamsError
+from kernelbay_engine.errors import SamplingParamsError
 
 if TYPE_CHECKING:
     import torch

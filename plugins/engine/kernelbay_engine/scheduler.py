@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.errors import RequestTooLarge
 from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay_engine.request import Request, RequestStatus
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from kernelbay.errors import InputError, PromptTooLong, RequestTooLarge
+from kernelbay.errors import InputError
+from kernelbay_engine.errors import PromptTooLong, RequestTooLarge
 from kernelbay_engine.sampling import SamplingParams
 
 PROMPTS = [

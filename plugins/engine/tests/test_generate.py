@@ -8,9 +8,10 @@ import shutil
 import pytest
 import torch
 
-from kernelbay.errors import IncapableBackend, PromptTooLong, RequestTooLarge
+from kernelbay.errors import IncapableBackend
 from kernelbay.registry import names
 from kernelbay_engine import LLM
+from kernelbay_engine.errors import PromptTooLong, RequestTooLarge
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler
 from kernelbay_engine.tokenizer import TokenizerError

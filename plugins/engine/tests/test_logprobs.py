@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbay.errors import SamplingParamsError
+from kernelbay_engine.errors import SamplingParamsError
 from kernelbay_engine.sampling import MAX_LOGPROBS, SamplingParams
 
 PROMPTS = [[1, 5, 9, 22, 7, 3, 8, 90, 4, 17, 33, 12, 6], [2, 30], [11, 12, 13, 14, 15, 16, 40]]

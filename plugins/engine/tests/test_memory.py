@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelbay.errors import RequestTooLarge
+from kernelbay_engine.errors import RequestTooLarge
 from kernelbay_engine.memory import DEFAULT_KV_CACHE_MEMORY, plan_num_blocks
 from kernelbay_engine.sampling import SamplingParams
 from tests.cli.conftest import run_cli

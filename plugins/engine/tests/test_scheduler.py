@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelbay.errors import RequestTooLarge
 from kernelbay_engine.core import EngineCore
+from kernelbay_engine.errors import RequestTooLarge
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler, SchedulerConfig

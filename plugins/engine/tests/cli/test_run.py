@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelbay.errors import EXIT_CODES
+from kernelbay_engine.errors import EXIT_CODES
 
 ERROR_PREFIX = "kernelbay run: error: "
 
