@@ -86,12 +86,10 @@ class SelectionResult:
         }
 
     def explain(self) -> str:
-        lines = [f"{self.backend_name} on {self.platform}" + (" (requested)" if self.requested else "")]
-        for c in self.candidates:
-            mark = "*" if c.chosen else " "
-            lines.append(f" {mark} {c.name:<12} {c.reason}")
-            lines += [f"       - {f}" for f in c.failures]
-        return "\n".join(lines)
+        from ..explain import candidate_lines
+
+        head = f"{self.backend_name} on {self.platform}" + (" (requested)" if self.requested else "")
+        return "\n".join([head, *candidate_lines([c.to_dict() for c in self.candidates], 12)])
 
 
 def _resolve_platform(platform):
