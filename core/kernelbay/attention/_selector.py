@@ -17,10 +17,11 @@ from ._capabilities import AttentionRequirements
 
 BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
 MOE_BACKEND_ENV = "KERNELBAY_MOE_BACKEND"
-# The kernel kinds this one selector chooses for: slot kind -> (what users call it, the variable forcing one).
+# The kernel kinds this one selector chooses for: slot kind -> (what users call it, the variable forcing one,
+# the Platform method listing its priority).
 KERNEL_KINDS = {
-    "attention_backend": ("attention backend", BACKEND_ENV),
-    "moe_backend": ("MoE backend", MOE_BACKEND_ENV),
+    "attention_backend": ("attention backend", BACKEND_ENV, "backend_priority"),
+    "moe_backend": ("MoE backend", MOE_BACKEND_ENV, "moe_backend_priority"),
 }
 _NOT_INSTALLED = "not installed (no plugin provides it)"
 
@@ -174,18 +175,18 @@ def select_attention_backend(
 
 
 def select_for_layer_groups(
-    groups: Mapping[str, AttentionRequirements], requested: str | None = None, platform=None
+    groups: Mapping[str, Any], requested: str | None = None, platform=None, kind: str = "attention_backend"
 ) -> LayerGroupSelection:
-    """Select per group; the first candidate capable for *every* group wins them all, else each its own."""
+    """Select per group; the first candidate capable for *every* group wins them all, else each its own.
+    `kind`: a KERNEL_KINDS slot kind (kernelbay.moe selects its kernels here with MoERequirements)."""
     if not groups:
         raise ValueError("select_for_layer_groups needs at least one layer group")
     plat = _resolve_platform(platform)
     items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     from ..registry import names
 
-    return _select_groups(
-        items, _requested_name(requested), plat.name, tuple(plat.backend_priority()), tuple(names("attention_backend"))
-    )
+    priority = tuple(getattr(plat, KERNEL_KINDS[kind][2])())
+    return _select_groups(items, _requested_name(requested, kind), plat.name, priority, tuple(names(kind)), kind)
 
 
 def select_for_model(
@@ -265,7 +266,7 @@ def _warn_broken_priority(result: SelectionResult, label: str) -> None:
 def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req, kind: str) -> None:
     from ..registry import names
 
-    label, env = KERNEL_KINDS[kind]
+    label, env, _ = KERNEL_KINDS[kind]
     where = f"layer group {group!r}: " if group else ""
     verdict = next((v for v in verdicts if v.name == requested), None)
     if verdict is None or verdict.failures == (_NOT_INSTALLED,):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..attention._selector import SelectionResult, _requested_name, _resolve_platform, _select_groups
+from ..attention._selector import SelectionResult, _requested_name, select_for_layer_groups
 from ._backend import MoERequirements
 
 
@@ -11,19 +11,7 @@ def select_moe_backend(requirements: MoERequirements, requested: str | None = No
 
     Candidates: the platform's `moe_backend_priority()`, then every installed `kernelbay.moe_backends` entry.
     `requested` (or KERNELBAY_MOE_BACKEND) must be known and capable; there is no fallback."""
-    from ..registry import names
-
-    plat = _resolve_platform(platform)
-    req = requirements if requirements.platform else requirements.with_platform(plat.name)
-    selection = _select_groups(
-        (("moe", req),),
-        _requested_name(requested, "moe_backend"),
-        plat.name,
-        tuple(plat.moe_backend_priority()),
-        tuple(names("moe_backend")),
-        "moe_backend",
-    )
-    return selection.groups[0][1]
+    return select_for_layer_groups({"moe": requirements}, requested, platform, "moe_backend").groups[0][1]
 
 
 def stored_expert_format(cfg) -> tuple[str, tuple[int, int] | None]:
