@@ -146,7 +146,7 @@ class Registry:
         frames = self._frames()
         frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
         with self._lock:
-            provider = frame.provider if frame else self.provider_for_module(owner)
+            provider = self._frame_provider(frame, owner) if frame else self.provider_for_module(owner)
             regs = [Registration(kind, n, key_target, provider) for n in names]
             objects = {} if isinstance(target, str) else {key_target: target}
             if objects:
@@ -221,7 +221,17 @@ class Registry:
                 self._frames().pop()
             _remember_import_time(frame.registrations, frame.objects)
             self._objects.update(frame.objects)
-            self._commit(provider, frame.registrations)
+            self._commit(provider, [r for r in frame.registrations if r.provider == provider])
+            for nested in dict.fromkeys(r.provider for r in frame.registrations if r.provider != provider):
+                self._commit(nested, [r for r in frame.registrations if r.provider == nested])
+
+    def _frame_provider(self, frame: _Frame, owner: str) -> Provider:
+        """Who registers from `owner` while `frame` imports: the frame's provider, unless the index names `owner`
+        as a provider module of its own (a sibling the outer provider imports): then it is credited itself."""
+        outer = frame.provider
+        if owner != outer.module and any(e.module == owner for e in self.discovery().entries):
+            return outer._replace(module=owner)
+        return outer
 
     def _replay_import_time(self, module: str) -> None:
         """A provider imported before this registry existed: its decorators will not run again."""
