@@ -78,7 +78,8 @@ class LLM:
     one, "never" none.
     quantization: "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a
     float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant); None keeps them.
-    "gguf" keeps a GGUF file's own Q8_0/Q4_0/Q4_1 weights quantized (its weight format's keep_quantized).
+    "gguf" keeps a GGUF file's own quantized weights on the CPU kernels (its weight format's keep_quantized, given
+    the model on meta: no float copy is built; docs/real-model.md has the rule per file type).
     model_impl: "auto" (a native family where one is installed, else the transformers fallback),
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
@@ -118,6 +119,7 @@ class LLM:
         _select_moe(config, moe_backend, dtype)
         from kernelbay_engine import AutoModelForCausalLM
 
+        file_report: dict[str, str] = {}
         with model_errors():
             self.model = AutoModelForCausalLM.from_pretrained(
                 self.folder,
@@ -128,9 +130,10 @@ class LLM:
                 config=config,
                 model_impl=model_impl,
                 moe_backend=moe_backend,
+                before_load=self._file_codes_on_meta(file_report) if quantization == FILE_QUANTIZATION else None,
             )
         self.config = self.model.config
-        self.quant_report = self._quantize(quantization)
+        self.quant_report = file_report if quantization == FILE_QUANTIZATION else self._quantize(quantization)
         self.max_model_len = _max_model_len(self.config, max_model_len)
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
@@ -402,12 +405,16 @@ class LLM:
 
         return prepack_linear_weights(self.model, rows=(1, min(max_num_seqs, 64)), policy=policy)
 
+    def _file_codes_on_meta(self, report: dict[str, str]):
+        """The weight format gives the linears its own quantized codes while the model is on meta, so those
+        weights never exist as float (the loader skips what a layer holds); `report` gets what each runs."""
+        fmt = format_for(self.folder)
+        return lambda model: report.update(fmt.keep_quantized(model, self.folder))
+
     def _quantize(self, mode: str | None):
         """Quantize the loaded linears before anything packs or reads them (None: leave them)."""
         if mode is None:
             return None
-        if mode == FILE_QUANTIZATION:
-            return format_for(self.folder).keep_quantized(self.model, self.folder)
         from kernelbay_engine.quant import quantize_model
 
         return quantize_model(self.model, mode)
@@ -448,7 +455,7 @@ def _check_quantization(mode) -> None:
     if mode is not None and mode not in (*MODES, FILE_QUANTIZATION):
         raise ValueError(
             f"quantization must be None or one of {', '.join(map(repr, MODES))}; got {mode!r} "
-            f"({FILE_QUANTIZATION!r} keeps a .gguf file's own Q8_0/Q4_0/Q4_1 weights)"
+            f"({FILE_QUANTIZATION!r} keeps a .gguf file's own quantized weights)"
         )
 
 

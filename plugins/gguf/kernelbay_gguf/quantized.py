@@ -206,17 +206,12 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
 def load_quantized(path: str | Path, *, progress: bool | None = None, moe_backend: str | None = None):
     """(model, report): the model in `path` with `keep_quantized`'s forms built straight from the file's codes
     into the kernels' packed form before anything else loads, so those weights never exist as float; the loader
-    then reads only the rest (embedding, norms, float and per-expert tensors: the plan skips held weights)."""
-    from kernelbay.config import ModelConfig
+    then reads only the rest (embedding, norms, float and per-expert tensors: the plan skips held weights).
+    `LLM(path, quantization="gguf")` loads the same way."""
     from kernelbay_engine import AutoModelForCausalLM
-    from kernelbay_engine.layers.moe import bind_moe_backends
-    from kernelbay_engine.loading import load_weights
 
-    path = Path(path)
-    model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(path))  # on meta
-    report = keep_quantized(model, path)
-    load_weights(model, GGUFFormat.open(path), model.checkpoint_rules(), progress=progress)
-    if "weight" in model.lm_head._parameters:  # a float LM head (re)shares the loaded embedding when tied
-        model.tie_weights()
-    bind_moe_backends(model, moe_backend)
-    return model.eval(), report
+    report: dict[str, str] = {}
+    model = AutoModelForCausalLM.from_pretrained(
+        path, progress=progress, moe_backend=moe_backend, before_load=lambda m: report.update(keep_quantized(m, path))
+    )
+    return model, report

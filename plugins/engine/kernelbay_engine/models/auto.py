@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -182,6 +183,7 @@ class AutoModelForCausalLM:
         config=None,
         model_impl: str = "auto",
         moe_backend: str | None = None,
+        before_load: Callable[[nn.Module], object] | None = None,
     ) -> nn.Module:
         """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
         `attention_backend` is recorded for the runner's backend selection;
@@ -190,12 +192,16 @@ class AutoModelForCausalLM:
         that need no fusing or cast straight from the file instead of reading them (see `load_weights`);
         `model_impl="transformers"` runs transformers' modeling code (the fallback) even where a native family
         exists, `"native"` refuses the fallback; `moe_backend` names the MoE kernel of the MoE layers (default: the
-        selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`)."""
+        selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`);
+        `before_load(model)` runs on the model still on meta, before any weight is read (a weight format giving
+        layers their quantized codes there: the loader then skips the weights a layer already holds)."""
         from kernelbay.config import ModelConfig
 
         if config is None:
             config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
         model = cls.from_config(config, dtype=dtype, implementation=implementation, model_impl=model_impl)  # on meta
+        if before_load is not None:
+            before_load(model)
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)

@@ -122,7 +122,7 @@ class CausalLM(nn.Module):
 
     def tie_weights(self) -> None:
         """Share the embedding table with the LM head when the config ties them."""
-        if self.tied:
+        if self.tied and "weight" in self.lm_head._parameters:  # a quantized head holds its own codes instead
             self.lm_head.weight = self.input_embeddings().weight
 
     def checkpoint_rules(self) -> NameRules:
