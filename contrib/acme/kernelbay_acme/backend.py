@@ -33,7 +33,7 @@ class AcmeInt8Backend(AttentionBackend):
 
     @classmethod
     def get_kv_cache_spec(
-        cls, geometry, model_dtype, kv_cache_dtype="auto", block_size=None, layout=KVLayout.NHD, kv_scale_mode="none"
+        cls, geometry, model_dtype, kv_cache_dtype="auto", block_size=None, layout=KVLayout.NHD
     ) -> Int8KVCacheSpec:
         return Int8KVCacheSpec(
             num_kv_heads=geometry.num_kv_heads,
