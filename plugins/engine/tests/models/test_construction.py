@@ -167,17 +167,9 @@ def _shared_configs_of_supported_architectures() -> list[str]:
     import json
     from pathlib import Path
 
-    supported = {
-        "LlamaForCausalLM",
-        "MistralForCausalLM",
-        "Qwen2ForCausalLM",
-        "Qwen3ForCausalLM",
-        "Phi3ForCausalLM",
-        "Gemma2ForCausalLM",
-        "Gemma3ForCausalLM",
-        "DeepseekV2ForCausalLM",
-        "DeepseekV3ForCausalLM",
-    }
+    from kernelbay.registry._records import FIRST_PARTY_PROVIDES
+
+    supported = set(FIRST_PARTY_PROVIDES["model"])  # every architecture a first-party plugin ships
     found = []
     for path in sorted(Path(SHARED).glob("*/config.json")):
         archs = json.loads(path.read_text()).get("architectures") or []
