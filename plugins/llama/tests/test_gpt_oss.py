@@ -11,7 +11,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from kernelbay.attention import BackendNotCapable, clear_selection_cache
+from kernelbay.attention import BackendNotCapable
 from kernelbay.config import FULL, SLIDING, ModelConfig
 from kernelbay.explain import explain_model
 from kernelbay.moe import dequantize_mxfp4
@@ -19,7 +19,6 @@ from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
 from kernelbay_engine.layers.moe import bind_moe_backends, moe_layers
 from kernelbay_engine.loading import load_weights, open_checkpoint
 from kernelbay_engine.runner import ModelRunner
-from kernelbay_torch.moe import TorchGroupedMoEBackend, TorchMoEBackend
 from plugins.llama.tests._tiny_gpt_oss import TINY_GPT_OSS, quantize_mxfp4
 from tests.models._parity import BACKENDS, compare_generation, runner
 
@@ -133,21 +132,16 @@ def test_mxfp4_experts_stay_packed_for_a_kernel_that_reads_them(mxfp4_gpt_oss, m
     compare_generation(reference, runner(model, "SDPA"), f"gpt_oss mxfp4 {moe_backend}")
 
 
-def test_mxfp4_experts_are_dequantized_at_load_when_no_kernel_reads_them(mxfp4_gpt_oss, monkeypatch):
+@pytest.mark.usefixtures("dense_only_moe_kernels")
+def test_mxfp4_experts_are_dequantized_at_load_when_no_kernel_reads_them(mxfp4_gpt_oss):
     """With the CPU kernels declaring dense weights only, the engine dequantizes the experts at load
     (kernelbay.moe.dequantize_mxfp4) and binds a dense geometry; the tokens are transformers'."""
     folder, reference = mxfp4_gpt_oss
-    for cls in (TorchMoEBackend, TorchGroupedMoEBackend):
-        monkeypatch.setattr(cls, "weight_formats", frozenset({"dense"}))
-    clear_selection_cache()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
-        layer = moe_layers(model)[0]
-        assert layer.backend.geometry.weight_format == "dense" and layer.prepared.gate_up.dtype == torch.float32
-        assert layer.prepared.gate_up_scale is None and layer.prepared.gate_up.shape == (4, 64, 64)
-        compare_generation(reference, runner(model, "VANILLA"), "gpt_oss mxfp4 dequantized")
-    finally:
-        clear_selection_cache()
+    model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    layer = moe_layers(model)[0]
+    assert layer.backend.geometry.weight_format == "dense" and layer.prepared.gate_up.dtype == torch.float32
+    assert layer.prepared.gate_up_scale is None and layer.prepared.gate_up.shape == (4, 64, 64)
+    compare_generation(reference, runner(model, "VANILLA"), "gpt_oss mxfp4 dequantized")
 
 
 @pytest.mark.parametrize(

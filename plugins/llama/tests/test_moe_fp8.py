@@ -7,11 +7,9 @@ import pytest
 import torch
 import transformers
 
-from kernelbay.attention import clear_selection_cache
 from kernelbay.moe import ExpertWeights
 from kernelbay_engine import AutoModelForCausalLM
 from kernelbay_engine.layers.moe import moe_layers
-from kernelbay_torch.moe import TorchGroupedMoEBackend, TorchMoEBackend
 from plugins.engine.tests.models.test_fp8 import _fp8_checkpoint
 from plugins.llama.tests._tiny_moe import TINY_MOE
 from tests.models._parity import compare_generation, runner
@@ -38,19 +36,14 @@ def test_fp8_experts_are_read_as_stored(fp8_qwen3_moe, moe_backend):
     compare_generation(reference, runner(model, "VANILLA"), f"qwen3_moe fp8 {moe_backend}", steps=3)
 
 
-def test_experts_are_dequantized_at_load_when_no_kernel_reads_fp8(fp8_qwen3_moe, monkeypatch):
+@pytest.mark.usefixtures("dense_only_moe_kernels")
+def test_experts_are_dequantized_at_load_when_no_kernel_reads_fp8(fp8_qwen3_moe):
     """With both CPU kernels declaring dense weights only, the selection says `dequantized` and the engine hands the
     kernel dense experts with a dense geometry."""
     folder, reference = fp8_qwen3_moe
-    for cls in (TorchMoEBackend, TorchGroupedMoEBackend):
-        monkeypatch.setattr(cls, "weight_formats", frozenset({"dense"}))
-    clear_selection_cache()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
-        layer = moe_layers(model)[0]
-        assert layer.backend.geometry.weight_format == "dense" and layer.backend.geometry.block_size is None
-        assert isinstance(layer.prepared, ExpertWeights) and layer.prepared.gate_up.dtype == torch.float32
-        assert layer.prepared.gate_up_scale is None
-        compare_generation(reference, runner(model, "VANILLA"), "qwen3_moe fp8 dequantized", steps=3)
-    finally:
-        clear_selection_cache()
+    model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    layer = moe_layers(model)[0]
+    assert layer.backend.geometry.weight_format == "dense" and layer.backend.geometry.block_size is None
+    assert isinstance(layer.prepared, ExpertWeights) and layer.prepared.gate_up.dtype == torch.float32
+    assert layer.prepared.gate_up_scale is None
+    compare_generation(reference, runner(model, "VANILLA"), "qwen3_moe fp8 dequantized", steps=3)
