@@ -60,7 +60,7 @@ def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
 
     registry = default_registry()
     for entry in registry.discovery().in_group("kernelbay.hooks"):
-        provider = registry.provider_of_entry(entry)
+        provider = entry.provider
         try:
             module = import_module(provider)
             pm.register(module, name=entry.name)

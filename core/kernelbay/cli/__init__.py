@@ -62,12 +62,9 @@ def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
         module = importlib.import_module(COMMANDS[name][0])
         module.add_arguments(parser)
         return module.run
-    entry = plugins[name]
     from kernelbay.registry._imports import load_attribute
-    from kernelbay.registry._records import Provider
 
-    provider = Provider(entry.module, entry.distribution, entry.version, entry.origin)
-    add_command = load_attribute(entry.value, provider)  # a broken plugin fails only its own command
+    add_command = load_attribute(plugins[name].value, plugins[name].provider)  # a broken plugin fails only its own
     return add_command(parser)
 
 

@@ -4,48 +4,43 @@ from __future__ import annotations
 
 import json
 
-MODELS = "kernelbay.models"  # the module index of every model kind; each other kind's group names classes
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable findings")
 
 
 def _check_model_providers(reg, found) -> list[str]:
-    from kernelbay.registry._records import INDEX_GROUP
+    from kernelbay.registry._records import CLASS_KINDS, MODEL_INDEX
 
-    model_kinds = {kind for kind, group in INDEX_GROUP.items() if group == MODELS}
     findings = []
-    modules: dict[str, set[str]] = {}
-    for entry in found.in_group(MODELS):
-        modules.setdefault(entry.module, set()).add(entry.name)
-    for module, advertised in sorted(modules.items()):
-        entry = next(e for e in found.in_group(MODELS) if e.module == module)
+    by_module: dict[str, list] = {}
+    for entry in found.in_group(MODEL_INDEX):
+        by_module.setdefault(entry.module, []).append(entry)
+    for module, entries in sorted(by_module.items()):
+        dist = entries[0].distribution
         try:
-            reg.import_provider(reg.provider_of_entry(entry))
+            reg.import_provider(entries[0].provider)
         except Exception as exc:  # noqa: BLE001 - reported as a finding
-            findings.append(f"{entry.distribution}: provider {module} is broken: {exc}")
+            findings.append(f"{dist}: provider {module} is broken: {exc}")
             continue
-        registered = {r.name for r in reg.log() if r.provider.module == module and r.kind in model_kinds}
+        advertised = {e.name for e in entries}
+        registered = {r.name for r in reg.log() if r.provider.module == module and r.kind not in CLASS_KINDS}
         for name in sorted(advertised - registered):
-            findings.append(
-                f"{entry.distribution}: {module} is advertised for {name!r} ({MODELS}) but never registers it"
-            )
+            findings.append(f"{dist}: {module} is advertised for {name!r} ({MODEL_INDEX}) but never registers it")
         for name in sorted(registered - advertised):
             findings.append(
-                f"{entry.distribution}: {module} registers {name!r} but does not advertise it in "
-                f"{MODELS}; add an entry point or it can only be found after an import"
+                f"{dist}: {module} registers {name!r} but does not advertise it in "
+                f"{MODEL_INDEX}; add an entry point or it can only be found after an import"
             )
     return findings
 
 
 def _check_class_targets(reg, found) -> list[str]:
-    from kernelbay.registry._records import INDEX_GROUP
+    from kernelbay.registry._records import CLASS_KINDS, INDEX_GROUP
 
     findings = []
-    for kind, group in INDEX_GROUP.items():
-        if group == MODELS:  # modules, not classes: _check_model_providers
-            continue
+    for kind in CLASS_KINDS:
+        group = INDEX_GROUP[kind]
         for entry in found.in_group(group):
             if ":" not in entry.value:
                 findings.append(
@@ -60,39 +55,27 @@ def _check_class_targets(reg, found) -> list[str]:
     return findings
 
 
-def _check_hook_plugins() -> list[str]:
+def findings() -> list[str]:
     from kernelbay.hooks import broken_hook_plugins
+    from kernelbay.registry import default_registry
 
-    return [f"{b.distribution}: hook plugin {b.name!r} is broken: {b.cause}" for b in broken_hook_plugins()]
-
-
-def _check_versions(found) -> list[str]:
-    return [
+    reg = default_registry()
+    found = reg.discovery()
+    out = found.findings() + [
         f"{p.distribution} {p.version} does not declare which kernelbay it supports; add a requirement "
         f"such as 'kernelbay>=0.1,<0.2'"
         for p in found.plugins.values()
         if p.distribution != "kernelbay" and p.requires_kernelbay is None
     ]
-
-
-def findings() -> list[str]:
-    from kernelbay.registry import default_registry
-
-    reg = default_registry()
-    found = reg.discovery()
-    out = found.findings() + _check_versions(found)
-    out += _check_model_providers(reg, found) + _check_class_targets(reg, found) + _check_hook_plugins()
+    out += _check_model_providers(reg, found) + _check_class_targets(reg, found)
+    out += [f"{b.distribution}: hook plugin {b.name!r} is broken: {b.cause}" for b in broken_hook_plugins()]
     out += [
         f"slot {s.kind} {s.name!r}: conflict between " + " and ".join(r.provider.describe() for r in s.conflict)
         for s in reg.slots()
         if s.conflict
     ]
-    return out + _check_preferences(reg)
-
-
-def _check_preferences(reg) -> list[str]:
-    """A KERNELBAY_PREFER entry naming no provider of its slot has no effect: say so."""
-    return [problem for s in reg.slots() if (problem := reg.preference_problem(s))]
+    # a KERNELBAY_PREFER entry naming no provider of its slot has no effect: say so
+    return out + [problem for s in reg.slots() if (problem := reg.preference_problem(s))]
 
 
 def run(args) -> int:

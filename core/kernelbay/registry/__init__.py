@@ -69,19 +69,25 @@ def load_custom_module_dirs(paths, registry: Registry | None = None) -> list[str
     return load(paths, registry=registry)
 
 
-def resolve(kind: str, name: str):
-    """The object in slot (kind, name), importing its providers through the static index first."""
-    return default_registry().resolve(kind, name)
+def _on_default(method: str):
+    """`method` of this process's registry as a module function (`kernelbay.registry.rebuild()`, ...)."""
+
+    def call(*args, **kwargs):
+        return getattr(default_registry(), method)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = method
+    call.__doc__ = getattr(Registry, method).__doc__
+    return call
 
 
-def resolve_impl(kind: str, name: str, model_impl: str = "auto", hf_config=None):
-    """`resolve` with vLLM's `model_impl`: "native" (never the fallback), "auto" (native, else the fallback),
-    "transformers" (the fallback); with `hf_config`, a fallback refusing it is UnsupportedArchitecture."""
-    return default_registry().resolve_impl(kind, name, model_impl, hf_config)
-
-
-def names(kind: str) -> list[str]:
-    return default_registry().names(kind)
+resolve = _on_default("resolve")
+resolve_impl = _on_default("resolve_impl")
+names = _on_default("names")
+rebuild = _on_default("rebuild")
+unregister_provider = _on_default("unregister_provider")
+export_providers = _on_default("export_providers")
+import_providers = _on_default("import_providers")
+prefer = _on_default("prefer")
 
 
 def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
@@ -99,26 +105,6 @@ def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
 def registered_slots(obj) -> list[tuple[str, str]]:
     """Every (kind, name) `obj` registered for, including slots it lost since."""
     return list(vars(obj).get("__kernelbay_slots__", ())) if hasattr(obj, "__dict__") else []
-
-
-def rebuild() -> None:
-    default_registry().rebuild()
-
-
-def unregister_provider(module: str) -> list[Registration]:
-    return default_registry().unregister_provider(module)
-
-
-def export_providers() -> dict:
-    return default_registry().export_providers()
-
-
-def import_providers(state: dict) -> None:
-    default_registry().import_providers(state)
-
-
-def prefer(name: str, provider: str) -> None:
-    default_registry().prefer(name, provider)
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .._trace import trace
 from .._version import __version__
-from ._records import GROUPS, normalize_dist, origin_of, preference_problems
+from ._records import GROUPS, Provider, normalize_dist, origin_of, split_preferences
 
 
 class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribution version origin")):
@@ -25,6 +25,10 @@ class EntryPointRecord(namedtuple("EntryPointRecord", "group name value distribu
     @property
     def module(self) -> str:
         return self.value.partition(":")[0].strip()
+
+    @property
+    def provider(self) -> Provider:
+        return Provider(self.module, self.distribution, self.version, self.origin)
 
 
 class PluginInfo:
@@ -212,7 +216,7 @@ def discover(environ: Mapping[str, str] | None = None, path: list[str] | None = 
     found = Discovery()
     allow = _split_names("KERNELBAY_PLUGINS", env.get("KERNELBAY_PLUGINS"), found.env_problems)
     deny = _split_names("KERNELBAY_DISABLE_PLUGINS", env.get("KERNELBAY_DISABLE_PLUGINS"), found.env_problems)
-    found.env_problems += preference_problems(env.get("KERNELBAY_PREFER", ""))
+    found.env_problems += split_preferences(env.get("KERNELBAY_PREFER", ""))[1]
     for dist in _kernelbay_distributions(path):
         meta = _read_metadata(dist)
         if meta is None or meta[0] in found.plugins:  # the first copy on the path wins, as for imports

@@ -6,8 +6,6 @@ import sys
 from collections import namedtuple
 from collections.abc import Iterable, Mapping
 
-from ..errors import InputError
-
 # Slot kinds: the entry-point group whose index names their providers, and the word messages use for a
 # name. Vision encoders and draft models are model modules, so they share the `kernelbay.models` index.
 KIND_INFO = {
@@ -23,6 +21,8 @@ KIND_INFO = {
 KINDS = tuple(KIND_INFO)
 INDEX_GROUP = {kind: group for kind, (group, _) in KIND_INFO.items()}
 KIND_LABEL = {kind: label for kind, (_, label) in KIND_INFO.items()}
+MODEL_INDEX = "kernelbay.models"  # names provider modules; the other kinds' groups name classes (slots from metadata)
+CLASS_KINDS = tuple(kind for kind, group in INDEX_GROUP.items() if group != MODEL_INDEX)
 GROUPS = (*dict.fromkeys(INDEX_GROUP.values()), "kernelbay.hooks", "kernelbay.commands")
 
 # What each first-party plugin provides, named in "unknown" errors when it is not installed.
@@ -163,11 +163,8 @@ class Slot(namedtuple("Slot", "kind name winner displaced conflict", defaults=((
         }
 
 
-class PreferenceError(InputError, ValueError):
-    """A KERNELBAY_PREFER entry that is not Name=distribution (ValueError too, as it always was)."""
-
-
-def _split_preferences(text: str) -> tuple[dict[str, str], list[str]]:
+def split_preferences(text: str) -> tuple[dict[str, str], list[str]]:
+    """The Name=distribution pairs of a KERNELBAY_PREFER value, and what is malformed in it, in words."""
     pairs, problems = {}, []
     for item in filter(None, (p.strip() for p in text.split(","))):
         name, sep, who = item.partition("=")
@@ -181,31 +178,22 @@ def _split_preferences(text: str) -> tuple[dict[str, str], list[str]]:
     return pairs, problems
 
 
-def preference_problems(text: str) -> list[str]:
-    """What is malformed in a KERNELBAY_PREFER value, in words (for `kernelbay plugins` / `doctor` findings)."""
-    return _split_preferences(text)[1]
-
-
 class Preferences:
     """`KERNELBAY_PREFER="Arch=dist,..."`: which provider wins a slot claimed twice."""
 
-    __slots__ = ("by_name", "problems")
+    __slots__ = ("by_name",)
 
-    def __init__(self, by_name: Mapping[str, str] | None = None, problems: Iterable[str] = ()):
+    def __init__(self, by_name: Mapping[str, str] | None = None):
         self.by_name = dict(by_name or {})
-        self.problems = list(problems)  # malformed entries, in words (kernelbay plugins/doctor list them)
 
     @classmethod
-    def parse(cls, text: str, *, strict: bool = False) -> Preferences:
-        """The Name=distribution pairs of `text`. A malformed entry is a PreferenceError when `strict`; else it
-        is skipped, kept in `problems` and reported once on stderr: the variable is read while the registry is
-        built, before any command can report an error, and a typo there must not break every command."""
-        pairs, problems = _split_preferences(text)
-        if problems and strict:
-            raise PreferenceError(problems[0])
+    def parse(cls, text: str) -> Preferences:
+        """The pairs of `text`; a malformed entry is skipped and reported on stderr (discovery lists it as a
+        finding): the variable is read while the registry is built, and a typo must not break every command."""
+        pairs, problems = split_preferences(text)
         for problem in problems:
             print(f"kernelbay: warning: {problem}; the entry is ignored", file=sys.stderr)
-        return cls(pairs, problems)
+        return cls(pairs)
 
     def pick(self, name: str, candidates: Iterable[Registration]) -> Registration | None:
         who = self.by_name.get(name)

@@ -21,10 +21,12 @@ from ._discovery import Discovery, EntryPointRecord, PluginInfo, discover
 from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import (
     ANY_ARCHITECTURE,
+    CLASS_KINDS,
     FIRST_PARTY_PROVIDES,
     INDEX_GROUP,
     KIND_LABEL,
     KINDS,
+    MODEL_INDEX,
     NOT_BUILT,
     Origin,
     Preferences,
@@ -39,6 +41,8 @@ from ._records import (
 TYPE_CHECKING = False  # typing's constant without importing typing (registering a plugin must stay cheap)
 if TYPE_CHECKING:
     from typing import Any
+
+MODEL_IMPLS = ("auto", "native", "transformers")
 
 
 def _top(module: str) -> str:
@@ -57,7 +61,7 @@ class Registry:
         self._discovery = discovery
         self._indexed = False
         self._log: dict[str, list[Registration]] = {}  # provider module -> its registrations; slots derive from it
-        self._objects: dict[str, object] = {}
+        self._objects: dict[str, object] = {}  # target -> the object registered (a local class has no import path)
         self._resolved: dict[tuple[str, str], object] = {}
         self._broken: dict[str, BrokenProvider] = {}
         self._attempted: set[str] = set()
@@ -71,32 +75,22 @@ class Registry:
         with self._lock:
             if self._discovery is None:
                 self._discovery = discover(self._env)
-            if not self._indexed:
+            if not self._indexed:  # backends, platforms, configs, formats named by entry points: slots from metadata
                 self._indexed = True
-                self._record_metadata_slots(self._discovery)
+                for kind in CLASS_KINDS:
+                    for e in self._discovery.in_group(INDEX_GROUP[kind]):
+                        self._commit(e.provider, [Registration(kind, e.name, e.value, e.provider)])
             return self._discovery
 
-    def _record_metadata_slots(self, found: Discovery) -> None:
-        """Backends, platforms and configs named by entry points fill their slots from metadata."""
-        for kind in ("attention_backend", "moe_backend", "platform", "config", "weight_format"):
-            for entry in found.in_group(INDEX_GROUP[kind]):
-                provider = self.provider_of_entry(entry)
-                self._commit(provider, [Registration(kind, entry.name, entry.value, provider)])
-
-    @staticmethod
-    def provider_of_entry(entry: EntryPointRecord) -> Provider:
-        return Provider(entry.module, entry.distribution, entry.version, entry.origin)
-
     def index_entries(self, kind: str, name: str) -> list[EntryPointRecord]:
-        group = INDEX_GROUP[kind]
-        return [e for e in self.discovery().in_group(group) if e.name == name]
+        return [e for e in self.discovery().in_group(INDEX_GROUP[kind]) if e.name == name]
 
     def names(self, kind: str) -> list[str]:
         """Every name known for `kind` (index + registered), without importing anything."""
         _check_kind(kind)
         found = self.discovery()
-        # vision encoders and drafts share the kernelbay.models index with models: only their slots say which
-        entries = [] if kind in ("vision_encoder", "draft_model") else found.in_group(INDEX_GROUP[kind])
+        # vision encoders and drafts share the models index with models: only their slots say which
+        entries = found.in_group(INDEX_GROUP[kind]) if kind == "model" or kind in CLASS_KINDS else []
         indexed = {e.name for e in entries if e.module not in self._unloaded}
         return sorted((indexed | {n for (k, n) in self._slots() if k == kind}) - {ANY_ARCHITECTURE})
 
@@ -106,26 +100,21 @@ class Registry:
             self._local.frames = []
         return self._local.frames
 
-    def provider_for_module(self, module: str) -> Provider:
-        """Where a module comes from: the entry-point index first, then refused plugins, then installed metadata."""
-        # enabled plugins first (stable sort: in index order), then refused ones, whose entries are not indexed
+    def _credit(self, owner: str) -> tuple[_Frame | None, Provider]:
+        """Who registers from module `owner`. While a provider of its package imports: that provider (its frame),
+        or `owner` itself when the index names it (a sibling the outer provider imports). Otherwise where `owner`
+        comes from: the plugins' index (enabled ones first, then refused ones), then installed metadata."""
+        frames = self._frames()
+        frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
+        if frame is not None:
+            outer = frame.provider
+            sibling = owner != outer.module and any(e.module == owner for e in self.discovery().entries)
+            return frame, outer._replace(module=owner) if sibling else outer
         for info in sorted(self.discovery().plugins.values(), key=lambda info: info.refused is not None):
-            if _top(module) in {_top(m) for m in info.modules}:
-                return Provider(module, info.distribution, info.version, info.origin)
-        dist = _distribution_of(module)
-        if dist is None:
-            return Provider(module)
-        return Provider(module, dist[0], dist[1], origin_of(dist[0]))
-
-    def _refuse(self, provider: Provider, regs: list[Registration], why: str) -> None:
-        """Warn (once per module) that `regs` take no slot: discovery refused their distribution, for `why`."""
-        trace("refuse %d registration(s) by %s: %s", len(regs), provider.describe(), why)
-        what = ", ".join(f"{KIND_LABEL[r.kind]} {r.name!r}" for r in regs)
-        self._warn_once(
-            ("refused", provider.module),
-            f"refused {what} registered by {provider.module}: its distribution {provider.distribution} "
-            f"{provider.version} is refused ({why}); it takes no slot",
-        )
+            if _top(owner) in {_top(m) for m in info.modules}:
+                return None, Provider(owner, info.distribution, info.version, info.origin)
+        dist = _distribution_of(owner)
+        return None, Provider(owner, dist[0], dist[1], origin_of(dist[0])) if dist else Provider(owner)
 
     def _warn_once(self, mark: tuple[str, ...], message: str) -> None:
         """Warn `message` the first time `mark` (what it is about) comes up in this registry."""
@@ -142,16 +131,13 @@ class Registry:
         _check_kind(kind)
         names = _check_names(names)
         key_target, owner = _target_and_owner(target)
-        owner = caller or owner
-        frames = self._frames()
-        frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
         with self._lock:
-            provider = self._frame_provider(frame, owner) if frame else self.provider_for_module(owner)
+            frame, provider = self._credit(caller or owner)
             regs = [Registration(kind, n, key_target, provider) for n in names]
             objects = {} if isinstance(target, str) else {key_target: target}
             if objects:
                 _remember_slots(target, [(kind, n) for n in names])
-            if frame is not None:
+            if frame is not None:  # committed when the provider's import succeeds
                 frame.registrations.extend(regs)
                 frame.objects.update(objects)
                 return
@@ -159,7 +145,12 @@ class Registry:
             # blocked stays blocked (as in pluggy): a refused distribution's module imported by hand takes no slot
             info = self.discovery().plugins.get(normalize_dist(provider.distribution or ""))
             if info is not None and info.refused:
-                self._refuse(provider, regs, info.refused)
+                what = ", ".join(f"{KIND_LABEL[r.kind]} {r.name!r}" for r in regs)
+                self._warn_once(
+                    ("refused", provider.module),
+                    f"refused {what} registered by {provider.module}: its distribution {provider.distribution} "
+                    f"{provider.version} is refused ({info.refused}); it takes no slot",
+                )
                 return
             self._objects.update(objects)
             self._commit(provider, regs)
@@ -221,24 +212,9 @@ class Registry:
                 self._frames().pop()
             _remember_import_time(frame.registrations, frame.objects)
             self._objects.update(frame.objects)
-            self._commit(provider, [r for r in frame.registrations if r.provider == provider])
-            for nested in dict.fromkeys(r.provider for r in frame.registrations if r.provider != provider):
-                self._commit(nested, [r for r in frame.registrations if r.provider == nested])
-
-    def _frame_provider(self, frame: _Frame, owner: str) -> Provider:
-        """Who registers from `owner` while `frame` imports: the frame's provider, unless the index names `owner`
-        as a provider module of its own (a sibling the outer provider imports): then it is credited itself."""
-        outer = frame.provider
-        if owner != outer.module and any(e.module == owner for e in self.discovery().entries):
-            return outer._replace(module=owner)
-        return outer
-
-    def _replay_import_time(self, module: str) -> None:
-        """A provider imported before this registry existed: its decorators will not run again."""
-        for reg, obj in _IMPORT_TIME.get(module, ()):
-            if obj is not None:
-                self._objects[reg.target] = obj
-            self._commit(reg.provider, [reg])
+            # the provider's own registrations, then each sibling's it imported (credited apart by _credit)
+            for who in dict.fromkeys([provider, *(r.provider for r in frame.registrations)]):
+                self._commit(who, [r for r in frame.registrations if r.provider == who])
 
     def import_provider(self, provider: Provider) -> None:
         """Import one provider module in an isolating frame; a failure leaves nothing behind."""
@@ -256,8 +232,11 @@ class Registry:
                 self._broken[provider.module] = BrokenProvider(provider, err)
                 trace("broken %s: %s", provider.module, err)
                 raise
-            if preloaded:
-                self._replay_import_time(provider.module)
+            if preloaded:  # imported before this registry existed: its decorators will not run again
+                for reg, obj in _IMPORT_TIME.get(provider.module, ()):
+                    if obj is not None:
+                        self._objects[reg.target] = obj
+                    self._commit(reg.provider, [reg])
 
     def _import_indexed(self, kind: str, name: str) -> list[BrokenProvider]:
         broken = []
@@ -265,7 +244,7 @@ class Registry:
             if entry.module in self._unloaded:
                 continue
             try:
-                self.import_provider(self.provider_of_entry(entry))
+                self.import_provider(entry.provider)
             except PluginImportError:
                 broken.append(self._broken[entry.module])
         return broken
@@ -278,9 +257,8 @@ class Registry:
             return hit
         _check_kind(kind)
         with self._lock:
-            self.discovery()
             broken = self._import_indexed(kind, name)
-            slot = self._slots((kind, name)).get((kind, name))
+            slot = self.slot(kind, name)
             winner = self._winner_or_raise(kind, name, slot, broken)
             obj = self._load_winner(winner)
             self._resolved[(kind, name)] = obj
@@ -321,9 +299,8 @@ class Registry:
     def fallback_claim(self, kind: str) -> Registration | None:
         """The fallback's claim on every name of `kind` (its "*" slot, imported), if a fallback is installed."""
         with self._lock:
-            self.discovery()
             broken = self._import_indexed(kind, ANY_ARCHITECTURE)
-            slot = self._slots((kind, ANY_ARCHITECTURE)).get((kind, ANY_ARCHITECTURE))
+            slot = self.slot(kind, ANY_ARCHITECTURE)
         winner = slot.winner if slot is not None else None
         if winner is not None and winner.provider.is_fallback:
             return winner
@@ -332,12 +309,10 @@ class Registry:
         return None
 
     def resolve_impl(self, kind: str, name: str, model_impl: str = "auto", hf_config=None) -> object:
-        """The provider of (kind, name) between native providers and the fallback (vLLM's `model_impl`): "native"
-        is `resolve` (never the fallback); "auto" is the native provider if any claims the name, else the
-        fallback's "*" claim (it ranks below built-in: it only fills what nobody claims); "transformers" takes
-        the fallback even where a native provider exists. With `hf_config`, a fallback that refuses it
-        (its `refusal(hf_config)`: encoder-decoders, state-space models, ...) is UnsupportedArchitecture, the
-        native error and the fallback's reason together. Every name nobody serves is UnsupportedArchitecture."""
+        """`resolve` with vLLM's `model_impl`: "native" never takes the fallback; "auto" takes the fallback's "*"
+        claim when no plugin claims or advertises the name; "transformers" takes it even where a native provider
+        exists. A fallback refusing `hf_config` (its `refusal(hf_config)`), like any name nobody serves, is
+        UnsupportedArchitecture, with the native error and the fallback's reason together."""
         if model_impl not in MODEL_IMPLS:
             raise InputError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, got {model_impl!r}")
         context = f"{KIND_LABEL[kind]} {name!r}: model_impl='transformers'"
@@ -368,11 +343,10 @@ class Registry:
 
     def _winner_or_raise(self, kind: str, name: str, slot: Slot | None, broken: list[BrokenProvider]) -> Registration:
         """The slot's winner, else the error that explains why there is none (a broken import first)."""
-        label = KIND_LABEL[kind]
         winner_external = slot is not None and slot.winner is not None and not slot.winner.provider.is_builtin
         for b in broken:
             if not (b.provider.is_builtin and winner_external):
-                raise type(b.error)(f"cannot resolve {label} {name!r}: {b.error}") from b.error
+                raise type(b.error)(f"cannot resolve {KIND_LABEL[kind]} {name!r}: {b.error}") from b.error
         if slot is not None and slot.conflict:
             raise RegistrationConflict(_conflict_message(slot))
         if slot is None or slot.winner is None:
@@ -383,9 +357,9 @@ class Registry:
         msg = unknown_name_message(KIND_LABEL[kind], name, self.names(kind))
         entries = self.index_entries(kind, name)
         advertised = [e for e in entries if e.module not in self._unloaded]
-        unloaded = [e.module for e in entries if e.module in self._unloaded]
-        if unloaded and not advertised:
-            return f"{msg} Its provider {', '.join(unloaded)} was removed with unregister_provider()."
+        if entries and not advertised:
+            unloaded = ", ".join(e.module for e in entries)
+            return f"{msg} Its provider {unloaded} was removed with unregister_provider()."
         if advertised:
             who = ", ".join(f"{e.distribution} ({e.module})" for e in advertised)
             return (
@@ -419,9 +393,8 @@ class Registry:
 
     def indexed_slots(self) -> list[tuple[Slot, str]]:
         """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
-        found = self.discovery()
-        entries = found.in_group("kernelbay.models")
-        predicted = [Registration("model", e.name, e.module, self.provider_of_entry(e)) for e in entries]
+        entries = self.discovery().in_group(MODEL_INDEX)
+        predicted = [Registration("model", e.name, e.module, e.provider) for e in entries]
         out = {key: (slot, "indexed") for key, slot in self._slots(claims=predicted).items()}
         out.update((key, (slot, "registered")) for key, slot in self._slots().items())
         return [out[k] for k in sorted(out)]
@@ -455,19 +428,15 @@ class Registry:
         with self._lock:
             removed = self._log.pop(module, [])
             self._unloaded.add(module)
-            self._forget_custom_dir(module)
+            # an unregistered custom dir can be loaded again: forget its path and its imported modules
+            for path in [p for p, m in self.custom_paths.items() if m == module]:
+                del self.custom_paths[path]
+                for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+                    del sys.modules[loaded]
             for key in {r.key for r in removed}:
                 self._changed(key)
             trace("unregistered %s (%d registrations)", module, len(removed))
             return removed
-
-    def _forget_custom_dir(self, module: str) -> None:
-        """An unregistered custom dir can be loaded again: forget its path and its imported modules."""
-        paths = [p for p, m in self.custom_paths.items() if m == module]
-        for path in paths:
-            del self.custom_paths[path]
-            for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
-                del sys.modules[loaded]
 
     def prefer(self, name: str, provider: str) -> None:
         """API twin of KERNELBAY_PREFER: `provider` (distribution or module) wins slot `name`."""
@@ -565,18 +534,14 @@ _dist_cache: Mapping[str, list[str]] | None = None
 
 
 def _distribution_of(module: str) -> tuple[str, str] | None:
+    """The installed distribution of a module no plugin's entry points name (a runtime registration's)."""
     global _dist_cache
     from importlib import metadata
 
     if _dist_cache is None:
         _dist_cache = metadata.packages_distributions()
     names = _dist_cache.get(_top(module))
-    if not names:
-        return None
-    return names[0], metadata.version(names[0])
-
-
-MODEL_IMPLS = ("auto", "native", "transformers")
+    return (names[0], metadata.version(names[0])) if names else None
 
 
 def _conflict_message(slot: Slot) -> str:
