@@ -4,9 +4,8 @@ the protocol: layer kinds, KV layouts, sparse modes (dtypes: kernelbay.dtypes)."
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 
 class AttentionType(str, enum.Enum):
@@ -15,8 +14,7 @@ class AttentionType(str, enum.Enum):
     FULL = "full_attention"
     SLIDING = "sliding_attention"
     CHUNKED = "chunked_attention"
-    ENCODER = "encoder_attention"
-    """Bidirectional (vision encoders): no causal mask."""
+    ENCODER = "encoder_attention"  # bidirectional (vision encoders): no causal mask
 
     def __str__(self) -> str:
         return self.value
@@ -31,10 +29,8 @@ class AttentionType(str, enum.Enum):
 
 
 class KVLayout(str, enum.Enum):
-    """How one cache block stores its tokens.
-
-    NHD = [block_size, kv_heads, head_dim], HND = [kv_heads, block_size, head_dim].
-    """
+    """How one cache block stores its tokens: NHD = [block_size, kv_heads, head_dim], HND = [kv_heads, block_size,
+    head_dim]."""
 
     NHD = "NHD"
     HND = "HND"
@@ -51,22 +47,49 @@ class KVLayout(str, enum.Enum):
 
 
 SPARSE_NONE = "none"
-SPARSE_DSA = "dsa"
-"""DeepSeek sparse attention: each query attends to the top-k keys its layer's lightning indexer picked."""
+SPARSE_DSA = "dsa"  # DeepSeek sparse attention: each query attends to the top-k keys its indexer picked
 
 
-_MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+class _Spec:
+    """What the geometry records share: `from_any` (a mapping of the fields) and `to_dict` (`explain --json`)."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
+    REQUIRED: ClassVar[tuple[str, ...]]  # the fields without a default
+    WHAT: ClassVar[str]  # its name in messages
+    cache_width: int  # elements cached per token and layer
+
+    @classmethod
+    def from_any(cls, value):
+        """From an instance or a mapping of the fields; names every missing one."""
+        if isinstance(value, cls):
+            return value
+        missing = [name for name in cls.REQUIRED if value.get(name) is None]
+        if missing:
+            optional = "".join(f"; {name} may be None" for name in cls.__dataclass_fields__ if name not in cls.REQUIRED)
+            raise ValueError(
+                f"{cls.WHAT} geometry is incomplete: missing {', '.join(missing)} "
+                f"({cls.WHAT} needs {', '.join(cls.REQUIRED)}{optional})"
+            )
+        return cls(**{name: value.get(name) for name in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "cache_width": self.cache_width}
 
 
 @dataclass(frozen=True, slots=True)
-class MLASpec:
-    """Multi-head latent attention geometry (DeepSeek-V2/V3). `q_lora_rank` may be None (V2-Lite)."""
+class MLASpec(_Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): per token and layer the cache holds the latent
+    `[kv_lora_rank]` and the shared rotary key `[qk_rope_head_dim]`. `q_lora_rank` None: queries are projected
+    directly (DeepSeek-V2-Lite)."""
 
     kv_lora_rank: int
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None = None
+    REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    WHAT = "MLA"
 
     def __post_init__(self):
         _require_positive("MLA", self, ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"))
@@ -75,34 +98,25 @@ class MLASpec:
         if self.q_lora_rank is not None:
             _require_positive("MLA", self, ("q_lora_rank",), " or None")
 
-    @property
-    def latent_dim(self) -> int:
-        """What the cache stores per token: kv_lora_rank + qk_rope_head_dim."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
-    @property
-    def qk_head_dim(self) -> int:
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
-
-    @classmethod
-    def from_any(cls, mla) -> MLASpec:
-        """From an MLASpec, a config `MLAGeometry`-like object or a mapping; names every missing field."""
-        if isinstance(mla, cls):
-            return mla
-        found = _fields_of(mla, (*_MLA_FIELDS, "q_lora_rank"))
-        missing = [f for f in _MLA_FIELDS if found[f] is None]
-        if missing:
-            raise ValueError(
-                f"MLA geometry is incomplete: missing {', '.join(missing)} "
-                f"(MLA needs {', '.join(_MLA_FIELDS)}; q_lora_rank may be None)"
-            )
-        return cls(**found)
+    latent_dim = cache_width = property(lambda self: self.kv_lora_rank + self.qk_rope_head_dim, doc="cached per token")
+    qk_head_dim = property(lambda self: self.qk_nope_head_dim + self.qk_rope_head_dim, doc="one query/key head")
 
 
-def _fields_of(record, names: tuple[str, ...]) -> dict[str, Any]:
-    """`names` read off a mapping or an object (None where absent)."""
-    get: Callable[[str], Any] = record.get if isinstance(record, Mapping) else (lambda k: getattr(record, k, None))
-    return {name: get(name) for name in names}
+@dataclass(frozen=True, slots=True)
+class IndexerSpec(_Spec):
+    """DeepSeek sparse attention (V3.2): a lightning indexer scores every cached key with `index_n_heads` heads
+    of `index_head_dim`, each query attends to its `index_topk` best; its key is cached beside the MLA latent."""
+
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    REQUIRED = ("index_n_heads", "index_head_dim", "index_topk")
+    WHAT = "indexer"
+
+    def __post_init__(self):
+        _require_positive("indexer", self, self.REQUIRED)
+
+    cache_width = property(lambda self: self.index_head_dim, doc="its key, cached per token and layer")
 
 
 def _require_positive(what: str, record, names: tuple[str, ...], alternative: str = "") -> None:
@@ -112,73 +126,35 @@ def _require_positive(what: str, record, names: tuple[str, ...], alternative: st
             raise ValueError(f"{what} {name} must be a positive int{alternative}, got {value!r}")
 
 
-_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
-
-
-@dataclass(frozen=True, slots=True)
-class IndexerSpec:
-    """DeepSeek sparse attention (V3.2): a lightning indexer scores every cached key with `index_n_heads`
-    heads of `index_head_dim` and each query attends to its `index_topk` best. The indexer caches one
-    `index_head_dim` key per token beside the MLA latent (model dtype here; fp8 in DeepSeek's kernels)."""
-
-    index_n_heads: int
-    index_head_dim: int
-    index_topk: int
-
-    def __post_init__(self):
-        _require_positive("indexer", self, _INDEXER_FIELDS)
-
-    @classmethod
-    def from_any(cls, indexer) -> IndexerSpec:
-        """From an IndexerSpec, a config `IndexerGeometry`-like object or a mapping; names every missing field."""
-        if isinstance(indexer, cls):
-            return indexer
-        found = _fields_of(indexer, _INDEXER_FIELDS)
-        missing = [f for f in _INDEXER_FIELDS if found[f] is None]
-        if missing:
-            raise ValueError(f"indexer geometry is incomplete: missing {', '.join(missing)}")
-        return cls(**found)
-
-
 @dataclass(frozen=True, slots=True)
 class AttentionGeometry:
     """Everything about a layer that does not change from step to step."""
 
     layer_idx: int
     num_heads: int
-    head_dim: int
-    """Query/key head size; for MLA qk_nope_head_dim + qk_rope_head_dim."""
+    head_dim: int  # query/key head size (MLA: qk_nope_head_dim + qk_rope_head_dim)
     num_kv_heads: int
     scale: float
     attn_type: AttentionType = AttentionType.FULL
-    sliding_window: int | None = None
-    """Keys at most `sliding_window - 1` positions behind the query are visible (HF convention)."""
-    chunk_size: int | None = None
-    """Chunked attention (Llama 4): a query sees keys of its own `chunk_size`-aligned chunk only."""
+    sliding_window: int | None = None  # keys at most sliding_window - 1 positions behind are visible (as HF)
+    chunk_size: int | None = None  # chunked attention (Llama 4): a query sees its own chunk_size-aligned chunk
     logit_softcap: float | None = None
     mla: MLASpec | None = None
-    indexer: IndexerSpec | None = None
-    """DSA layers: the indexer whose top-k keys each query attends to (sparse mode "dsa"); MLA only."""
-    sinks: bool = False
-    """Attention sinks (GPT-OSS): a learned logit per query head joins each softmax denominator with no value,
-    so a query may attend to "nothing"; the values reach the backend as `AttentionForwardArgs.sinks`."""
+    indexer: IndexerSpec | None = None  # DSA layers (MLA only): each query attends to the indexer's top-k keys
+    sinks: bool = False  # GPT-OSS: a learned logit per head joins each softmax (`AttentionForwardArgs.sinks`)
 
     def __post_init__(self):
         object.__setattr__(self, "attn_type", AttentionType.parse(self.attn_type))
-        if self.mla is not None:
-            object.__setattr__(self, "mla", MLASpec.from_any(self.mla))
-        if self.indexer is not None:
-            object.__setattr__(self, "indexer", IndexerSpec.from_any(self.indexer))
+        for name, spec in (("mla", MLASpec), ("indexer", IndexerSpec)):
+            if getattr(self, name) is not None:  # a mapping of its fields is taken too
+                object.__setattr__(self, name, spec.from_any(getattr(self, name)))
+        _require_positive(f"layer {self.layer_idx}:", self, ("num_heads", "head_dim", "num_kv_heads"))
         problem = self._problem()
         if problem:
             raise ValueError(f"layer {self.layer_idx}: {problem}")
 
     def _problem(self) -> str | None:
         """The first thing wrong with this geometry, said so it can be fixed."""
-        for name in ("num_heads", "head_dim", "num_kv_heads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                return f"{name} must be a positive int, got {value!r}"
         kind, mla = self.attn_type, self.mla
         if self.num_heads % self.num_kv_heads:
             return f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -203,10 +179,5 @@ class AttentionGeometry:
         """The config layer kind (`ModelConfig.layer_types`) this geometry serves: its selection group."""
         return "indexed_attention" if self.indexer is not None else self.attn_type.value
 
-    @property
-    def v_head_dim(self) -> int:
-        return self.mla.v_head_dim if self.mla else self.head_dim
-
-    @property
-    def num_queries_per_kv(self) -> int:
-        return self.num_heads // self.num_kv_heads
+    v_head_dim = property(lambda self: self.mla.v_head_dim if self.mla else self.head_dim)
+    num_queries_per_kv = property(lambda self: self.num_heads // self.num_kv_heads)

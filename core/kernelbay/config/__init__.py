@@ -14,11 +14,12 @@ loads this package.
 
 # The imports below are the package's exports; __all__ is derived from them.
 # ruff: noqa: F401
+from ..attention._geometry import IndexerSpec, MLASpec  # the attention contract's records, which configs hold
 from ._build import draft_architecture, resolution_target
 from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
 from ._loading import config_class_for, read_config_json, weight_format_class
 from ._model_config import MODEL_KINDS, ModelConfig
-from ._records import ROPE_TYPES, BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, RopeConfig
+from ._records import ROPE_TYPES, BlockSparseGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
 __all__ = sorted(name for name in dir() if not name.startswith("_"))  # noqa: PLE0605 - what is imported above

@@ -86,7 +86,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
     rules = family_rules(f, layer_model_type)  # the family's plugin answers first, the generic fields after
     hidden, n_layers, heads, vocab = geo.core_sizes(f, encoder)
-    mla = geo.resolve_mla(f)
+    mla = geo.resolve_mla(f, rules)
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
     max_positions = _max_positions(f, encoder)
     if encoder:
@@ -125,7 +125,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
         quantization=resolve_quantization(f, folder),
         blocksparse=plan.blocksparse,
         indexer=plan.indexer,
-        moe=None if encoder else resolve_moe(f, n_layers, rules.ask("moe")),
+        moe=None if encoder else resolve_moe(f, n_layers, rules),
         notes=tuple(f.notes),
         source=str(folder) if folder else None,
         hf_config=hf_config,
@@ -145,7 +145,7 @@ def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
         return plan.kv_heads
     if ENCODER in plan.kinds:
         return (0,) * len(plan.kinds)
-    kv = geo.resolve_kv_heads(f, heads)
+    kv = f.get_int("num_key_value_heads", default=heads)  # absent or null: MHA (a family's spelling: its rule)
     return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from ..dtypes import MODEL_DTYPES, canonical, normalize_dtype
 from ..errors import ConfigError
 from ._fields import MAX_LAYERS, Fields, check_size
-from ._records import MLAGeometry
+
+if TYPE_CHECKING:
+    from ._rules import FamilyRules
+from ..attention._geometry import MLASpec
 
 HIDDEN = ("hidden_size", "n_embd", "d_model")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -33,45 +37,25 @@ def core_sizes(f: Fields, encoder: bool = False) -> tuple[int, int, int, int]:
     return hidden, layers, heads, vocab[0] if vocab else 0
 
 
-def resolve_mla(f: Fields) -> MLAGeometry | None:
-    """DeepSeek-style latent attention when `kv_lora_rank` is set; None for ordinary attention."""
+def resolve_mla(f: Fields, rules: FamilyRules) -> MLASpec | None:
+    """DeepSeek-style latent attention when `kv_lora_rank` is set; None for ordinary attention. What a missing
+    `q_lora_rank` means is the family's `mla` rule's to say (kernelbay-deepseek reads the weights)."""
     kv_lora_rank = f.get_int("kv_lora_rank")
     if kv_lora_rank is None:
         return None
-    fields = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    missing = [name for name in fields if f.as_written(name) is None]
+    widths = [name for name in MLASpec.REQUIRED if name != "kv_lora_rank"]
+    missing = [name for name in widths if f.as_written(name) is None]
     if missing:
         raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
-    return MLAGeometry(
-        kv_lora_rank=kv_lora_rank,
-        q_lora_rank=_q_lora_rank(f),
-        qk_nope_head_dim=f.required_int("qk_nope_head_dim"),
-        qk_rope_head_dim=f.required_int("qk_rope_head_dim"),
-        v_head_dim=f.required_int("v_head_dim"),
-    )
+    sizes = {name: f.required_int(name) for name in widths}
+    try:
+        mla = MLASpec(kv_lora_rank=kv_lora_rank, q_lora_rank=f.get_int("q_lora_rank"), **sizes)
+    except ValueError as err:  # the contract record's words, as a config error
+        raise ConfigError(f"{f.source}: {err}") from None
+    return rules.apply("mla", mla)
 
 
-def _q_lora_rank(f: Fields) -> int | None:
-    # Copies of configs often drop null keys, and transformers then defaults q_lora_rank to 1536:
-    # a checkpoint without query compression (DeepSeek-V2-Lite) would silently get the wrong layers.
-    if not f.raw or f.written("q_lora_rank"):
-        return f.get_int("q_lora_rank")
-    compressed = sorted(name for name in f.tensors if name.endswith("self_attn.q_a_proj.weight"))
-    if compressed:
-        rows = f.tensors[compressed[0]][1][0]
-        f.notes.append(f"q_lora_rank missing: {rows}, the rows of {compressed[0]}")
-        return rows
-    if any(name.endswith("self_attn.q_proj.weight") for name in f.tensors):
-        f.notes.append("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
-        return None
-    raise ConfigError(
-        f"{f.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
-        f"queries are compressed (transformers would assume {f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3)"
-        ' or projected directly (null, as in DeepSeek-V2-Lite); add "q_lora_rank": null or the published rank.'
-    )
-
-
-def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None) -> int:
+def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLASpec | None) -> int:
     """Query/key head width: MLA's nope+rope, an explicit head_dim (Qwen3, Gemma), else hidden / heads."""
     if mla is not None:
         return mla.qk_head_dim
@@ -84,17 +68,6 @@ def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLAGeometry | None
             "add an explicit head_dim."
         )
     return hidden // heads
-
-
-def resolve_kv_heads(f: Fields, heads: int) -> int:
-    """KV heads of an attention layer, from every spelling HF configs have used (ModelConfig checks they group)."""
-    if f.get_bool("new_decoder_architecture"):  # Falcon-40B style: grouped KV heads
-        return f.get_int("num_kv_heads", "n_head_kv", default=heads)
-    if f.get_bool("multi_query"):  # Falcon-7B, GPT-BigCode: one KV head shared by all
-        return 1
-    if f.get_bool("multi_query_attention"):  # ChatGLM
-        return f.get_int("multi_query_group_num", default=1)
-    return f.get_int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)  # absent or null: MHA
 
 
 def resolve_intermediate_size(f: Fields) -> int:

@@ -7,9 +7,10 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..attention._geometry import IndexerSpec
 from ..errors import ConfigError
 from ._fields import Fields
-from ._records import BlockSparseGeometry, IndexerGeometry
+from ._records import BlockSparseGeometry
 
 if TYPE_CHECKING:
     from ._rules import FamilyRules
@@ -39,7 +40,7 @@ class LayerPlan:
     attention_chunk_size: int | None = None  # chunk of a CHUNKED layer
     kv_heads: tuple[int, ...] | None = None  # (num_hidden_layers,) when layers differ (Nemotron-NAS)
     blocksparse: BlockSparseGeometry | None = None  # geometry of the BLOCKSPARSE layers
-    indexer: IndexerGeometry | None = None  # the lightning indexer of the INDEXED (DSA) layers
+    indexer: IndexerSpec | None = None  # the lightning indexer of the INDEXED (DSA) layers
 
     def __post_init__(self) -> None:
         if not isinstance(self.kinds, tuple):
@@ -58,7 +59,7 @@ class LayerPlan:
             )
         if (INDEXED in self.kinds) != (self.indexer is not None):
             raise ConfigError(
-                f"{INDEXED} layers need their indexer geometry (indexer=IndexerGeometry(...), which a family "
+                f"{INDEXED} layers need their indexer geometry (indexer=IndexerSpec(...), which a family "
                 "rule gives: install the family's plugin, e.g. kernelbay-deepseek), and only they take one."
             )
 

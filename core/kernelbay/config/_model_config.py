@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..attention._geometry import IndexerSpec, MLASpec
 from ..dtypes import MODEL_DTYPES, element_bytes
 from ..errors import ConfigError
 from ._fields import MAX_DIMENSION, MAX_LAYERS
 from ._layers import BLOCKSPARSE, CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING
 from ._moe import MoEConfig
-from ._records import BlockSparseGeometry, IndexerGeometry, MLAGeometry, QuantConfig, Record, RopeConfig
+from ._records import BlockSparseGeometry, QuantConfig, Record, RopeConfig
 
 MODEL_KINDS = ("model", "draft_model", "vision_encoder")
 POSITION_EMBEDDINGS = ("rope", "alibi", "learned")
@@ -43,7 +44,7 @@ class ModelConfig(Record):
     layer_num_kv_heads: tuple[int, ...]  # (num_hidden_layers,) KV heads per layer, 0 where nothing is cached
     sliding_window: int | None = None  # tokens a "sliding_attention" layer sees
     attention_chunk_size: int | None = None  # chunk of a "chunked_attention" layer
-    mla: MLAGeometry | None = None
+    mla: MLASpec | None = None
     rope: RopeConfig | None = None  # None unless position_embedding == "rope"
     position_embedding: str = "rope"  # "rope" | "alibi" | "learned"
     attention_scale: float = 0.0  # softmax scale applied to q·k
@@ -54,7 +55,7 @@ class ModelConfig(Record):
     final_logit_softcapping: float | None = None
     quantization: QuantConfig | None = None
     blocksparse: BlockSparseGeometry | None = None  # geometry of "blocksparse_attention" layers
-    indexer: IndexerGeometry | None = None  # DSA lightning indexer of "indexed_attention" layers (V3.2)
+    indexer: IndexerSpec | None = None  # DSA lightning indexer of "indexed_attention" layers (V3.2)
     moe: MoEConfig | None = None  # the mixture-of-experts layers; None for a dense model
     model_kind: str = "model"  # registry slot kind: "model" | "draft_model" | "vision_encoder"
     draft_vocab_size: int | None = None  # set for EAGLE-3 drafts

@@ -7,12 +7,16 @@ says through the "moe" rule point (`register_model_type_rules`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..moe._names import ROUTINGS, canonical_activation
 from ._fields import Fields
 from ._records import Record
+
+if TYPE_CHECKING:
+    from ._rules import FamilyRules
 
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
 TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk")
@@ -85,8 +89,8 @@ class MoEConfig(Record):
         return {"layers": [i for i, moe in enumerate(self.layers) if moe]}  # the MoE layers' indices
 
 
-def resolve_moe(f: Fields, n_layers: int, overrides: dict | None = None) -> MoEConfig | None:
-    """None for a dense model; `overrides`: the family's "moe" rule's answer (MoEConfig fields it sets)."""
+def resolve_moe(f: Fields, n_layers: int, rules: FamilyRules) -> MoEConfig | None:
+    """None for a dense model; the family's "moe" rule may set fields the config leaves implicit."""
     experts = f.get_int(*EXPERTS)
     if not experts:
         return None
@@ -107,10 +111,7 @@ def resolve_moe(f: Fields, n_layers: int, overrides: dict | None = None) -> MoEC
         shared_gate=f.get_int("shared_expert_intermediate_size") is not None,
         **_activation(f),
     )
-    unknown = sorted(set(overrides or {}) - set(MoEConfig.__dataclass_fields__))
-    if unknown:
-        raise ConfigError(f"{f.source}: the moe rule sets unknown MoEConfig field(s) {', '.join(unknown)}")
-    return replace(generic, **overrides) if overrides else generic
+    return rules.apply("moe", generic)
 
 
 def _activation(f: Fields) -> dict:

@@ -1,5 +1,5 @@
-"""The small frozen records a `ModelConfig` is made of: MLA and DSA indexer geometry, RoPE, quantization,
-block-sparse; and the read-only JSON they keep."""
+"""The small frozen records a `ModelConfig` is made of: RoPE, quantization, block-sparse (MLA and the DSA
+indexer are the attention contract's `MLASpec` / `IndexerSpec`); and the read-only JSON they keep."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def frozen_json(value: Any) -> Any:
 
 def thawed_json(value: Any) -> Any:
     """The JSON-safe inverse of `frozen_json` (mappings -> dicts, tuples -> lists); records by their to_dict."""
-    if isinstance(value, Record):
+    if hasattr(value, "to_dict"):  # a Record, or an attention geometry record
         return value.to_dict()
     if isinstance(value, Mapping):
         return {k: thawed_json(v) for k, v in value.items()}
@@ -64,62 +64,6 @@ def require_positive(owner: str, **values: int | None) -> None:
     bad = [f"{name}={value!r}" for name, value in values.items() if not (isinstance(value, int) and value > 0)]
     if bad:
         raise ConfigError(f"{owner}: these must be positive integers", bad)
-
-
-@dataclass(frozen=True, slots=True)
-class MLAGeometry(Record):
-    """Multi-head latent attention (DeepSeek V2/V3, Kimi K2).
-
-    Per token and layer the cache holds the compressed latent `[kv_lora_rank]` plus the shared
-    rotary key `[qk_rope_head_dim]`; `kv_b_proj` expands the latent to per-head `k_nope ‖ v`.
-    """
-
-    kv_lora_rank: int
-    q_lora_rank: int | None  # None: queries are projected directly (DeepSeek-V2-Lite)
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-    def __post_init__(self) -> None:
-        widths = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "q_lora_rank"}
-        require_positive("MLA geometry", **widths)
-        if self.q_lora_rank is not None:
-            require_positive("MLA geometry", q_lora_rank=self.q_lora_rank)
-
-    @property
-    def qk_head_dim(self) -> int:
-        """Width of one query/key head: the non-rotary part plus the rotary part."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
-
-    @property
-    def cache_width(self) -> int:
-        """Elements cached per token per layer: the latent and the rotary key."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
-    def derived(self) -> dict:
-        return {"cache_width": self.cache_width}
-
-
-@dataclass(frozen=True, slots=True)
-class IndexerGeometry(Record):
-    """DeepSeek sparse attention (DSA, V3.2): a lightning indexer of `index_n_heads` heads of `index_head_dim`
-    scores every earlier token and each query attends to its `index_topk` best. Its key (one `index_head_dim`
-    vector per token and layer) is cached beside the MLA latent, in the KV-cache dtype (fp8 in DeepSeek's kernels)."""
-
-    index_n_heads: int
-    index_head_dim: int
-    index_topk: int
-
-    def __post_init__(self) -> None:
-        require_positive("DSA indexer", **{f.name: getattr(self, f.name) for f in fields(self)})
-
-    @property
-    def cache_width(self) -> int:
-        """Elements the indexer caches per token per layer: its key."""
-        return self.index_head_dim
-
-    def derived(self) -> dict:
-        return {"cache_width": self.cache_width}
 
 
 @dataclass(frozen=True, slots=True)

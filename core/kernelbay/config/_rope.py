@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..attention._geometry import MLASpec
 from ..errors import ConfigError
 from ._fields import Fields, check_size
 from ._layers import FULL, SLIDING
-from ._records import ROPE_TYPES, MLAGeometry, RopeConfig, frozen_json
+from ._records import ROPE_TYPES, RopeConfig, frozen_json
 
 THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
 PARTIAL = ("partial_rotary_factor", "rotary_pct")
@@ -17,7 +18,7 @@ ROPE_TYPE_ALIASES = {"su": "longrope"}  # early Phi-3 128k checkpoints
 DEFAULT_THETA = 10000.0
 
 
-def resolve_position_embedding(f: Fields, mla: MLAGeometry | None) -> str:
+def resolve_position_embedding(f: Fields, mla: MLASpec | None) -> str:
     """ "rope", "alibi" or "learned" (GPT-2, OPT: a position table, nothing to rotate)."""
     if f.get_bool("alibi"):
         return "alibi"
@@ -38,7 +39,7 @@ def rope_parameters(f: Fields) -> dict[str, Any]:
     return {}
 
 
-def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLAGeometry | None) -> RopeConfig:
+def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLASpec | None) -> RopeConfig:
     params = rope_parameters(f)
     main, local = _split_per_layer_kind(params)
     if local is None:  # an old-style rope_scaling as written; the class (Gemma 3) may still split it per kind
@@ -122,7 +123,7 @@ def _factor(f: Fields, params: dict, rope_type: str, max_positions: int, origina
     return factor
 
 
-def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLAGeometry | None) -> int:
+def _rotary_dim(f: Fields, params: dict, head_dim: int, mla: MLASpec | None) -> int:
     """Channels rotated per head: MLA's rope part, an explicit rotary_dim, or a partial fraction."""
     if mla is not None:
         return mla.qk_rope_head_dim

@@ -12,6 +12,7 @@ The core asks the rule first; None leaves the point to the generic fields. Rules
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Real
 
 from ..errors import ConfigError, RegistrationConflict, unknown_name_message
@@ -32,6 +33,7 @@ RULE_POINTS: dict[str, type] = {
     "gated_ffn": bool,  # False: the FFN is up/down only (GPT-2, OPT, NeoX, Falcon), not gate/up/down
     "attention_sinks": bool,  # every attention layer has per-head sink logits (GPT-OSS)
     "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
+    "mla": dict,  # MLASpec fields the config leaves implicit (DeepSeek: a dropped q_lora_rank, from the weights)
 }
 
 
@@ -47,12 +49,14 @@ class ConfigView(Fields):
     def __init__(self, fields: Fields, model_type: str):
         super().__init__(frozen_json(fields.raw), frozen_json(fields.parsed), fields.source, fields.folder)
         self.notes = fields.notes  # a rule's notes are the config's
+        self._fields = fields  # whose stored tensors (headers read once) the rule sees
         self.model_type = model_type
 
     hidden_size = property(lambda self: self.required_int(*geo.HIDDEN))
     num_hidden_layers = property(lambda self: self.required_int(*geo.LAYERS))
     num_attention_heads = property(lambda self: self.required_int(*geo.HEADS))
     rope_parameters = property(lambda self: rope_parameters(self), doc="the RoPE dict as written, or {}")
+    tensors = property(lambda self: self._fields.tensors, doc="the folder's stored tensors: name -> (dtype, shape)")
 
     def note(self, text: str) -> None:
         """Say how a quirk was resolved (`kernelbay explain` prints the notes)."""
@@ -129,6 +133,20 @@ class FamilyRules:
             over = "".join(f", over {r.provider.describe()}" for r in slot.displaced)
             self._view.note(f"{point}: the {self._view.model_type!r} rule of {slot.winner.provider.describe()}{over}")
         return answer
+
+    def apply(self, point: str, record):
+        """`record` with the fields the `point` rule's answer (a dict) sets: `moe`, `mla`."""
+        answer = self.ask(point)
+        if not answer:
+            return record
+        slot = self._slots[point]
+        unknown = sorted(set(answer) - set(record.__dataclass_fields__))
+        if unknown:
+            raise self._error(point, slot, f"rule sets unknown {type(record).__name__} field(s) {', '.join(unknown)}")
+        try:
+            return dataclasses.replace(record, **answer)
+        except ValueError as err:  # the record refuses the value: the rule's fault, said with its name
+            raise self._error(point, slot, str(err)) from None
 
     def _check(self, point: str, slot, answer) -> None:
         wanted = RULE_POINTS[point]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kernelbay.config import INDEXED, IndexerGeometry, LayerPlan
+from kernelbay.config import INDEXED, IndexerSpec, LayerPlan
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
 
@@ -17,7 +17,7 @@ MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
 @hookimpl
 def register_model_type_rules(register):
-    register(MLA_MODEL_TYPES, attention_scale=yarn_mla_scale)
+    register(MLA_MODEL_TYPES, attention_scale=yarn_mla_scale, mla=q_lora_rank_from_weights)
     register("deepseek_v32", layers=v32_layers)
 
 
@@ -37,6 +37,28 @@ def _yarn_mscale(rope_scaling: dict) -> float:
     return 0.1 * mscale_all_dim * math.log(factor) + 1.0
 
 
+def q_lora_rank_from_weights(config) -> dict | None:
+    """A `q_lora_rank` config.json leaves out, read from the weights. Copies of configs often drop null keys, and
+    transformers then defaults q_lora_rank to 1536: a checkpoint without query compression (DeepSeek-V2-Lite)
+    would silently get the wrong layers."""
+    if config.get("kv_lora_rank") is None or not config.raw or config.written("q_lora_rank"):
+        return None
+    compressed = sorted(name for name in config.tensors if name.endswith("self_attn.q_a_proj.weight"))
+    if compressed:
+        rows = config.tensors[compressed[0]][1][0]
+        config.note(f"q_lora_rank missing: {rows}, the rows of {compressed[0]}")
+        return {"q_lora_rank": rows}
+    if any(name.endswith("self_attn.q_proj.weight") for name in config.tensors):
+        config.note("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
+        return {"q_lora_rank": None}
+    raise ConfigError(
+        f"{config.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
+        f"queries are compressed (transformers would assume {config.parsed.get('q_lora_rank')!r}, as in "
+        'DeepSeek-V2/V3) or projected directly (null, as in DeepSeek-V2-Lite); add "q_lora_rank": null or the '
+        "published rank."
+    )
+
+
 INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 
 
@@ -48,8 +70,8 @@ def v32_layers(config) -> LayerPlan | None:
     return LayerPlan((INDEXED,) * config.num_hidden_layers, indexer=_indexer(config))
 
 
-def _indexer(config) -> IndexerGeometry:
+def _indexer(config) -> IndexerSpec:
     missing = [name for name in INDEXER_FIELDS if config.get_int(name) is None]
     if missing:
         raise ConfigError(f"DeepSeek V3.2 sparse attention (index_topk set) lacks {', '.join(missing)}", missing)
-    return IndexerGeometry(*(config.get_int(name) for name in INDEXER_FIELDS))
+    return IndexerSpec(*(config.get_int(name) for name in INDEXER_FIELDS))

@@ -6,13 +6,18 @@ core's generic fields. Light to import (no torch, no transformers): hook modules
 
 from __future__ import annotations
 
+from kernelbay.config import FULL, LayerPlan
 from kernelbay.hooks import hookimpl
+
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 
 
 @hookimpl
 def register_model_type_rules(register):
     register(("gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"), intermediate_size=four_times_hidden)
-    register(("falcon", "RefinedWeb", "RefinedWebModel"), architecture=falcon_legacy_architecture)
+    register(FALCON_TYPES, architecture=falcon_legacy_architecture, layers=falcon_kv_heads)
+    register("gpt_bigcode", layers=bigcode_kv_heads)
+    register("chatglm", layers=chatglm_kv_heads)
     register("bloom", position_embedding=lambda config: "alibi")
     register(("gpt2", "gpt_bigcode", "opt", "gpt_neox", "falcon", "RefinedWebModel", "bloom"), gated_ffn=not_gated)
 
@@ -33,3 +38,28 @@ def falcon_legacy_architecture(config) -> str | None:
         return None
     config.note("legacy architecture RWForCausalLM resolves as FalconForCausalLM")
     return "FalconForCausalLM"
+
+
+# ---- KV heads, spelled the family's way: every layer attends fully, with the KV heads the flags give ----------
+def falcon_kv_heads(config) -> LayerPlan:
+    """Falcon: multi_query (7B, RW) shares one KV head; new_decoder_architecture (40B, 180B) groups num_kv_heads."""
+    if config.get_bool("multi_query") and not config.get_bool("new_decoder_architecture"):
+        return _full_attention(config, 1)
+    return _full_attention(config, config.get_int("num_kv_heads", "n_head_kv", default=config.num_attention_heads))
+
+
+def bigcode_kv_heads(config) -> LayerPlan | None:
+    """GPT-BigCode's multi_query flag: one KV head shared by every query head."""
+    return _full_attention(config, 1) if config.get_bool("multi_query") else None
+
+
+def chatglm_kv_heads(config) -> LayerPlan | None:
+    """ChatGLM's multi_query_attention: multi_query_group_num KV heads."""
+    if not config.get_bool("multi_query_attention"):
+        return None
+    return _full_attention(config, config.get_int("multi_query_group_num", default=1))
+
+
+def _full_attention(config, kv_heads: int) -> LayerPlan:
+    n = config.num_hidden_layers
+    return LayerPlan((FULL,) * n, kv_heads=(kv_heads,) * n)
