@@ -9,9 +9,16 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import torch
 
 from ..dtypes import normalize_kv_cache_dtype, storage_dtype, torch_dtype
-from ..errors import KernelbayError
 from . import _cache_ops as ops
-from ._capabilities import GEOMETRY, AttentionRequirements, _Any, capability_failures, check_declarations
+from ._capabilities import (
+    ATTENTION_CHECKS,
+    ATTENTION_GEOMETRY,
+    ATTENTION_VOCABULARIES,
+    AttentionRequirements,
+    Kernel,
+    KernelContractError,
+    _Any,
+)
 from ._geometry import SPARSE_NONE, AttentionGeometry, AttentionType, KVLayout, MLASpec
 from ._kv_spec import KVCacheSpec
 from ._metadata import AttentionMetadata
@@ -48,25 +55,23 @@ class AttentionForwardArgs:
 _DEFAULT_ARGS = AttentionForwardArgs()
 
 
-class AttentionContractError(KernelbayError, RuntimeError):
+class AttentionContractError(KernelContractError):
     """A backend answered outside the AttentionBackend contract (e.g. `_attend` returned the wrong shape)."""
 
 
-class AttentionBackend(Generic[TMetadata]):
-    """Subclass, declare capabilities as class attributes and implement `_attend`.
+class AttentionBackend(Kernel, Generic[TMetadata]):
+    """Subclass, declare capabilities as class attributes and implement `_attend`
+    (docs/guides/attention-backend-plugin.md, "Protocol reference")."""
 
-    Declarations are conservative: what a backend does not declare (head sizes, dtypes, block sizes,
-    layouts, platforms, features) it does not get. `ANY` declares every value of an open-ended set
-    (a pure-torch kernel runs at any head size). `capability_failures(req)` is the one question the
-    selector, option validation and the conformance kit ask; override it (calling super) only for a
-    capability that depends on more than the class (a library version, say).
-    """
-
-    name: ClassVar[str] = ""
+    KIND = "attention backend"
+    CHECKS = ATTENTION_CHECKS
+    GEOMETRY = ATTENTION_GEOMETRY
+    VOCABULARIES = ATTENTION_VOCABULARIES
+    ContractError = AttentionContractError
     Metadata: ClassVar[type[AttentionMetadata]] = AttentionMetadata
     Options: ClassVar[type] = NoOptions
 
-    # -- capability declarations (docs/guides/attention-backend-plugin.md, "Protocol reference") --------
+    # -- capability declarations: conservative, what a backend does not declare it does not get ----------
     head_sizes: ClassVar[Collection[int] | _Any] = frozenset()
     dtypes: ClassVar[Collection[str] | _Any] = frozenset()
     kv_cache_dtypes: ClassVar[Collection[str] | _Any] = frozenset({"auto"})
@@ -84,23 +89,6 @@ class AttentionBackend(Generic[TMetadata]):
     """Attention sinks: `_attend` adds `args.sinks` [num_heads] (one logit per head) to each softmax denominator."""
     preferred_block_size: ClassVar[int] = 16
     """The block size `get_kv_cache_spec` uses when the engine does not insist; must be declared."""
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        check_declarations(cls)
-
-    @classmethod
-    def is_available(cls) -> tuple[bool, str]:
-        """Whether the kernels can run in this process (libraries importable, ...), and why not."""
-        return True, "available"
-
-    @classmethod
-    def capability_failures(cls, req: AttentionRequirements, fields: Collection[str] | None = None) -> list[str]:
-        """Every capability `req` needs that this backend does not declare, one line each (empty: capable).
-
-        `fields` limits the question to those requirement fields (construction asks the geometry only,
-        option validation everything but availability); an override must accept and pass it on."""
-        return capability_failures(cls, req, fields)
 
     # -- per-step and per-layer hooks --------------------------------------------------------------
     @classmethod
@@ -171,13 +159,7 @@ class AttentionBackend(Generic[TMetadata]):
         self.k_scale = self.v_scale = 1.0
 
     def _refuse_unsupported_geometry(self) -> None:
-        g = self.geometry
-        failures = type(self).capability_failures(AttentionRequirements.from_geometry(g, "float32"), GEOMETRY)
-        if failures:
-            raise ValueError(
-                f"attention backend {self.name} cannot build layer {g.layer_idx}: {'; '.join(failures)}. "
-                f"Pick a backend that supports it (see `kernelbay explain`) instead of silently attending differently"
-            )
+        self._refuse(AttentionRequirements.from_geometry(self.geometry, "float32"), f"layer {self.geometry.layer_idx}")
 
     def kv_cache_spec(
         self, model_dtype: str, block_size: int | None = None, layout: KVLayout | str = KVLayout.NHD
@@ -218,24 +200,12 @@ class AttentionBackend(Generic[TMetadata]):
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
-        self._check_output(q, out)
+        g = self.geometry
+        shape = (q.shape[0], g.num_heads, g.v_head_dim)
+        self._check_output(out, shape, q.dtype, "_attend", f" on layer {g.layer_idx}", "[T, num_heads, v_head_dim] = ")
         if args.output is not None:
             return args.output.copy_(out)
         return out
-
-    def _check_output(self, q: torch.Tensor, out) -> None:
-        """The contract at the boundary: a wrong answer from `_attend` is this backend's error, not a traceback deep
-        in the model nor (with a broadcasting `output=` copy or a reshape) silently wrong attention."""
-        g = self.geometry
-        want = (q.shape[0], g.num_heads, g.v_head_dim)
-        if isinstance(out, torch.Tensor) and tuple(out.shape) == want and out.dtype == q.dtype:
-            return
-        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else f"{type(out).__name__}"
-        raise AttentionContractError(
-            f"attention backend {self.name} ({type(self).__module__}) broke the forward contract on layer "
-            f"{g.layer_idx}: _attend must return a {q.dtype} tensor [T, num_heads, v_head_dim] = {list(want)}, "
-            f"got {got}; fix the backend or pick another with attention_backend=..."
-        )
 
     def _attached_cache(self) -> torch.Tensor:
         if self.kv_cache is None:

@@ -1,16 +1,114 @@
-"""The one capability surface: what a layer group needs (a hashable requirements record, so selection can be
-cached) and the one check of a backend's declarations against it, a line per failure."""
+"""The one capability surface of every kernel kind (attention backends, MoE kernels): declarations checked at
+class creation, the one question the selector, option validation and the kit ask of them, and what a group of
+attention layers needs (a hashable requirements record, so selection can be cached)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar
+
+import torch
 
 from ..dtypes import KV_CACHE_DTYPES, MODEL_DTYPES, normalize_dtype, normalize_kv_cache_dtype
+from ..errors import ConfigError, KernelbayError
 from ._geometry import SPARSE_DSA, SPARSE_NONE, AttentionGeometry, AttentionType, KVLayout
 
 
+class _Any:
+    """`ANY`: a declaration that contains every value (`head_sizes = ANY`)."""
+
+    def __contains__(self, value) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY = _Any()
+
+
+class Requirements:
+    """What every kernel kind's requirements record (a frozen slotted dataclass) shares."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    platform: str | None
+
+    def with_platform(self, platform: str):
+        return replace(self, platform=platform)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(value, "value", value) for name, value in asdict(self).items()}
+
+
+class KernelContractError(KernelbayError, RuntimeError):
+    """A kernel answered outside its kind's contract (wrong output shape or dtype)."""
+
+
+class Kernel:
+    """What every kernel kind's protocol shares: a registry name, conservative declarations checked against
+    the kind's table, `is_available`, the one capability question and the checks at its boundaries."""
+
+    name: ClassVar[str] = ""
+    KIND: ClassVar[str] = "kernel"
+    CHECKS: ClassVar[tuple[tuple[str, str, str | None], ...]] = ()
+    """Requirement field, declaration, and for a boolean feature what its failure says (None: a set of values),
+    in the order failures are listed."""
+    GEOMETRY: ClassVar[frozenset[str]] = frozenset()
+    """The requirement fields fixed when an instance is built (construction refuses them)."""
+    VOCABULARIES: ClassVar[Mapping[str, Collection[str]]] = {}
+    """The declarations that must name known values: declaration -> the names it may hold."""
+    ContractError: ClassVar[type[KernelContractError]] = KernelContractError
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        check_declarations(cls)
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        """Whether the kernels can run in this process (libraries importable, a device present), and why not."""
+        return True, "available"
+
+    @classmethod
+    def capability_failures(cls, req, fields: Collection[str] | None = None) -> list[str]:
+        """Every capability `req` needs that this kernel does not declare, one line each, then availability
+        (empty: capable). `fields` limits the question to those fields (construction asks GEOMETRY, option
+        validation everything but availability); an override must accept and pass it on."""
+        checked = [
+            _failure(cls, field, declared, what, getattr(req, field))
+            for field, declared, what in cls.CHECKS
+            if fields is None or field in fields
+        ]
+        failures = [line for line in checked if line]
+        if fields is None and (unavailable := _unavailable(cls, cls.is_available())):
+            failures.append(unavailable)
+        return failures
+
+    def _refuse(self, req, what: str) -> None:
+        """A geometry the class does not declare is a ValueError at construction, never a kernel that computes
+        something else."""
+        failures = type(self).capability_failures(req, self.GEOMETRY)
+        if failures:
+            raise ValueError(
+                f"{self.KIND} {self.name} cannot build {what}: {'; '.join(failures)}. Pick a capable one "
+                f"(see `kernelbay explain`) instead of silently computing something else"
+            )
+
+    def _check_output(self, out, shape: tuple, dtype, method: str, where: str = "", names: str = "") -> None:
+        """A wrong answer is this kernel's error at the boundary, not a traceback deep in the model nor (with a
+        broadcasting copy or a reshape) a silently wrong result."""
+        if isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(shape) and out.dtype == dtype:
+            return
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise self.ContractError(
+            f"{self.KIND} {self.name} ({type(self).__module__}) broke the forward contract{where}: {method} must "
+            f"return a {dtype} tensor {names}{list(shape)}, got {got}; fix the backend or pick another"
+        )
+
+
 @dataclass(frozen=True, slots=True)
-class AttentionRequirements:
+class AttentionRequirements(Requirements):
     """Every capability a backend must have for one group of layers."""
 
     head_size: int
@@ -33,33 +131,35 @@ class AttentionRequirements:
     """Platform name; `select_attention_backend` fills it from the detected platform when None."""
 
     def __post_init__(self):
-        if not isinstance(self.head_size, int) or self.head_size < 1:
-            raise ValueError(f"head_size must be a positive int, got {self.head_size!r}")
-        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
-        object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
-        object.__setattr__(self, "attn_type", AttentionType.parse(self.attn_type))
-        if self.kv_layout is not None:
-            object.__setattr__(self, "kv_layout", KVLayout.parse(self.kv_layout))
-        if self.block_size is not None and self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1 or None, got {self.block_size}")
-        if self.attn_type is AttentionType.SLIDING and not self.sliding_window:
+        """Every bad name or size at once (option validation lists them as its own violations)."""
+        problems = []
+        for name, parse in _PARSERS:
+            value = getattr(self, name)
+            try:
+                if value is not None or name not in _OPTIONAL:
+                    object.__setattr__(self, name, parse(value))
+            except ValueError as exc:
+                problems.append(f"{name}: {exc}")
+        for name in ("head_size", "block_size"):
+            value = getattr(self, name)
+            if (value is not None or name not in _OPTIONAL) and not (isinstance(value, int) and value >= 1):
+                problems.append(f"{name} must be a positive int, got {value!r}")
+        if problems:
+            raise ConfigError("invalid attention requirements:", problems)
+        if self.attn_type is AttentionType.SLIDING:
             object.__setattr__(self, "sliding_window", True)
-        if self.attn_type is AttentionType.CHUNKED and not self.chunked_attention:
+        if self.attn_type is AttentionType.CHUNKED:
             object.__setattr__(self, "chunked_attention", True)
 
-    def with_platform(self, platform: str) -> AttentionRequirements:
-        return replace(self, platform=platform)
+    @property
+    def encoder(self) -> bool:
+        """Bidirectional layers (the `encoder` declaration answers it)."""
+        return self.attn_type is AttentionType.ENCODER
 
     def describe(self) -> str:
         parts = [self.attn_type.value, f"head_size={self.head_size}", self.dtype, f"kv={self.kv_cache_dtype}"]
         parts += [flag for flag in ("use_mla", "logit_softcap") if getattr(self, flag)]
         return "layers (" + ", ".join(parts) + ")"
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["attn_type"] = self.attn_type.value
-        out["kv_layout"] = self.kv_layout.value if self.kv_layout else None
-        return out
 
     @classmethod
     def from_geometry(cls, geometry: AttentionGeometry, dtype: str = "bfloat16", **runtime) -> AttentionRequirements:
@@ -90,9 +190,8 @@ class AttentionRequirements:
         kind, sparse = _kind_and_sparse(str(getattr(layer_kind, "value", layer_kind)))
         runtime.setdefault("sparse_mode", sparse)
         mla = getattr(cfg, "mla", None)
-        head_size = mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla is not None else cfg.head_dim
         return cls(
-            head_size=head_size,
+            head_size=mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla is not None else cfg.head_dim,
             dtype=dtype or cfg.dtype,
             kv_cache_dtype=kv_cache_dtype or "auto",
             attn_type=kind,
@@ -103,6 +202,13 @@ class AttentionRequirements:
         )
 
 
+_PARSERS = (
+    ("dtype", normalize_dtype),
+    ("kv_cache_dtype", normalize_kv_cache_dtype),
+    ("attn_type", AttentionType.parse),
+    ("kv_layout", KVLayout.parse),
+)
+_OPTIONAL = {"kv_layout", "block_size"}  # None: not insisted on
 # Config layer kinds that are a sparse mode of full attention rather than a mask shape.
 _SPARSE_KINDS = {"blocksparse_attention": "blocksparse", "indexed_attention": SPARSE_DSA}
 
@@ -115,21 +221,8 @@ def _kind_and_sparse(layer_kind: str) -> tuple[AttentionType, str]:
     return AttentionType.parse(layer_kind), SPARSE_NONE
 
 
-class _Any:
-    """`ANY`: a declaration that contains every value (`head_sizes = ANY`)."""
-
-    def __contains__(self, value) -> bool:
-        return True
-
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-ANY = _Any()
-
-# Every declaration in the order failures are listed (geometry first): requirement field, declaration,
-# and for a boolean feature what the failure line says (None: a set of accepted values).
-_CHECKS = (
+# The attention backend's table (AttentionBackend.CHECKS), geometry first.
+ATTENTION_CHECKS = (
     ("head_size", "head_sizes", None),
     ("use_mla", "mla", "multi-head latent attention"),
     ("sliding_window", "sliding_window", "sliding-window attention"),
@@ -144,12 +237,10 @@ _CHECKS = (
     ("sparse_mode", "sparse_modes", None),
     ("platform", "platforms", None),
 )
-# Every requirement field a declaration answers; geometry is fixed when a layer is built, the rest (dtypes,
-# cache, platform) is chosen at run time. Asked for no `fields`, capability_failures adds availability too.
-CAPABILITIES = frozenset(field for field, _, _ in _CHECKS)
-GEOMETRY = frozenset(
+ATTENTION_GEOMETRY = frozenset(  # fixed when a layer is built; dtypes, cache and platform are chosen at run time
     {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode", "sinks"}
 )
+ATTENTION_VOCABULARIES = {"dtypes": MODEL_DTYPES, "kv_cache_dtypes": KV_CACHE_DTYPES, "kv_layouts": tuple(KVLayout)}
 
 
 def _listed(values) -> str:
@@ -157,29 +248,6 @@ def _listed(values) -> str:
         return "any"
     ordered = sorted(values, key=lambda v: (not isinstance(v, int), v if isinstance(v, int) else str(v)))
     return ", ".join(str(v) for v in ordered) or "none declared"
-
-
-def _wanted(req: AttentionRequirements, field: str):
-    if field == "encoder":
-        return req.attn_type.value == "encoder_attention"
-    value = getattr(req, field)
-    return value.value if isinstance(value, KVLayout) else value
-
-
-def capability_failures(cls, req, fields=None, checks=_CHECKS) -> list[str]:
-    """Every capability in `req` (or in its `fields` only) that `cls` does not declare, plus availability;
-    `checks` is the kernel kind's table (kernelbay.moe passes its own)."""
-    checked = [
-        _failure(cls, field, declared, what, _wanted(req, field))
-        for field, declared, what in checks
-        if fields is None or field in fields
-    ]
-    failures = [line for line in checked if line]
-    if fields is None:
-        unavailable = _unavailable(cls, cls.is_available())
-        if unavailable:
-            failures.append(unavailable)
-    return failures
 
 
 def _unavailable(cls, answer) -> str | None:
@@ -196,38 +264,25 @@ def _unavailable(cls, answer) -> str | None:
 def _failure(cls, field: str, declared: str, what: str | None, wanted) -> str | None:
     if what is not None:
         return f"{declared}: {what} is not supported" if wanted and not getattr(cls, declared) else None
-    if wanted is None or wanted in _declared(cls, declared):
+    if wanted is None or wanted in getattr(cls, declared):
         return None
     return f"{field}: {wanted} is not supported (supported: {_listed(getattr(cls, declared))})"
 
 
-def _declared(cls, declared: str):
-    values = getattr(cls, declared)
-    if declared == "kv_layouts" and values is not ANY:
-        return {KVLayout.parse(v).value for v in values}
-    return values
-
-
-VOCABULARIES = {"dtypes": MODEL_DTYPES, "kv_cache_dtypes": KV_CACHE_DTYPES}
-"""The declarations that must name known values: declaration -> the names it may hold."""
-
-
-def check_declarations(cls, checks=_CHECKS, vocabularies=VOCABULARIES, kind: str = "attention backend") -> None:
+def check_declarations(cls) -> None:
     """Refuse a kernel class whose declarations cannot be right, naming the attribute (at class creation)."""
     problems = []
-    for _field, declared, what in checks:
+    for _field, declared, what in cls.CHECKS:
         values = getattr(cls, declared)
         if what is not None or values is ANY:
             continue
-        needs = "__iter__" if declared in vocabularies else "__contains__"  # names are checked one by one
+        needs = "__iter__" if declared in cls.VOCABULARIES else "__contains__"  # names are checked one by one
         if isinstance(values, str) or not hasattr(values, needs):
             problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
-        elif declared in vocabularies and (unknown := set(values) - set(vocabularies[declared])):
-            problems.append(f"{declared}: unknown name(s) {', '.join(sorted(unknown))}")
-    block_sizes = getattr(cls, "block_sizes", None)
-    if block_sizes and cls.preferred_block_size not in block_sizes:
-        problems.append(
-            f"preferred_block_size {cls.preferred_block_size} is not among block_sizes {_listed(block_sizes)}"
-        )
+        elif declared in cls.VOCABULARIES and (unknown := set(values) - set(cls.VOCABULARIES[declared])):
+            problems.append(f"{declared}: unknown name(s) {', '.join(sorted(map(str, unknown)))}")
+    block_sizes, preferred = getattr(cls, "block_sizes", None), getattr(cls, "preferred_block_size", None)
+    if block_sizes and preferred not in block_sizes:
+        problems.append(f"preferred_block_size {preferred} is not among block_sizes {_listed(block_sizes)}")
     if problems:
-        raise TypeError(f"{kind} {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))
+        raise TypeError(f"{cls.KIND} {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))

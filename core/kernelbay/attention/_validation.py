@@ -11,8 +11,8 @@ from typing import cast
 
 from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ..errors import ConfigError, close_matches, unknown_name_message
-from ._capabilities import CAPABILITIES, AttentionRequirements
-from ._geometry import SPARSE_NONE, KVLayout, MLASpec
+from ._capabilities import AttentionRequirements
+from ._geometry import SPARSE_NONE, MLASpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,28 +98,25 @@ class AttentionOptions:
 
 
 Rule = Callable[[AttentionOptions], Iterable[str]]
-# The options that are requirement fields by the same name (the capability check reads them as such).
+# The options that are requirement fields by the same name: the requirements record checks and answers them.
 _REQUIREMENT_FIELDS = (
     {f.name for f in dataclasses.fields(AttentionOptions)} & {f.name for f in dataclasses.fields(AttentionRequirements)}
 ) - {"head_size"}
 
 
+def _requirements(o: AttentionOptions, mla: MLASpec | None) -> AttentionRequirements:
+    """The options as the one requirements record (a ConfigError lists every bad name and size)."""
+    shared = {name: getattr(o, name) for name in _REQUIREMENT_FIELDS}
+    head_size = o.head_size or (mla.qk_head_dim if mla else 1)  # 1: unknown, not checked
+    return AttentionRequirements(head_size=head_size, use_mla=mla is not None, **shared)
+
+
 def _names_rule(o: AttentionOptions) -> list[str]:
-    out = []
-    for label, value, normalize in (
-        ("dtype", o.dtype, normalize_dtype),
-        ("kv_cache_dtype", o.kv_cache_dtype, normalize_kv_cache_dtype),
-        ("kv_layout", o.kv_layout, KVLayout.parse),
-    ):
-        if value is None:
-            continue
-        try:
-            normalize(value)
-        except ValueError as exc:
-            out.append(f"{label}: {exc}")
-    if o.block_size is not None and (not isinstance(o.block_size, int) or o.block_size < 1):
-        out.append(f"block_size must be a positive int, got {o.block_size!r}")
-    return out
+    try:
+        _requirements(o, None)
+    except ConfigError as exc:
+        return exc.violations
+    return []
 
 
 def _combination_rule(o: AttentionOptions) -> list[str]:
@@ -162,14 +159,11 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     """The backend's one capability check, asked with the options as a requirements record."""
     try:
         mla = MLASpec.from_any(o.mla) if o.mla is not None else None
-        shared = {name: getattr(o, name) for name in _REQUIREMENT_FIELDS}
-        req = AttentionRequirements(
-            head_size=o.head_size or (mla.qk_head_dim if mla else 1), use_mla=mla is not None, **shared
-        )
+        req = _requirements(o, mla)
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
     # every declaration, not availability: options may be checked on another machine than they run on
-    fields = CAPABILITIES if o.head_size is not None or mla is not None else CAPABILITIES - {"head_size"}
+    fields = {field for field, _, _ in cls.CHECKS} - (set() if o.head_size or mla else {"head_size"})
     return [f"attention backend {cls.name}: {line}" for line in cls.capability_failures(req, fields=fields)]
 
 

@@ -1,26 +1,27 @@
-"""The MoEBackend protocol: geometry-only construction, capability declarations, `forward(x, ids, weights)`."""
+"""The MoEBackend protocol (geometry-only construction, capability declarations, `forward(x, ids, weights)`)
+and its selection: the attention selector's machinery (one cache, a reason per candidate) for MoE kernels."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ..attention._capabilities import _Any, capability_failures, check_declarations
+from ..attention._capabilities import Kernel, KernelContractError, Requirements, _Any
+from ..attention._selector import SelectionResult, _requested_name, select_for_layer_groups
 from ..dtypes import MODEL_DTYPES, normalize_dtype
-from ..errors import KernelbayError
 from ._geometry import ExpertWeights, MoEGeometry
 from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
 
 
-class MoEContractError(KernelbayError, RuntimeError):
+class MoEContractError(KernelContractError):
     """An MoE backend answered outside the contract (wrong output shape or dtype)."""
 
 
 @dataclass(frozen=True, slots=True)
-class MoERequirements:
+class MoERequirements(Requirements):
     """What the MoE layers of a model need from a kernel (hashable: selection is cached)."""
 
     dtype: str = "bfloat16"
@@ -42,42 +43,34 @@ class MoERequirements:
     def from_geometry(cls, geometry: MoEGeometry, dtype: str = "bfloat16", routing: str = "softmax_topk", **kw):
         return cls(dtype, geometry.activation, routing, geometry.has_bias, geometry.weight_format, **kw)
 
-    def with_platform(self, platform: str) -> MoERequirements:
-        return replace(self, platform=platform)
-
     def describe(self) -> str:
         extras = [self.routing] + (["bias"] if self.bias else []) + [f"weights={self.weight_format}"]
         return f"MoE layers ({self.activation}, {self.dtype}, {', '.join(extras)})"
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-
-# As attention's table: requirement field, declaration, and for a boolean feature what its failure says.
-_CHECKS = (
-    ("activation", "activations", None),
-    ("routing", "routings", None),
-    ("weight_format", "weight_formats", None),
-    ("bias", "bias", "an expert bias"),
-    ("dtype", "dtypes", None),
-    ("platform", "platforms", None),
-)
-_GEOMETRY = frozenset({"activation", "weight_format", "bias"})
-_VOCABULARIES = {
-    "activations": ACTIVATIONS,
-    "routings": ROUTINGS,
-    "weight_formats": WEIGHT_FORMATS,
-    "dtypes": MODEL_DTYPES,
-}
-
-
-class MoEBackend:
+class MoEBackend(Kernel):
     """Subclass, declare capabilities as class attributes, implement `_experts`.
 
     Declarations are conservative: what a backend does not declare it does not get (no dtype, no
     platform, no activation by default; `ANY` from kernelbay.attention declares an open set)."""
 
-    name: ClassVar[str] = ""
+    KIND = "MoE backend"
+    CHECKS = (
+        ("activation", "activations", None),
+        ("routing", "routings", None),
+        ("weight_format", "weight_formats", None),
+        ("bias", "bias", "an expert bias"),
+        ("dtype", "dtypes", None),
+        ("platform", "platforms", None),
+    )
+    GEOMETRY = frozenset({"activation", "weight_format", "bias"})
+    VOCABULARIES: ClassVar[Mapping[str, Collection[str]]] = {
+        "activations": ACTIVATIONS,
+        "routings": ROUTINGS,
+        "weight_formats": WEIGHT_FORMATS,
+        "dtypes": MODEL_DTYPES,
+    }
+    ContractError = MoEContractError
     dtypes: ClassVar[Collection[str] | _Any] = frozenset()
     activations: ClassVar[Collection[str] | _Any] = frozenset()
     routings: ClassVar[Collection[str] | _Any] = frozenset()
@@ -85,28 +78,10 @@ class MoEBackend:
     platforms: ClassVar[Collection[str] | _Any] = frozenset()
     bias: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        check_declarations(cls, _CHECKS, _VOCABULARIES, "MoE backend")
-
-    @classmethod
-    def is_available(cls) -> tuple[bool, str]:
-        return True, "available"
-
-    @classmethod
-    def capability_failures(cls, req: MoERequirements, fields: Collection[str] | None = None) -> list[str]:
-        """Every capability `req` needs that this backend does not declare, one line each (empty: capable)."""
-        return capability_failures(cls, req, fields, _CHECKS)
-
     def __init__(self, geometry: MoEGeometry, quant_config=None):
         if not isinstance(geometry, MoEGeometry):
             raise TypeError(f"{type(self).__name__} is built from a MoEGeometry, got {type(geometry).__name__}")
-        failures = type(self).capability_failures(MoERequirements.from_geometry(geometry), fields=_GEOMETRY)
-        if failures:
-            raise ValueError(
-                f"MoE backend {self.name} cannot build these MoE layers: {'; '.join(failures)}. Pick a capable "
-                f"one (see `kernelbay explain`) instead of silently computing something else"
-            )
+        self._refuse(MoERequirements.from_geometry(geometry), "these MoE layers")
         self.geometry = geometry
         self.quant_config = quant_config
 
@@ -120,13 +95,7 @@ class MoEBackend:
         """hidden_states [T, H], topk_ids [T, k] (int), topk_weights [T, k] (float) -> [T, H] in hidden's dtype."""
         self._check_inputs(hidden_states, topk_ids, topk_weights)
         out = self._experts(hidden_states, topk_ids, topk_weights, weights)
-        ok = isinstance(out, torch.Tensor) and out.shape == hidden_states.shape and out.dtype == hidden_states.dtype
-        if not ok:
-            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            raise MoEContractError(
-                f"MoE backend {self.name} ({type(self).__module__}) broke the forward contract: _experts must return "
-                f"a {hidden_states.dtype} tensor {list(hidden_states.shape)}, got {got}"
-            )
+        self._check_output(out, hidden_states.shape, hidden_states.dtype, "_experts")
         return out
 
     def _check_inputs(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> None:
@@ -151,3 +120,47 @@ class MoEBackend:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(experts={self.geometry.num_experts}, top_k={self.geometry.top_k})"
+
+
+def select_moe_backend(requirements: MoERequirements, requested: str | None = None, platform=None) -> SelectionResult:
+    """The MoE kernel for a model's MoE layers on `platform` (default: the current one).
+
+    Candidates: the platform's `moe_backend_priority()`, then every installed `kernelbay.moe_backends` entry.
+    `requested` (or KERNELBAY_MOE_BACKEND) must be known and capable; there is no fallback."""
+    return select_for_layer_groups({"moe": requirements}, requested, platform, "moe_backend").groups[0][1]
+
+
+def stored_expert_format(cfg) -> tuple[str, tuple[int, int] | None]:
+    """The format the checkpoint stores expert weights in, with its FP8 block size."""
+    quant = getattr(cfg, "quantization", None)
+    method = getattr(quant, "quant_method", None)
+    if method == "mxfp4":
+        return "mxfp4", None
+    block = getattr(quant, "weight_block_size", None)
+    if method == "fp8" and block:
+        return "fp8_block", (int(block[0]), int(block[1]))
+    return "dense", None
+
+
+def select_moe_for_model(cfg, requested: str | None = None, platform=None, dtype: str | None = None):
+    """(selection, dequantized) for a resolved ModelConfig's MoE layers, or None for a dense model.
+
+    The stored expert format is asked for first; when no capable kernel reads it (and none was requested), a
+    kernel for dense weights is chosen and `dequantized` is True: the engine dequantizes the experts at load."""
+    from ..errors import ConfigError
+
+    moe = getattr(cfg, "moe", None)
+    if moe is None:
+        return None
+    fmt, block = stored_expert_format(cfg)
+
+    def needs(fmt: str, block=None) -> MoERequirements:
+        geometry = moe.geometry(cfg.hidden_size, fmt, block)
+        return MoERequirements.from_geometry(geometry, dtype=dtype or cfg.dtype, routing=moe.routing)
+
+    try:
+        return select_moe_backend(needs(fmt, block), requested=requested, platform=platform), False
+    except ConfigError:
+        if fmt == "dense" or _requested_name(requested, "moe_backend"):
+            raise
+    return select_moe_backend(needs("dense"), platform=platform), True

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
 from ..attention._backend import backend_class
-from ..attention._capabilities import GEOMETRY, _Any
+from ..attention._capabilities import _Any
 from ..platforms import Platform
 from .runner import build_layer, make_data, reference_output, run_step
 from .specs import BatchSpec, select_specs, tolerance
@@ -160,7 +160,7 @@ class BackendUnderTest:
 
     def _builds_anyway(self, spec: BatchSpec) -> str | None:
         """A refused geometry must be a ValueError at construction, never a layer that attends differently."""
-        if not self.cls.capability_failures(spec.requirements(), fields=GEOMETRY):
+        if not self.cls.capability_failures(spec.requirements(), fields=self.cls.GEOMETRY):
             return None
         try:
             build_layer(self.cls, spec, make_data(spec), self.options)

@@ -174,10 +174,9 @@ def _claim(cls: type[MoEBackend], spec: MoESpec) -> SpecResult:
 def _refusal(cls, spec: MoESpec, failures: list[str], name: str, installed: bool) -> SpecResult:
     from ..attention import BackendNotCapable
     from ..moe import select_moe_backend
-    from ..moe._backend import _GEOMETRY
 
     problems = []
-    if cls.capability_failures(spec.requirements(), fields=_GEOMETRY):
+    if cls.capability_failures(spec.requirements(), fields=cls.GEOMETRY):
         try:
             cls(spec.geometry())
             problems.append("a backend with that geometry was built (construction must raise ValueError)")
