@@ -114,7 +114,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
         sliding_window=plan.sliding_window,
         attention_chunk_size=plan.attention_chunk_size,
         mla=mla,
-        rope=resolve_rope(f, head_dim, max_positions, mla) if position_embedding == "rope" else None,
+        rope=resolve_rope(f, rules, head_dim, max_positions, mla) if position_embedding == "rope" else None,
         position_embedding=position_embedding,
         attention_scale=rules.ask("attention_scale") or geo.resolve_attention_scale(f, head_dim),
         v_head_dim=mla.v_head_dim if mla else head_dim,

@@ -76,7 +76,7 @@ class RopeConfig(Record):
     rotary_dim: int = 0  # rotated channels per head (< head_dim for partial rotary)
     scaling: Mapping[str, Any] = field(default_factory=FrozenDict, hash=False)
     original_max_position_embeddings: int | None = None
-    local_theta: float | None = None  # base for sliding-window layers when it differs (Gemma 3)
+    local_theta: float | None = None  # base of sliding-window layers when it differs (a family rule: Gemma 3)
 
     def __post_init__(self) -> None:
         if self.rope_type not in ROPE_TYPES:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..attention._geometry import MLASpec
 from ..errors import ConfigError
 from ._fields import Fields, check_size
-from ._layers import FULL, SLIDING
+from ._layers import FULL
 from ._records import ROPE_TYPES, RopeConfig, frozen_json
+
+if TYPE_CHECKING:
+    from ._rules import FamilyRules
 
 THETA = ("rope_theta", "rotary_emb_base", "rope_embedding_base", "rotary_base")
 PARTIAL = ("partial_rotary_factor", "rotary_pct")
@@ -39,22 +42,23 @@ def rope_parameters(f: Fields) -> dict[str, Any]:
     return {}
 
 
-def resolve_rope(f: Fields, head_dim: int, max_positions: int, mla: MLASpec | None) -> RopeConfig:
-    params = rope_parameters(f)
-    main, local = _split_per_layer_kind(params)
-    if local is None:  # an old-style rope_scaling as written; the class (Gemma 3) may still split it per kind
-        local = _split_per_layer_kind(f.parsed.get("rope_parameters"))[1]
+def resolve_rope(f: Fields, rules: FamilyRules, head_dim: int, max_positions: int, mla: MLASpec | None) -> RopeConfig:
+    """The RoPE of the full-attention layers (transformers 5 may nest one dict per layer kind); what other layers
+    rotate with differently is the family's `rope` rule's to say (Gemma 3's local base: kernelbay-llama)."""
+    main = rope_parameters(f)
+    if isinstance(main.get(FULL), Mapping):
+        main = dict(main[FULL])
     rope_type = _rope_type(main)
     original = _original_positions(f, main)
-    return RopeConfig(
+    rope = RopeConfig(
         theta=_theta(f, main),
         rope_type=rope_type,
         factor=_factor(f, main, rope_type, max_positions, original),
         rotary_dim=_rotary_dim(f, main, head_dim, mla),
         scaling=frozen_json(_scaling(main, rope_type, original)),
         original_max_position_embeddings=original if rope_type != "default" else None,
-        local_theta=_local_theta(f, local),
     )
+    return rules.apply("rope", rope)
 
 
 def _original_positions(f: Fields, params: dict) -> int | None:
@@ -66,16 +70,6 @@ def _original_positions(f: Fields, params: dict) -> int | None:
     )
 
 
-def _local_theta(f: Fields, local: dict | None) -> float | None:
-    if local and _rope_type(local) != "default":  # the sliding layers' RoPE is a base, never a scaling
-        raise ConfigError(
-            f"{f.source}: rope_parameters.{SLIDING} has rope_type {_rope_type(local)!r}; kernelbay scales RoPE "
-            f"on {FULL} layers only (as Gemma 3 does): move the scaling to rope_parameters.{FULL}."
-        )
-    value = f.get_float("rope_local_base_freq") or (local or {}).get("rope_theta")
-    return None if value is None else f.as_float("rope_local_base_freq", value, positive=True)
-
-
 def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
     """The scaling parameters under one spelling, whichever of rope_scaling / rope_parameters held them."""
     if rope_type == "default":
@@ -84,13 +78,6 @@ def _scaling(params: dict, rope_type: str, original: int | None) -> dict:
     if original:
         scaling["original_max_position_embeddings"] = original
     return {"rope_type": rope_type, **scaling}
-
-
-def _split_per_layer_kind(params: Any) -> tuple[Any, dict | None]:
-    """Gemma 3 under transformers 5 nests one dict per layer kind; the full-attention one is the main."""
-    if isinstance(params, Mapping) and isinstance(params.get(FULL), Mapping):
-        return dict(params[FULL]), dict(params.get(SLIDING) or {})
-    return params, None
 
 
 def _rope_type(params: dict) -> str:

@@ -34,6 +34,7 @@ RULE_POINTS: dict[str, type] = {
     "attention_sinks": bool,  # every attention layer has per-head sink logits (GPT-OSS)
     "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
     "mla": dict,  # MLASpec fields the config leaves implicit (DeepSeek: a dropped q_lora_rank, from the weights)
+    "rope": dict,  # RopeConfig fields the config leaves implicit (Gemma 3: local_theta, its sliding layers' base)
 }
 
 
@@ -135,7 +136,7 @@ class FamilyRules:
         return answer
 
     def apply(self, point: str, record):
-        """`record` with the fields the `point` rule's answer (a dict) sets: `moe`, `mla`."""
+        """`record` with the fields the `point` rule's answer (a dict) sets: `moe`, `mla`, `rope`."""
         answer = self.ask(point)
         if not answer:
             return record

@@ -6,6 +6,8 @@ core's generic fields. Light to import (no torch, no transformers): hook modules
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kernelbay.config import BLOCKSPARSE, CHUNKED, FULL, NO_ATTENTION, SLIDING, BlockSparseGeometry, LayerPlan
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
@@ -17,6 +19,7 @@ NAS_FFN_MULTIPLE = 256  # Nemotron-NAS FFN width: ffn_mult x 2/3 x hidden, round
 @hookimpl
 def register_model_type_rules(register):
     register("gemma2", layers=gemma2_layers)
+    register(("gemma3", "gemma3_text"), rope=gemma3_local_rope)
     register(("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"), layers=qwen2_layers)
     register(("llama4", "llama4_text"), layers=llama4_layers)
     register("nemotron-nas", layers=nas_layers, intermediate_size=nas_ffn_width)
@@ -42,6 +45,21 @@ def gemma2_layers(config) -> LayerPlan | None:
     if not config.get_int("sliding_window"):
         return LayerPlan((FULL,) * n)
     return LayerPlan(tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)))
+
+
+def gemma3_local_rope(config) -> dict | None:
+    """Gemma 3's sliding layers rotate with their own base (`rope_local_base_freq`, which transformers 5 moves to
+    rope_parameters.sliding_attention), never scaled: the scaling is the full layers'."""
+    nested = (config.rope_parameters, config.parsed.get("rope_parameters"))  # as written, else as parsed
+    local = next((p[SLIDING] for p in nested if isinstance(p, Mapping) and isinstance(p.get(SLIDING), Mapping)), {})
+    kind = local.get("rope_type") or local.get("type") or "default"
+    if kind != "default":
+        raise ConfigError(
+            f"{config.source}: rope_parameters.{SLIDING} has rope_type {kind!r}; kernelbay scales RoPE "
+            f"on {FULL} layers only (as Gemma 3 does): move the scaling to rope_parameters.{FULL}."
+        )
+    theta = config.get_float("rope_local_base_freq") or local.get("rope_theta")
+    return None if theta is None else {"local_theta": config.as_float("rope_local_base_freq", theta, positive=True)}
 
 
 def qwen2_layers(config) -> LayerPlan | None:
