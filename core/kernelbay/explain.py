@@ -13,6 +13,7 @@ from typing import Any, cast
 from kernelbay.errors import InputError
 
 SCHEMA_VERSION = 1
+# The config record's fields the document shows (docs/explain.schema.json), as its to_dict() gives them.
 CONFIG_FIELDS = (
     "model_type",
     "architecture",
@@ -29,6 +30,11 @@ CONFIG_FIELDS = (
     "sliding_window",
     "attention_chunk_size",
     "attention_sinks",
+    "mla",
+    "indexer",
+    "quantization",
+    "parameters",
+    "notes",
 )
 
 
@@ -53,35 +59,22 @@ def explain_model(
     config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
     kind, name = resolution_target(config)
     resolve_impl(kind, name, model_impl, config.hf_config)  # imported as AutoModelForCausalLM does: same error
-    options = {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "model_path": config.source,
-        "config": _config_section(config),
-        "resolution": {"kind": kind, "name": name},
-        "provider": _provider_section(kind, name, model_impl),
-        "attention": _attention_section(config, backend, kv_cache_dtype),
-        "moe": _moe_section(config, moe_backend),
-        "kv_cache": _kv_section(config, kv_cache_dtype),
-        "sections": _plugin_sections(config, options),
-    }
+    options: dict[str, Any] = {"kind": kind, "name": name, "model_impl": model_impl, "moe_backend": moe_backend}
+    options |= {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
+    doc = {"schema_version": SCHEMA_VERSION, "model_path": config.source}
+    return doc | {key: build(config, options) for key, (build, _) in SECTIONS.items()}
 
 
-def _config_section(config) -> dict:
-    section = {field: getattr(config, field) for field in CONFIG_FIELDS}
-    section["architectures"] = list(config.architectures)
-    section["mla"] = config.mla.to_dict() if config.mla else None
-    section["indexer"] = config.indexer.to_dict() if config.indexer else None
-    section["quantization"] = config.quantization.to_dict() if config.quantization else None
-    section["parameters"] = config.parameter_counts()
-    section["notes"] = list(config.notes)
-    return section
+def _config_section(config, _options: dict) -> dict:
+    data = config.to_dict()
+    return {field: data[field] for field in CONFIG_FIELDS}
 
 
-def _provider_section(kind: str, name: str, model_impl: str) -> dict:
+def _provider_section(_config, r: dict) -> dict:
     from kernelbay.registry import default_registry, slot_info
 
-    info = slot_info(kind, name) or {}
+    kind, model_impl = r["kind"], r["model_impl"]
+    info = slot_info(kind, r["name"]) or {}
     claims = [c for c in (info.get("winner"), *info.get("displaced", [])) if c]  # the serving one first
     note = None
     if model_impl == "transformers" or not claims:  # resolve_impl succeeded: the fallback serves
@@ -99,12 +92,13 @@ def _provider_section(kind: str, name: str, model_impl: str) -> dict:
 
 
 # -- attention -----------------------------------------------------------------------------------
-def _attention_section(config, backend: str | None, kv_cache_dtype: str) -> dict:
+def _attention_section(config, r: dict) -> dict:
     """Each layer group's backend with every candidate's reason; when a group has none, still every group's
     candidates (the selector's error carries them)."""
     from kernelbay.attention import NoCapableBackend, select_for_model
     from kernelbay.platforms import current_platform
 
+    backend, kv_cache_dtype = r["backend"], r["kv_cache_dtype"]
     section = {"platform": current_platform().name, "requested_backend": backend, "kv_cache_dtype": kv_cache_dtype}
     layers = dict(config.layer_groups())
     try:
@@ -127,7 +121,7 @@ def _group(kind: str, layers, result, reports) -> dict:
 
 
 # -- MoE ----------------------------------------------------------------------------------------------
-def _moe_section(config, requested: str | None) -> dict | None:
+def _moe_section(config, r: dict) -> dict | None:
     """None for a dense model; else the experts' geometry and the MoE kernel chosen for them, with reasons."""
     from kernelbay.attention._selector import _requested_name
     from kernelbay.errors import ConfigError
@@ -135,6 +129,7 @@ def _moe_section(config, requested: str | None) -> dict | None:
 
     if config.moe is None:
         return None
+    requested = r["moe_backend"]
     section = {**config.moe.to_dict(), "stored_format": stored_expert_format(config)[0], "requested_backend": requested}
     try:
         selection, dequantized = select_moe_for_model(config, requested=requested)
@@ -173,8 +168,9 @@ def _plugin_sections(config, options: dict) -> dict:
 
 
 # -- KV cache --------------------------------------------------------------------------------------
-def _kv_section(config, kv_cache_dtype: str) -> dict:
+def _kv_section(config, r: dict) -> dict:
     """What the config's caches take per token and for a full context (a budget's blocks: the engine's section)."""
+    kv_cache_dtype = r["kv_cache_dtype"]
     per_token = config.kv_bytes_per_token(kv_cache_dtype)
     return {
         "dtype": config.dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype,
@@ -187,22 +183,14 @@ def _kv_section(config, kv_cache_dtype: str) -> dict:
 
 # -- text ------------------------------------------------------------------------------------------
 def render_text(doc: dict) -> str:
-    """The document for a terminal: one section per step of the resolution."""
-    lines = [
-        f"model        {doc['model_path']}",
-        _config_line(doc["config"]),
-        *(f"  note       {note}" for note in doc["config"]["notes"]),  # how a default or quirk was resolved
-        f"resolves to  {doc['resolution']['kind']} slot {doc['resolution']['name']!r}",
-        _provider_line(doc["provider"]),
-        *_attention_lines(doc["attention"]),
-        *_moe_lines(doc.get("moe")),
-        _kv_line(doc["kv_cache"]),
-        *(line for section in doc.get("sections", {}).values() for line in section["lines"]),
-    ]
+    """The document for a terminal: one section per step of the resolution, in the document's order."""
+    lines = [f"model        {doc['model_path']}"]
+    for key, (_, text) in SECTIONS.items():
+        lines += text(doc[key])
     return "\n".join(lines)
 
 
-def _config_line(c: dict) -> str:
+def _config_lines(c: dict) -> list[str]:
     extra = f", sliding window {c['sliding_window']}" if c["sliding_window"] else ""
     extra += ", MLA" if c["mla"] else ""
     extra += ", attention sinks" if c.get("attention_sinks") else ""
@@ -216,21 +204,20 @@ def _config_line(c: dict) -> str:
     total, active = c["parameters"]["total"], c["parameters"]["active_per_token"]
     extra += f", {_human_count(total)} parameters"
     extra += f" ({_human_count(active)} active/token)" if active != total else ""
-    return (
+    line = (
         f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
         f"{c['head_dim']}, {c['dtype']}, context {c['max_position_embeddings']}{extra}"
     )
+    return [line, *(f"  note       {note}" for note in c["notes"])]  # how a default or quirk was resolved
 
 
-def _provider_line(p: dict) -> str:
-    where = f"{p['distribution']} {p['version']}" if p["distribution"] else (p["path"] or "no distribution")
-    line = f"provider     {p['module']} ({where}, {p['origin']})"
-    if p.get("note"):
-        line += f"\n             {p['note']}"
-    for d in p["displaced"]:
-        line += f"\n             displaces {d['module']} ({d['distribution'] or d['path']}, {d['origin']})"
-    return line
+def _provider_lines(p: dict) -> list[str]:
+    from kernelbay.registry import Provider
+
+    serving = Provider(*(p[field] for field in Provider._fields))
+    lines = [f"provider     {serving.describe()}", *([f"             {p['note']}"] if p.get("note") else [])]
+    return lines + [f"             displaces {Provider(**d).describe()}" for d in p["displaced"]]
 
 
 def _attention_lines(a: dict) -> list[str]:
@@ -272,13 +259,13 @@ def candidate_lines(candidates: list[dict], width: int) -> list[str]:
     return lines
 
 
-def _kv_line(k: dict) -> str:
+def _kv_lines(k: dict) -> list[str]:
     share = k["indexer_bytes_per_token"]
     share_text = f", of which {share:,} the DSA indexer keys" if share else ""
-    return (
+    return [
         f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}{share_text}); "
         f"the full {k['context_tokens']:,}-token context takes {human_bytes(k['context_bytes'])}"
-    )
+    ]
 
 
 def compact_layers(layers: list[int]) -> str:
@@ -312,5 +299,19 @@ def human_bytes(n: int) -> str:
         value /= 1024
     return f"{value:.1f} TiB"
 
+
+# Each section of the document, in order: how it is built (config, options) and how the text shows it.
+SECTIONS: dict[str, tuple[Callable[[Any, dict], Any], Callable[[Any], list[str]]]] = {
+    "config": (_config_section, _config_lines),
+    "resolution": (
+        lambda _config, r: {"kind": r["kind"], "name": r["name"]},
+        lambda r: [f"resolves to  {r['kind']} slot {r['name']!r}"],
+    ),
+    "provider": (_provider_section, _provider_lines),
+    "attention": (_attention_section, _attention_lines),
+    "moe": (_moe_section, _moe_lines),
+    "kv_cache": (_kv_section, _kv_lines),
+    "sections": (_plugin_sections, lambda sections: [line for s in sections.values() for line in s["lines"]]),
+}
 
 __all__ = ["SCHEMA_VERSION", "candidate_lines", "compact_layers", "explain_model", "human_bytes", "render_text"]

@@ -41,7 +41,8 @@ class HookSpecs:
     @hookspec
     def register_explain_sections(self, register):
         """Call `register(name, section)`; `section(config, options) -> dict | None` becomes `explain`'s
-        `sections[name]` (`options`: memory, backend, kv_cache_dtype, quantization); its `lines` are the text's."""
+        `sections[name]` (`options`: memory, quantization, backend, kv_cache_dtype, moe_backend, model_impl, and
+        the slot resolved: kind, name); its `lines` are the text's."""
 
 
 # A hook plugin that failed to import: listed (doctor, a warning), never fatal.

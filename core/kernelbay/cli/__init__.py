@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from .._version import __version__
+
 # the core's subcommands -> module defining `add_arguments(parser)` and `run(args) -> int`; imported when used.
 COMMANDS = {
     "plugins": ("kernelbay.cli._plugins", "installed plugins, slots with provenance, broken plugins, the log"),
@@ -40,7 +42,7 @@ def plugin_commands() -> dict:
 
 def _parser(plugins: dict) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelbay", description="kernelbay: plugin platform for LLM inference")
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action="version", version=f"kernelbay {__version__}")
     parser.add_argument("--trace", action="store_true", help="log discovery, imports, registrations, decisions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
@@ -48,12 +50,6 @@ def _parser(plugins: dict) -> argparse.ArgumentParser:
     for name, entry in sorted(plugins.items()):
         sub.add_parser(name, help=f"(from {entry.distribution} {entry.version})", add_help=False)
     return parser
-
-
-def _version() -> str:
-    from kernelbay._version import __version__
-
-    return f"kernelbay {__version__}"
 
 
 def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
@@ -101,33 +97,27 @@ def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from kernelbay.errors import KernelbayError
 
+    command = None
     try:
         plugins = plugin_commands()  # discovery: an error in the environment is one line, like any other
-    except KernelbayError as err:
-        print(f"kernelbay: error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 1)
-    top, rest = _parser(plugins).parse_known_args(argv)
-    if top.trace:
-        from kernelbay._trace import enable_trace
-
-        enable_trace()
-    if top.command is None:
-        _parser(plugins).print_help()
-        return 2
-    description = COMMANDS[top.command][1] if top.command in COMMANDS else None
-    parser = argparse.ArgumentParser(prog=f"kernelbay {top.command}", description=description)
-    parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument(  # every command's, loaded here so that no command can ignore it
-        "--custom-module-dirs",
-        nargs="+",
-        default=[],
-        metavar="PATH",
-        help="import these .py files / package folders first; their registrations are external",
-    )
-    try:
-        handler = _command(top.command, plugins, parser)
+        top, rest = _parser(plugins).parse_known_args(argv)
+        if top.command is None:
+            _parser(plugins).print_help()
+            return 2
+        command = top.command
+        parser = argparse.ArgumentParser(prog=f"kernelbay {command}", description=COMMANDS.get(command, ("", None))[1])
+        # `--trace` before or after the command name
+        parser.add_argument("--trace", action="store_true", default=top.trace, help=argparse.SUPPRESS)
+        parser.add_argument(  # every command's, loaded here so that no command can ignore it
+            "--custom-module-dirs",
+            nargs="+",
+            default=[],
+            metavar="PATH",
+            help="import these .py files / package folders first; their registrations are external",
+        )
+        handler = _command(command, plugins, parser)
         args = parser.parse_args(rest)
-        if args.trace and not top.trace:
+        if args.trace:
             from kernelbay._trace import enable_trace
 
             enable_trace()
@@ -137,7 +127,7 @@ def _main(argv: list[str] | None) -> int:
             load_custom_module_dirs(args.custom_module_dirs)
         return handler(args)
     except KernelbayError as err:
-        print(f"kernelbay {top.command}: error: {err}", file=sys.stderr)
+        print(f"kernelbay{' ' + command if command else ''}: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)
 
 

@@ -7,6 +7,8 @@ import math
 
 
 def add_arguments(parser) -> None:
+    from kernelbay.registry._registry import MODEL_IMPLS
+
     parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
     parser.add_argument("--backend", metavar="NAME", help="attention backend to explain as requested")
     parser.add_argument(
@@ -28,7 +30,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--model-impl",
-        choices=("auto", "native", "transformers"),
+        choices=MODEL_IMPLS,
         default="auto",
         help="which provider to explain: auto (native if installed, else the transformers fallback), native, "
         "transformers",
