@@ -154,3 +154,30 @@ def test_without_the_family_plugin_an_unwritten_family_default_is_an_error(hook_
     hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-gpt")
     with pytest.raises(ConfigError, match=r"'intermediate_size' / .*'n_inner' is missing"):
         ModelConfig.from_pretrained(SHARED_CONFIGS / "gpt2")
+
+
+MLA_TINY = dict(
+    model_type="deepseek_v3", kv_lora_rank=32, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8
+)
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ({"q_lora": 8}, r"rule sets unknown MLASpec field\(s\) q_lora"),
+        ({"q_lora_rank": 0}, r"MLA q_lora_rank must be a positive int or None, got 0"),
+    ],
+)
+def test_dict_rule_setting_what_its_record_refuses_names_its_plugin(hook_env, write_config, answer, expected):
+    """A dict answer (mla, moe, rope) sets record fields: an unknown field or a value the record refuses is the
+    rule's fault, said with its point and plugin."""
+    hook_env().register(RulePlugin("deepseek_v3", mla=lambda c: answer), name="acme")
+    with pytest.raises(ConfigRuleError, match=expected + r".*\[the mla rule for model_type 'deepseek_v3' of acme"):
+        resolve(write_config, **MLA_TINY)
+
+
+def test_dict_rule_sets_the_fields_it_names(hook_env, write_config):
+    """An external rope rule displaces none (no built-in one for llama) and sets only the field it answers."""
+    hook_env().register(RulePlugin("llama", rope=lambda c: {"local_theta": 500.0}), name="acme")
+    rope = resolve(write_config).rope
+    assert (rope.local_theta, rope.rope_type) == (500.0, "default")

@@ -88,7 +88,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
     hidden, n_layers, heads, vocab = geo.core_sizes(f, encoder)
     mla = geo.resolve_mla(f, rules)
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
-    max_positions = _max_positions(f, encoder)
+    max_positions = geo.resolve_max_positions(f, encoder)
     if encoder:
         plan = LayerPlan((ENCODER,) * n_layers)
     else:
@@ -130,14 +130,6 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
         source=str(folder) if folder else None,
         hf_config=hf_config,
     )
-
-
-def _max_positions(f: Fields, encoder: bool) -> int:
-    if encoder and f.get("max_position_embeddings") is None:
-        image, patch = f.get_int("image_size"), f.get_int("patch_size")
-        if image and patch:
-            return (image // patch) ** 2  # one position per patch
-    return geo.resolve_max_positions(f)
 
 
 def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ..attention._geometry import MLASpec
 from ..dtypes import MODEL_DTYPES, canonical, normalize_dtype
 from ..errors import ConfigError
 from ._fields import MAX_LAYERS, Fields, check_size
 
 if TYPE_CHECKING:
     from ._rules import FamilyRules
-from ..attention._geometry import MLASpec
 
 HIDDEN = ("hidden_size", "n_embd", "d_model")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -78,7 +78,12 @@ def resolve_intermediate_size(f: Fields) -> int:
     raise f.missing(FFN)
 
 
-def resolve_max_positions(f: Fields) -> int:
+def resolve_max_positions(f: Fields, encoder: bool) -> int:
+    """The context length; a vision encoder's is one position per image patch unless written."""
+    if encoder and f.get("max_position_embeddings") is None:
+        image, patch = f.get_int("image_size"), f.get_int("patch_size")
+        if image and patch:
+            return (image // patch) ** 2
     value = f.get_int(*MAX_POSITIONS)
     if value is None:
         raise f.missing(MAX_POSITIONS)

@@ -61,18 +61,6 @@ class _Rejected(ValueError):
     """A JSON literal config.json may not hold; turned into MalformedConfig with the file named."""
 
 
-class _NonFinite:
-    """Stands in for NaN/Infinity while parsing, so the key that holds it can be named afterwards."""
-
-    def __init__(self, literal: str):
-        self.literal = literal
-
-
-def _finite_float(text: str) -> float | _NonFinite:
-    value = float(text)
-    return value if math.isfinite(value) else _NonFinite(text[:40])
-
-
 def _int64(text: str) -> int:
     if len(text.lstrip("-")) > 19 or abs(int(text)) >= 2**63:
         raise _Rejected(f"the integer {text[:40]}{'...' if len(text) > 40 else ''} does not fit in 64 bits")
@@ -83,7 +71,7 @@ def read_json(file: Path) -> Any:
     """The file's JSON, strict about what a config may hold; every refusal is a MalformedConfig naming `file`."""
     try:
         text = file.read_text(encoding="utf-8")
-        data = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float, parse_int=_int64)
+        data = json.loads(text, parse_int=_int64)  # NaN, Infinity and 1e999 parse as floats: refused below
     except UnicodeDecodeError as exc:
         raise MalformedConfig(f"{file} is not UTF-8 text (byte {exc.start}); is it really a config.json?") from None
     except json.JSONDecodeError as exc:
@@ -99,19 +87,19 @@ def read_json(file: Path) -> Any:
         raise MalformedConfig(f"{file} nests more than {MAX_JSON_DEPTH} levels deep; a config.json is a few levels.")
     if bad is not None:
         raise MalformedConfig(
-            f"{file}: {bad[0]} is {bad[1].literal}, which is not a finite JSON number "
+            f"{file}: {bad[0]} is {bad[1]}, which is not a finite JSON number "
             "(JSON has no NaN or Infinity); write a finite number, or null"
         )
     return data
 
 
-def _scan(data: Any) -> tuple[int, tuple[str, _NonFinite] | None]:
+def _scan(data: Any) -> tuple[int, tuple[str, float] | None]:
     """Nesting depth of parsed JSON and the first NaN/Infinity with its key path, without recursion."""
     deepest, bad, stack = 0, None, [(data, 1, "")]
     while stack:
         value, depth, path = stack.pop()
         deepest = max(deepest, depth)
-        if isinstance(value, _NonFinite) and bad is None:
+        if isinstance(value, float) and not math.isfinite(value) and bad is None:
             bad = (path or "the top level", value)
         items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
         stack.extend((child, depth + 1, f"{path}.{key}" if path else str(key)) for key, child in items)

@@ -173,24 +173,19 @@ class ModelConfig(Record):
         }
 
 
+OPTIONAL_SIZES = ("sliding_window", "attention_chunk_size")
+WIDTHS = ("hidden_size", "num_attention_heads", "head_dim", "v_head_dim", "intermediate_size", "vocab_size")
+SIZES = (*WIDTHS, "num_hidden_layers", "max_position_embeddings", *OPTIONAL_SIZES)
+
+
 def _size_problems(c: ModelConfig) -> list[str]:
-    """Every size an integer within bounds (the layer cap keeps per-layer tuples from exhausting memory)."""
-    sizes = {
-        "hidden_size": (1, MAX_DIMENSION),
-        "num_hidden_layers": (1, MAX_LAYERS),
-        "num_attention_heads": (1, MAX_DIMENSION),
-        "head_dim": (1, MAX_DIMENSION),
-        "v_head_dim": (1, MAX_DIMENSION),
-        "intermediate_size": (1, MAX_DIMENSION),
-        "max_position_embeddings": (1, MAX_DIMENSION),
-        "vocab_size": (0 if c.is_encoder_only else 1, MAX_DIMENSION),  # a vision encoder has no vocabulary
-        "sliding_window": (1, MAX_DIMENSION),
-        "attention_chunk_size": (1, MAX_DIMENSION),
-    }
+    """Every size an integer within bounds (the layer cap keeps per-layer tuples from exhausting memory); a vision
+    encoder has no vocabulary (0), a window and a chunk may be unset."""
     problems = []
-    for name, (low, high) in sizes.items():
-        value = getattr(c, name)
-        if value is None and name in ("sliding_window", "attention_chunk_size"):
+    for name in SIZES:
+        value, low = getattr(c, name), 0 if name == "vocab_size" and c.is_encoder_only else 1
+        high = MAX_LAYERS if name == "num_hidden_layers" else MAX_DIMENSION
+        if value is None and name in OPTIONAL_SIZES:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             problems.append(f"{name}={value!r} must be an integer from {low} to {high}")
