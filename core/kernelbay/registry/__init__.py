@@ -103,8 +103,10 @@ def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
 
 
 def registered_slots(obj) -> list[tuple[str, str]]:
-    """Every (kind, name) `obj` registered for, including slots it lost since."""
-    return list(vars(obj).get("__kernelbay_slots__", ())) if hasattr(obj, "__dict__") else []
+    """Every (kind, name) `obj` registered for in this process, including slots it lost since."""
+    from ._registry import _IMPORT_TIME
+
+    return list(dict.fromkeys(reg.key for regs in _IMPORT_TIME.values() for reg, o in regs if o is obj))
 
 
 __all__ = [

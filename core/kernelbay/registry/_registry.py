@@ -38,10 +38,6 @@ from ._records import (
     origin_of,
 )
 
-TYPE_CHECKING = False  # typing's constant without importing typing (registering a plugin must stay cheap)
-if TYPE_CHECKING:
-    from typing import Any
-
 MODEL_IMPLS = ("auto", "native", "transformers")
 
 
@@ -135,8 +131,6 @@ class Registry:
             frame, provider = self._credit(caller or owner)
             regs = [Registration(kind, n, key_target, provider) for n in names]
             objects = {} if isinstance(target, str) else {key_target: target}
-            if objects:
-                _remember_slots(target, [(kind, n) for n in names])
             if frame is not None:  # committed when the provider's import succeeds
                 frame.registrations.extend(regs)
                 frame.objects.update(objects)
@@ -474,7 +468,8 @@ class Registry:
 
 
 # Registrations each module made while it executed, process-wide: a registry created after a
-# provider was imported (reset_registry, a second Registry) replays them instead of losing them.
+# provider was imported (reset_registry, a second Registry) replays them instead of losing them, and
+# `registered_slots(obj)` reads every slot an object registered for.
 _IMPORT_TIME: dict[str, list[tuple[Registration, object | None]]] = {}
 
 
@@ -518,16 +513,6 @@ def _target_and_owner(target: object) -> tuple[str, str]:
     if not owner or not qualname:
         raise TypeError(f"register_*: cannot register {target!r}: it has no __module__/__qualname__")
     return f"{owner}:{qualname}", owner
-
-
-def _remember_slots(obj: Any, keys: list[tuple[str, str]]) -> None:  # any target: usually a class
-    """Each class remembers every slot it registered for, even one it later loses."""
-    try:
-        if "__kernelbay_slots__" not in vars(obj):
-            obj.__kernelbay_slots__ = []
-        obj.__kernelbay_slots__.extend(k for k in keys if k not in obj.__kernelbay_slots__)
-    except (TypeError, AttributeError):
-        pass  # not a class or not writable (a builtin): nothing to remember on
 
 
 _dist_cache: Mapping[str, list[str]] | None = None
