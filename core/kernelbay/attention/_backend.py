@@ -13,7 +13,6 @@ from . import _cache_ops as ops
 from ._capabilities import (
     ATTENTION_CHECKS,
     ATTENTION_GEOMETRY,
-    ATTENTION_VOCABULARIES,
     AttentionRequirements,
     Kernel,
     KernelContractError,
@@ -38,18 +37,15 @@ class AttentionForwardArgs:
     output: Any = None
     """Optional preallocated output tensor [T, num_heads, v_head_dim] to write into."""
     topk_indices: Any = None
-    """DSA layers only (sparse mode "dsa"): [T, index_topk] integer tensor, the keys each query attends to as
-    positions in its own request's sequence (0 .. seq_len - 1, the layer's causal mask still applies); -1 pads
-    a row whose query sees fewer keys. The indexer picks them (model code) before the layer attends."""
+    """DSA layers only: [T, index_topk] integer tensor, the keys each query attends to as positions in its own
+    request's sequence (-1 pads; the causal mask still applies), picked by the model's indexer."""
     sinks: Any = None
-    """Layers with attention sinks only (geometry.sinks): [num_heads] float tensor, each head's learned sink
-    logit, which joins the softmax denominator (exp(sink) added to the sum; it contributes no value)."""
+    """Layers with attention sinks only (geometry.sinks): [num_heads] float tensor of per-head sink logits."""
 
     def __post_init__(self):
-        if not isinstance(self.causal, bool):
-            raise TypeError(f"AttentionForwardArgs.causal must be a bool, got {self.causal!r}")
-        if not isinstance(self.update_kv_cache, bool):
-            raise TypeError(f"AttentionForwardArgs.update_kv_cache must be a bool, got {self.update_kv_cache!r}")
+        for name in ("causal", "update_kv_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"AttentionForwardArgs.{name} must be a bool, got {getattr(self, name)!r}")
 
 
 _DEFAULT_ARGS = AttentionForwardArgs()
@@ -66,7 +62,6 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
     KIND = "attention backend"
     CHECKS = ATTENTION_CHECKS
     GEOMETRY = ATTENTION_GEOMETRY
-    VOCABULARIES = ATTENTION_VOCABULARIES
     ContractError = AttentionContractError
     Metadata: ClassVar[type[AttentionMetadata]] = AttentionMetadata
     Options: ClassVar[type] = NoOptions
@@ -195,8 +190,9 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
             raise TypeError(f"forward_args must be an AttentionForwardArgs, got {type(forward_args).__name__}")
         args = forward_args or _DEFAULT_ARGS
         self._check_inputs(q, metadata)
-        self._check_topk(q, args)
-        self._check_sinks(q, args)
+        g = self.geometry
+        self._check_extra("topk_indices", args.topk_indices, (q.shape[0], g.indexer.index_topk) if g.indexer else None)
+        self._check_extra("sinks", args.sinks, (g.num_heads,) if g.sinks else None)
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
@@ -229,35 +225,20 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
                 f"{g.head_dim}], got {tuple(q.shape)}"
             )
 
-    def _check_topk(self, q: torch.Tensor, args: AttentionForwardArgs) -> None:
-        """A DSA layer attends to the indexer's picks only, so it needs them; any other layer must not get them."""
-        g, topk = self.geometry, args.topk_indices
-        if g.indexer is None:
-            if topk is not None:
-                raise ValueError(f"layer {g.layer_idx}: topk_indices given to a layer without an indexer (not DSA)")
+    def _check_extra(self, name: str, value, shape: tuple | None) -> None:
+        """A DSA layer needs its indexer's picks and a sinks layer its per-head logits (`shape`: what the layer
+        needs, None when it has no such input); any other layer must not get them."""
+        layer, (floating, dims, meaning, has, lacks) = self.geometry.layer_idx, _EXTRAS[name]
+        if shape is None:
+            if value is not None:
+                raise ValueError(f"layer {layer}: {name} given to a layer {lacks}")
             return
-        want = (q.shape[0], g.indexer.index_topk)
-        if not isinstance(topk, torch.Tensor) or tuple(topk.shape) != want or topk.is_floating_point():
-            got = f"{topk.dtype} {tuple(topk.shape)}" if isinstance(topk, torch.Tensor) else repr(topk)
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape or value.is_floating_point() != floating:
+            got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)
+            kind = "a float" if floating else "an integer"
             raise ValueError(
-                f"layer {g.layer_idx} is DSA: pass AttentionForwardArgs(topk_indices=...), an integer tensor "
-                f"[T, index_topk] = {list(want)} of key positions (-1 pads), got {got}"
-            )
-
-    def _check_sinks(self, q: torch.Tensor, args: AttentionForwardArgs) -> None:
-        """A sinks layer cannot attend right without its per-head logits; any other layer must not get them."""
-        g, sinks = self.geometry, args.sinks
-        if not g.sinks:
-            if sinks is not None:
-                raise ValueError(
-                    f"layer {g.layer_idx}: sinks given to a layer built without them; build it with sinks=True"
-                )
-            return
-        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (g.num_heads,) or not sinks.is_floating_point():
-            got = f"{sinks.dtype} {tuple(sinks.shape)}" if isinstance(sinks, torch.Tensor) else repr(sinks)
-            raise ValueError(
-                f"layer {g.layer_idx} has attention sinks: pass AttentionForwardArgs(sinks=...), a float tensor "
-                f"[num_heads] = [{g.num_heads}] of per-head sink logits, got {got}"
+                f"layer {layer} {has}: pass AttentionForwardArgs({name}=...), {kind} tensor {dims} = {list(shape)} "
+                f"of {meaning}, got {got}"
             )
 
     def _mla_plane(self, mla: MLASpec) -> torch.Tensor:
@@ -308,6 +289,14 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layer={self.geometry.layer_idx}, {self.geometry.attn_type.value})"
+
+
+_NO_SINKS = "built without them; build it with sinks=True"
+# forward's per-layer inputs: floating, shape, what they are, what a layer needing them is / one refusing them lacks.
+_EXTRAS = {
+    "topk_indices": (False, "[T, index_topk]", "key positions (-1 pads)", "is DSA", "without an indexer (not DSA)"),
+    "sinks": (True, "[num_heads]", "per-head sink logits", "has attention sinks", _NO_SINKS),
+}
 
 
 def backend_class(backend: str | type[AttentionBackend]) -> type[AttentionBackend]:

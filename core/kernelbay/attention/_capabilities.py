@@ -4,9 +4,9 @@ attention layers needs (a hashable requirements record, so selection can be cach
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -26,6 +26,15 @@ class _Any:
 
 
 ANY = _Any()
+
+
+class Check(NamedTuple):
+    """One row of a kernel kind's declaration table: the requirement field a declaration answers."""
+
+    field: str
+    declared: str
+    feature: str | None = None  # a boolean declaration: what its failure line calls the feature
+    names: Collection[str] | None = None  # a closed vocabulary: the names the declaration may hold
 
 
 class Requirements:
@@ -52,13 +61,10 @@ class Kernel:
 
     name: ClassVar[str] = ""
     KIND: ClassVar[str] = "kernel"
-    CHECKS: ClassVar[tuple[tuple[str, str, str | None], ...]] = ()
-    """Requirement field, declaration, and for a boolean feature what its failure says (None: a set of values),
-    in the order failures are listed."""
+    CHECKS: ClassVar[tuple[Check, ...]] = ()
+    """The kind's declarations, in the order failures are listed."""
     GEOMETRY: ClassVar[frozenset[str]] = frozenset()
     """The requirement fields fixed when an instance is built (construction refuses them)."""
-    VOCABULARIES: ClassVar[Mapping[str, Collection[str]]] = {}
-    """The declarations that must name known values: declaration -> the names it may hold."""
     ContractError: ClassVar[type[KernelContractError]] = KernelContractError
 
     def __init_subclass__(cls, **kwargs):
@@ -75,12 +81,8 @@ class Kernel:
         """Every capability `req` needs that this kernel does not declare, one line each, then availability
         (empty: capable). `fields` limits the question to those fields (construction asks GEOMETRY, option
         validation everything but availability); an override must accept and pass it on."""
-        checked = [
-            _failure(cls, field, declared, what, getattr(req, field))
-            for field, declared, what in cls.CHECKS
-            if fields is None or field in fields
-        ]
-        failures = [line for line in checked if line]
+        asked = [check for check in cls.CHECKS if fields is None or check.field in fields]
+        failures = [line for check in asked if (line := _failure(cls, check, getattr(req, check.field)))]
         if fields is None and (unavailable := _unavailable(cls, cls.is_available())):
             failures.append(unavailable)
         return failures
@@ -223,24 +225,23 @@ def _kind_and_sparse(layer_kind: str) -> tuple[AttentionType, str]:
 
 # The attention backend's table (AttentionBackend.CHECKS), geometry first.
 ATTENTION_CHECKS = (
-    ("head_size", "head_sizes", None),
-    ("use_mla", "mla", "multi-head latent attention"),
-    ("sliding_window", "sliding_window", "sliding-window attention"),
-    ("encoder", "encoder", "bidirectional encoder attention"),
-    ("chunked_attention", "chunked_attention", "chunked attention"),
-    ("logit_softcap", "logit_softcap", "attention logit soft-capping"),
-    ("sinks", "sinks", "attention sinks"),
-    ("dtype", "dtypes", None),
-    ("kv_cache_dtype", "kv_cache_dtypes", None),
-    ("block_size", "block_sizes", None),
-    ("kv_layout", "kv_layouts", None),
-    ("sparse_mode", "sparse_modes", None),
-    ("platform", "platforms", None),
+    Check("head_size", "head_sizes"),
+    Check("use_mla", "mla", "multi-head latent attention"),
+    Check("sliding_window", "sliding_window", "sliding-window attention"),
+    Check("encoder", "encoder", "bidirectional encoder attention"),
+    Check("chunked_attention", "chunked_attention", "chunked attention"),
+    Check("logit_softcap", "logit_softcap", "attention logit soft-capping"),
+    Check("sinks", "sinks", "attention sinks"),
+    Check("dtype", "dtypes", names=MODEL_DTYPES),
+    Check("kv_cache_dtype", "kv_cache_dtypes", names=KV_CACHE_DTYPES),
+    Check("block_size", "block_sizes"),
+    Check("kv_layout", "kv_layouts", names=tuple(KVLayout)),
+    Check("sparse_mode", "sparse_modes"),
+    Check("platform", "platforms"),
 )
 ATTENTION_GEOMETRY = frozenset(  # fixed when a layer is built; dtypes, cache and platform are chosen at run time
     {"head_size", "use_mla", "sliding_window", "encoder", "chunked_attention", "logit_softcap", "sparse_mode", "sinks"}
 )
-ATTENTION_VOCABULARIES = {"dtypes": MODEL_DTYPES, "kv_cache_dtypes": KV_CACHE_DTYPES, "kv_layouts": tuple(KVLayout)}
 
 
 def _listed(values) -> str:
@@ -261,26 +262,27 @@ def _unavailable(cls, answer) -> str | None:
     return None if available else f"available: {reason}"
 
 
-def _failure(cls, field: str, declared: str, what: str | None, wanted) -> str | None:
-    if what is not None:
-        return f"{declared}: {what} is not supported" if wanted and not getattr(cls, declared) else None
-    if wanted is None or wanted in getattr(cls, declared):
+def _failure(cls, check: Check, wanted) -> str | None:
+    declared = getattr(cls, check.declared)
+    if check.feature is not None:
+        return f"{check.declared}: {check.feature} is not supported" if wanted and not declared else None
+    if wanted is None or wanted in declared:
         return None
-    return f"{field}: {wanted} is not supported (supported: {_listed(getattr(cls, declared))})"
+    return f"{check.field}: {wanted} is not supported (supported: {_listed(declared)})"
 
 
 def check_declarations(cls) -> None:
     """Refuse a kernel class whose declarations cannot be right, naming the attribute (at class creation)."""
     problems = []
-    for _field, declared, what in cls.CHECKS:
-        values = getattr(cls, declared)
-        if what is not None or values is ANY:
+    for check in cls.CHECKS:
+        values = getattr(cls, check.declared)
+        if check.feature is not None or values is ANY:
             continue
-        needs = "__iter__" if declared in cls.VOCABULARIES else "__contains__"  # names are checked one by one
+        needs = "__contains__" if check.names is None else "__iter__"  # names are checked one by one
         if isinstance(values, str) or not hasattr(values, needs):
-            problems.append(f"{declared} must be a set of values or ANY, got {values!r}")
-        elif declared in cls.VOCABULARIES and (unknown := set(values) - set(cls.VOCABULARIES[declared])):
-            problems.append(f"{declared}: unknown name(s) {', '.join(sorted(map(str, unknown)))}")
+            problems.append(f"{check.declared} must be a set of values or ANY, got {values!r}")
+        elif check.names is not None and (unknown := set(values) - set(check.names)):
+            problems.append(f"{check.declared}: unknown name(s) {', '.join(sorted(map(str, unknown)))}")
     block_sizes, preferred = getattr(cls, "block_sizes", None), getattr(cls, "preferred_block_size", None)
     if block_sizes and preferred not in block_sizes:
         problems.append(f"preferred_block_size {preferred} is not among block_sizes {_listed(block_sizes)}")

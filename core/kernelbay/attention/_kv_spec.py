@@ -11,13 +11,8 @@ from ._geometry import KVLayout
 
 @dataclass(frozen=True, slots=True)
 class KVCacheSpec:
-    """Paged-cache geometry of one attention layer.
-
-    Standard layers cache k and v: `planes == 2`, each token stores `num_kv_heads x head_dim` per plane.
-    MLA layers cache the compressed latent `kv_lora_rank + qk_rope_head_dim` once: `planes == 1`,
-    `num_kv_heads == 1`, `head_dim == latent width`. A DSA layer's indexer keys ride in the same plane:
-    `index_head_dim` more elements after the latent of each token (the cache's last dim is their sum).
-    """
+    """Paged-cache geometry of one attention layer: k and v planes of `num_kv_heads x head_dim` per token, or
+    for MLA one plane of the latent (`num_kv_heads == 1`), with a DSA layer's indexer keys after it."""
 
     num_kv_heads: int
     head_dim: int
@@ -29,10 +24,8 @@ class KVCacheSpec:
     index_head_dim: int = 0
     """DSA (MLA only): the indexer key cached per token after the latent; 0 when the layer has no indexer."""
     stride_order: tuple[int, ...] = (0, 1, 2, 3, 4)
-    """Physical order of the `cache_shape` dims in memory, outermost first (vLLM's
-    `get_kv_cache_stride_order`). The tensor always has the logical `cache_shape`; e.g. (0, 3, 1, 2, 4)
-    with NHD stores each KV head's blocks together, so a run of consecutive blocks is one contiguous
-    [tokens, head_dim] matrix per head."""
+    """Physical order of the `cache_shape` dims in memory, outermost first (the tensor keeps its logical shape;
+    (0, 3, 1, 2, 4) with NHD stores each KV head's blocks together)."""
 
     def __post_init__(self):
         for name in ("num_kv_heads", "head_dim", "block_size"):
@@ -79,10 +72,7 @@ class KVCacheSpec:
 
     @property
     def page_size_bytes(self) -> int:
-        """Bytes one block takes across its planes, with any scale storage the spec allocates (vLLM's name).
-
-        The engine plans its block count from this; it reads `bytes_per_block`, so a spec that stores more
-        per block (e.g. per-block scales beside an int8 payload) is counted as it allocates."""
+        """vLLM's name for `bytes_per_block` (which a spec storing more, scales say, overrides): the engine's plan."""
         return self.bytes_per_block
 
     def cache_shape(self, num_blocks: int) -> tuple[int, ...]:
@@ -92,9 +82,8 @@ class KVCacheSpec:
         return (self.planes, num_blocks, self.num_kv_heads, self.block_size, self.entry_width)
 
     def allocate(self, num_blocks: int, device="cpu"):
-        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`.
-
-        On the CPU its pages stay unresident until written (see `zeroed`): a large cache costs memory as it fills."""
+        """A zeroed cache tensor of `cache_shape(num_blocks)` in the storage dtype, laid out in `stride_order`
+        (`zeroed`: on the CPU a large cache costs memory as it fills)."""
         shape = self.cache_shape(num_blocks)
         physical = zeroed([shape[d] for d in self.stride_order], torch_dtype(self.dtype), device)
         inverse = sorted(range(5), key=self.stride_order.__getitem__)

@@ -1,4 +1,4 @@
-"""The selector: an attention backend per layer group, with a reason for every candidate.
+"""The selector: a kernel per layer group (attention backends, MoE kernels), with a reason for every candidate.
 
 One selection path and one cache: `select_attention_backend` is the one-group case of
 `select_for_layer_groups`, and `select_for_model` builds the groups from a resolved ModelConfig."""
@@ -93,60 +93,6 @@ class SelectionResult:
         return "\n".join([head, *candidate_lines([c.to_dict() for c in self.candidates], 12)])
 
 
-def _resolve_platform(platform):
-    from ..platforms import Platform, current_platform, get_platform
-
-    if platform is None:
-        return current_platform()
-    return platform if isinstance(platform, Platform) else get_platform(str(platform))
-
-
-def load_backend(kind: str, name: str) -> tuple[Any, str | None]:
-    """The class an installed name resolves to, or why not: a broken backend is a reason, never a crash."""
-    from ..registry import resolve
-
-    try:
-        return resolve(kind, name), None
-    except Exception as exc:  # noqa: BLE001
-        return None, f"failed to import: {type(exc).__name__}: {exc}"
-
-
-def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
-    """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
-    if name not in installed:
-        return None, (_NOT_INSTALLED,)
-    cls, broken = load_backend(kind, name)
-    if cls is None:
-        return None, (str(broken),)
-    try:
-        failures = cls.capability_failures(req)
-    except Exception as exc:  # noqa: BLE001
-        return cls, (f"capability check of {name} raised {type(exc).__name__}: {exc}",)
-    if not isinstance(failures, (list, tuple)) or not all(isinstance(f, str) for f in failures):
-        # a junk answer (None, a bare string) must neither crash selection nor pass as "capable"
-        return cls, (f"{name}.capability_failures() must return a list of failure strings, got {failures!r}",)
-    return cls, tuple(failures)
-
-
-class _Verdict(NamedTuple):
-    name: str
-    source: str
-    cls: type | None
-    failures: tuple[str, ...]
-
-
-def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str) -> list[_Verdict]:
-    """Every candidate (platform priority first, then every installed backend) with its failures."""
-    order = dict.fromkeys(priority, "platform priority")
-    for name in installed:
-        order.setdefault(name, "installed")
-    return [_Verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()]
-
-
-def _requested_name(requested: str | None, kind: str = "attention_backend") -> str | None:
-    return requested or os.environ.get(KERNEL_KINDS[kind][1]) or None
-
-
 @dataclass(frozen=True, slots=True)
 class LayerGroupSelection:
     """One SelectionResult per layer group; `shared` when a single backend serves every group."""
@@ -179,12 +125,15 @@ def select_for_layer_groups(
 ) -> LayerGroupSelection:
     """Select per group; the first candidate capable for *every* group wins them all, else each its own.
     `kind`: a KERNEL_KINDS slot kind (kernelbay.moe selects its kernels here with MoERequirements)."""
-    if not groups:
-        raise ValueError("select_for_layer_groups needs at least one layer group")
-    plat = _resolve_platform(platform)
-    items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
+    from ..platforms import Platform, current_platform, get_platform
     from ..registry import names
 
+    if not groups:
+        raise ValueError("select_for_layer_groups needs at least one layer group")
+    if platform is None:
+        platform = current_platform()
+    plat = platform if isinstance(platform, Platform) else get_platform(str(platform))
+    items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     priority = tuple(getattr(plat, KERNEL_KINDS[kind][2])())
     return _select_groups(items, _requested_name(requested, kind), plat.name, priority, tuple(names(kind)), kind)
 
@@ -206,19 +155,68 @@ def select_for_model(
     return select_for_layer_groups(groups, requested=requested, platform=platform)
 
 
+def clear_selection_cache() -> None:
+    """Forget cached selections (after registering or unloading backends at runtime)."""
+    _select_groups.cache_clear()
+
+
+def _requested_name(requested: str | None, kind: str = "attention_backend") -> str | None:
+    return requested or os.environ.get(KERNEL_KINDS[kind][1]) or None
+
+
+def load_backend(kind: str, name: str) -> tuple[Any, str | None]:
+    """The class an installed name resolves to, or why not: a broken backend is a reason, never a crash."""
+    from ..registry import resolve
+
+    try:
+        return resolve(kind, name), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"failed to import: {type(exc).__name__}: {exc}"
+
+
+class _Verdict(NamedTuple):
+    name: str
+    source: str
+    cls: type | None
+    failures: tuple[str, ...]
+
+    @property
+    def capable(self) -> bool:
+        return self.cls is not None and not self.failures
+
+
+def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str) -> dict[str, _Verdict]:
+    """Every candidate (platform priority first, then every installed backend) with its failures."""
+    order = dict.fromkeys(priority, "platform priority") | {n: "installed" for n in installed if n not in priority}
+    return {name: _Verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()}
+
+
+def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
+    """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
+    if name not in installed:
+        return None, (_NOT_INSTALLED,)
+    cls, broken = load_backend(kind, name)
+    if cls is None:
+        return None, (str(broken),)
+    try:
+        failures = cls.capability_failures(req)
+    except Exception as exc:  # noqa: BLE001
+        return cls, (f"capability check of {name} raised {type(exc).__name__}: {exc}",)
+    if not isinstance(failures, (list, tuple)) or not all(isinstance(f, str) for f in failures):
+        # a junk answer (None, a bare string) must neither crash selection nor pass as "capable"
+        return cls, (f"{name}.capability_failures() must return a list of failure strings, got {failures!r}",)
+    return cls, tuple(failures)
+
+
 @functools.lru_cache(maxsize=256)
-def _select_groups(
-    items, requested, platform_name, priority, installed, kind="attention_backend"
-) -> LayerGroupSelection:
+def _select_groups(items, requested, platform_name, priority, installed, kind) -> LayerGroupSelection:
     label = KERNEL_KINDS[kind][0]
     verdicts = {name: _verdicts(req, priority, installed, kind) for name, req in items}
-    if requested is not None:
-        for name, req in items:
-            _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req, kind)
-    shared = requested or _first_capable_everywhere(verdicts)
-    outcomes = tuple(
-        (name, *_group_result(name, req, verdicts, shared, requested, platform_name)) for name, req in items
-    )
+    for name, req in items if requested else ():
+        _check_requested(name if len(items) > 1 else None, requested, verdicts[name], req, kind)
+    first = next(iter(verdicts.values()))
+    shared = requested or next((n for n in first if all(vs[n].capable for vs in verdicts.values())), None)
+    outcomes = tuple((g, *_group_result(g, req, verdicts, shared, requested, platform_name)) for g, req in items)
     for (name, req), (_, result, reports) in zip(items, outcomes, strict=True):
         if result is None:  # every group's outcome travels with the error (explain shows them all)
             where = f"layer group {name!r}: " if len(items) > 1 else ""
@@ -233,15 +231,57 @@ def _select_groups(
             failed = (": " + "; ".join(c.failures)) if c.failures else ""
             trace("  candidate %s for %s (%s): %s%s", c.name, name, c.source, c.reason, failed)
         _warn_broken_priority(result, label)
-        trace(
-            "select %s %s for %s (%s) on %s",
-            label,
-            result.backend_name,
-            name,
-            result.requirements.describe(),
-            platform_name,
-        )
+        desc = result.requirements.describe()
+        trace("select %s %s for %s (%s) on %s", label, result.backend_name, name, desc, platform_name)
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
+
+
+def _check_requested(group: str | None, requested: str, verdicts: dict[str, _Verdict], req, kind: str) -> None:
+    from ..registry import names
+
+    label, env, _ = KERNEL_KINDS[kind]
+    where = f"layer group {group!r}: " if group else ""
+    verdict = verdicts.get(requested)
+    if verdict is None or verdict.failures == (_NOT_INSTALLED,):
+        message = unknown_name_message(label, requested, names(kind))
+        raise UnknownBackend(f"{where}{message} (requested via argument or {env})")
+    if verdict.failures:
+        raise BackendNotCapable(
+            f"{where}requested {label} {requested} cannot run {req.describe()}; failed capabilities:",
+            verdict.failures,
+        )
+
+
+def _group_result(group, req, verdicts, shared, requested, platform_name):
+    """(the group's SelectionResult or None where no candidate can run it, every candidate's report)."""
+    own, others = verdicts[group], {g: vs for g, vs in verdicts.items() if g != group}
+    winner = shared or next((v.name for v in own.values() if v.capable), None)
+    reports = tuple(_report(v, winner, requested, shared, others) for v in own.values())
+    if winner is None:
+        return None, reports
+    return SelectionResult(winner, own[winner].cls, req, platform_name, requested, reports), reports
+
+
+def _report(v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict):
+    reason = _reason(v, winner, requested, shared, others)
+    return CandidateReport(v.name, v.source, v.name == winner and not v.failures, reason, v.failures)
+
+
+def _reason(v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict) -> str:
+    if v.failures:
+        return "not capable"
+    if v.name == winner:
+        if requested:
+            return "requested and capable"
+        if not others:
+            return "first capable candidate in priority order"
+        return "first candidate capable for every layer group" if shared else "first capable candidate"
+    if requested:
+        return f"capable, but {winner} was requested"
+    lacking = [g for g, vs in others.items() if not vs[v.name].capable]
+    if shared and lacking:
+        return f"capable here, but not for layer group(s) {', '.join(lacking)}; {winner} serves every group"
+    return f"capable, but {winner} comes first"
 
 
 _WARNED_BROKEN: set[tuple[str, str]] = set()
@@ -261,71 +301,3 @@ def _warn_broken_priority(result: SelectionResult, label: str) -> None:
                 result.backend_name,
                 c.failures[0],
             )
-
-
-def _check_requested(group: str | None, requested: str, verdicts: list[_Verdict], req, kind: str) -> None:
-    from ..registry import names
-
-    label, env, _ = KERNEL_KINDS[kind]
-    where = f"layer group {group!r}: " if group else ""
-    verdict = next((v for v in verdicts if v.name == requested), None)
-    if verdict is None or verdict.failures == (_NOT_INSTALLED,):
-        raise UnknownBackend(
-            where + unknown_name_message(label, requested, names(kind)) + f" (requested via argument or {env})"
-        )
-    if verdict.failures:
-        raise BackendNotCapable(
-            f"{where}requested {label} {requested} cannot run {req.describe()}; failed capabilities:",
-            verdict.failures,
-        )
-
-
-def _first_capable_everywhere(verdicts: dict) -> str | None:
-    order = [v.name for v in next(iter(verdicts.values()))]
-    return next((name for name in order if all(_capable(vs, name) for vs in verdicts.values())), None)
-
-
-def _capable(verdicts, name: str) -> bool:
-    return any(v.name == name and v.cls is not None and not v.failures for v in verdicts)
-
-
-def _group_result(group, req, verdicts, shared, requested, platform_name):
-    """(the group's SelectionResult or None where no candidate can run it, every candidate's report)."""
-    own = verdicts[group]
-    winner = shared or next((v.name for v in own if v.cls is not None and not v.failures), None)
-    others = {g: vs for g, vs in verdicts.items() if g != group}
-    reports = tuple(_report(v, winner, requested, shared, others) for v in own)
-    if winner is None:
-        return None, reports
-    cls = next(v.cls for v in own if v.name == winner)
-    return SelectionResult(winner, cls, req, platform_name, requested, reports), reports
-
-
-def _report(
-    v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict
-) -> CandidateReport:
-    lacking = [g for g, vs in others.items() if not _capable(vs, v.name)]
-    if v.failures:
-        reason = "not capable"
-    elif v.name == winner:
-        reason = _winner_reason(requested, shared, others)
-    elif requested:
-        reason = f"capable, but {winner} was requested"
-    elif shared and lacking:
-        reason = f"capable here, but not for layer group(s) {', '.join(lacking)}; {winner} serves every group"
-    else:
-        reason = f"capable, but {winner} comes first"
-    return CandidateReport(v.name, v.source, v.name == winner and not v.failures, reason, v.failures)
-
-
-def _winner_reason(requested: str | None, shared: str | None, others: dict) -> str:
-    if requested:
-        return "requested and capable"
-    if not others:
-        return "first capable candidate in priority order"
-    return "first candidate capable for every layer group" if shared else "first capable candidate"
-
-
-def clear_selection_cache() -> None:
-    """Forget cached selections (after registering or unloading backends at runtime)."""
-    _select_groups.cache_clear()

@@ -163,7 +163,7 @@ def _capability_lines(cls, o: AttentionOptions) -> list[str]:
     except ValueError:
         return []  # a bad name, size or MLA geometry is reported by the other rules
     # every declaration, not availability: options may be checked on another machine than they run on
-    fields = {field for field, _, _ in cls.CHECKS} - (set() if o.head_size or mla else {"head_size"})
+    fields = {check.field for check in cls.CHECKS} - (set() if o.head_size or mla else {"head_size"})
     return [f"attention backend {cls.name}: {line}" for line in cls.capability_failures(req, fields=fields)]
 
 

@@ -3,13 +3,13 @@ and its selection: the attention selector's machinery (one cache, a reason per c
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ..attention._capabilities import Kernel, KernelContractError, Requirements, _Any
+from ..attention._capabilities import Check, Kernel, KernelContractError, Requirements, _Any
 from ..attention._selector import SelectionResult, _requested_name, select_for_layer_groups
 from ..dtypes import MODEL_DTYPES, normalize_dtype
 from ._geometry import ExpertWeights, MoEGeometry
@@ -56,20 +56,14 @@ class MoEBackend(Kernel):
 
     KIND = "MoE backend"
     CHECKS = (
-        ("activation", "activations", None),
-        ("routing", "routings", None),
-        ("weight_format", "weight_formats", None),
-        ("bias", "bias", "an expert bias"),
-        ("dtype", "dtypes", None),
-        ("platform", "platforms", None),
+        Check("activation", "activations", names=ACTIVATIONS),
+        Check("routing", "routings", names=ROUTINGS),
+        Check("weight_format", "weight_formats", names=WEIGHT_FORMATS),
+        Check("bias", "bias", "an expert bias"),
+        Check("dtype", "dtypes", names=MODEL_DTYPES),
+        Check("platform", "platforms"),
     )
     GEOMETRY = frozenset({"activation", "weight_format", "bias"})
-    VOCABULARIES: ClassVar[Mapping[str, Collection[str]]] = {
-        "activations": ACTIVATIONS,
-        "routings": ROUTINGS,
-        "weight_formats": WEIGHT_FORMATS,
-        "dtypes": MODEL_DTYPES,
-    }
     ContractError = MoEContractError
     dtypes: ClassVar[Collection[str] | _Any] = frozenset()
     activations: ClassVar[Collection[str] | _Any] = frozenset()
