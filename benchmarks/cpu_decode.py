@@ -225,19 +225,21 @@ def _kernelbay_weight_bytes(model) -> int:
     """Bytes a decode step reads: parameters once each, packed/quantized weights, not the embedding table
     (a step reads a few of its rows) unless the LM head reads it."""
     from kernelbay_engine.layers.linear import Linear
+    from kernelbay_engine.models.base import activation_dtype_device
 
-    embed = model.input_embeddings().weight
+    dtype = activation_dtype_device(model)[0]
+    embed = model.input_embeddings()._parameters.get("weight")  # None: a table held as codes (rows gathered)
     seen, total = {id(embed)}, 0
     for p in model.parameters():
         if id(p) not in seen:
             seen.add(id(p))
             total += p.numel() * p.element_size()
-    if any(p is embed for p in model.lm_head.parameters()):  # a dense tied head reads the whole table
+    if embed is not None and any(p is embed for p in model.lm_head.parameters()):  # a dense tied head reads it all
         total += embed.numel() * embed.element_size()
     for layer in model.modules():
         if isinstance(layer, Linear) and "weight" not in layer._parameters:
             nbytes = getattr(layer.method, "nbytes", None)
-            total += nbytes if nbytes is not None else layer.out_features * layer.in_features * embed.element_size()
+            total += nbytes if nbytes is not None else layer.out_features * layer.in_features * dtype.itemsize
     return total
 
 

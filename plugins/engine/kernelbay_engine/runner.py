@@ -27,6 +27,7 @@ from kernelbay.attention import AttentionMetadata
 from kernelbay.attention import StepRequest as MetadataRow
 from kernelbay_engine._runner_cache import CachePlan, plan_cache
 from kernelbay_engine.kv_cache import KVCacheManager
+from kernelbay_engine.models.base import activation_dtype_device
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class StepRequest:
 
 def _model_dtype(model: torch.nn.Module) -> str:
     """The dtype activations run in: the embedding table's (FP8 layers dequantise into it)."""
-    return str(model.input_embeddings().weight.dtype).removeprefix("torch.")
+    return str(activation_dtype_device(model)[0]).removeprefix("torch.")
 
 
 def _require_loaded(model: torch.nn.Module) -> None:
@@ -84,7 +85,7 @@ class ModelRunner:
     ):
         _require_loaded(model)
         self.model = model.eval()
-        self.device = model.input_embeddings().weight.device
+        self.device = activation_dtype_device(model)[1]
         self.block_size = block_size
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
         self.cache: CachePlan = plan_cache(

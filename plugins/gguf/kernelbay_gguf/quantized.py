@@ -11,6 +11,9 @@ like the float path, a tied LM head from the embedding's tensor):
   (`quantize(dense, 8, 32)`: per group an error of at most half of max|w| / 127, below each type's own step);
 - F32 / F16 / BF16 (not quantized in the file) and per-expert weights keep the weights as loaded.
 
+The token embedding table takes the same form as its tensor (`set_quantized_embedding`: codes held, rows
+dequantized per lookup); a tied LM head's codes are assembled once for both, so the model holds no float table.
+
 `forms(model, path)` says this per layer from the header alone (what `explain --quantization gguf` shows);
 `keep_quantized(model, path)` applies it and reports each layer's kernel.
 """
@@ -31,8 +34,16 @@ from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.loading import NameRules
 from kernelbay_engine.loading.plan import make_plan
 from kernelbay_engine.models.quant import UnquantizedLinearMethod
-from kernelbay_engine.quant import QuantizedWeight, from_q4_0, from_q4_1, from_q8_0, quantize, set_quantized_weight
-from kernelbay_gguf.format import GGUFFormat
+from kernelbay_engine.quant import (
+    QuantizedWeight,
+    from_q4_0,
+    from_q4_1,
+    from_q8_0,
+    quantize,
+    set_quantized_embedding,
+    set_quantized_weight,
+)
+from kernelbay_gguf.format import GGUFFormat, release_free_heap
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
 
 BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block, and per Q4_K sub-block
@@ -118,6 +129,11 @@ def _form(parts: Parts | None, layer: Linear) -> Form | str:
         return f"weights are {layer.method!r}"
     if "weight" not in layer._parameters:
         return "no weight"
+    return _type_form(parts)
+
+
+def _type_form(parts: Parts | None) -> Form | str:
+    """The form the file's tensor types give a weight, or why it keeps the weight it loaded with."""
     if not parts:
         return "no tensor of the file fills it"
     if any(index and (len(index) != 1 or not isinstance(index[0], slice)) for _, index in parts):
@@ -165,14 +181,25 @@ def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, Parts]:
     return parts
 
 
-def _layers(model: nn.Module, source: GGUFSource):
+def _layers(model: nn.Module, parts: dict[int, Parts]):
     """(path, layer, its parts, its form) of every Linear; works on a model built on `meta` too."""
-    parts = _parts_by_weight(model, source)
     for name, layer in model.named_modules():
         if isinstance(layer, Linear):
             weight = layer._parameters.get("weight")
             mine = parts.get(id(weight)) if weight is not None else None
             yield name, layer, mine, _form(mine, layer)
+
+
+def _table(model: nn.Module, parts: dict[int, Parts]) -> list:
+    """[(path, token embedding, its parts, its form)]: the table is held as the file's codes too (a tied LM
+    head's are the same parts, assembled once); [] for a family whose table holds no plain `weight`."""
+    table = model.input_embeddings() if hasattr(model, "input_embeddings") else None
+    weight = table._parameters.get("weight") if table is not None and hasattr(table, "method") else None
+    if weight is None:
+        return []
+    path = next(name for name, module in model.named_modules() if module is table)
+    mine = parts.get(id(weight))
+    return [(path, table, mine, _type_form(mine))]
 
 
 def _peak_order(layers: list) -> list:
@@ -184,23 +211,37 @@ def _peak_order(layers: list) -> list:
 
 
 def forms(model: nn.Module, path: str | Path) -> dict[str, Form | str]:
-    """Layer path -> the form its weight takes under `quantization="gguf"`, or why it keeps its loaded weight."""
-    return {name: form for name, _, _, form in _layers(model, GGUFFormat.open(Path(path)))}
+    """Layer path (and the token embedding's) -> the form its weight takes under `quantization="gguf"`, or why
+    it keeps its loaded weight."""
+    parts = _parts_by_weight(model, GGUFFormat.open(Path(path)))
+    return {name: form for name, _, _, form in [*_layers(model, parts), *_table(model, parts)]}
+
+
+TABLE_ROWS = "rows dequantized per lookup"  # what a kept-quantized embedding table runs (its report entry)
 
 
 def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
-    """Layer path -> what it runs now ("GGUF Q4_1 on int4_group") or why it keeps its loaded weights."""
+    """Layer path -> what it runs now ("GGUF Q4_1 on int4_group"; the token embedding "GGUF Q8_0 on rows
+    dequantized per lookup") or why it keeps its loaded weights."""
     source = GGUFFormat.open(Path(path))
-    report = {}
-    layers = list(_layers(model, source))
+    parts_of = _parts_by_weight(model, source)
+    layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
+    report, built = {}, {}  # built: id(parts) -> weight, so a tied head and its table share one set of codes
     with source.reader() as reader, torch.inference_mode():
-        for name, layer, parts, form in _peak_order(layers):
+        for name, module, parts, form in [*_peak_order(layers), *table]:
             if isinstance(form, str) or parts is None:
                 report[name] = str(form)
                 continue
-            quantized = _assemble(reader, parts, form)
-            report[name] = f"{quantized.source} on {set_quantized_weight(layer, quantized).kernel.name}"
-    return {name: report[name] for name, *_ in layers}  # in module order
+            if id(parts) not in built:
+                built[id(parts)] = _assemble(reader, parts, form)
+            quantized = built[id(parts)]
+            if isinstance(module, Linear):
+                report[name] = f"{quantized.source} on {set_quantized_weight(module, quantized).kernel.name}"
+            else:
+                set_quantized_embedding(module, quantized)
+                report[name] = f"{quantized.source} on {TABLE_ROWS}"
+    release_free_heap()
+    return {name: report[name] for name, *_ in [*layers, *table]}  # in module order, the table last
 
 
 def load_quantized(path: str | Path, *, progress: bool | None = None, moe_backend: str | None = None):

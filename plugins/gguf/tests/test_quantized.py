@@ -12,7 +12,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 from kernelbay_gguf.format import GGUFFormat
-from kernelbay_gguf.quantized import CONSTRUCTORS, codes
+from kernelbay_gguf.quantized import CONSTRUCTORS, TABLE_ROWS, codes
 from kernelbay_gguf.tensors import TensorInfo
 
 from kernelbay.cli import main
@@ -134,7 +134,11 @@ def test_k_quants_kept_quantized_match_the_dequantized_reference(tmp_path, case)
     path = write_random_k_quants(tmp_path / "model.gguf", qtype_of, scale=0.00005)
     model = AutoModelForCausalLM.from_pretrained(path, progress=False)
     report = GGUFFormat.keep_quantized(model, path)
+    table = report.pop("model.embed_tokens")  # its own tensor (untied): the same type as the linears, as rows
     assert set(report.values()) == expected_report, report
+    assert table.endswith(f" on {TABLE_ROWS}") and table.split(" on ")[0] in {
+        r.split(" on ")[0] for r in report.values()
+    }
     logits = runner(model, "SDPA").step([StepRequest(i, p, 0) for i, p in enumerate(PROMPTS)])
     expected = reference_logits(transformers_from_gguf(path), [list(p) for p in PROMPTS])
     worst = (logits - expected).abs().max().item()
@@ -221,6 +225,7 @@ def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2
         "GGUF Q5_0/Q8_0 on int8_group",
         "GGUF Q8_0 on int8_group",
         "GGUF Q6_K, requantized to int8 groups of 32 (no kernel runs Q6_K codes) on int8_group",
+        f"GGUF Q8_0 on {TABLE_ROWS}",  # the tied embedding: the head's codes
     }
     assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
 
@@ -228,7 +233,7 @@ def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2
 def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf):
     """LLM(x.gguf, quantization="gguf"): the report names each layer's kernel; generation runs."""
     llm = LLM(tiny_gguf("llama", Q.Q4_1), progress=False, quantization="gguf")
-    assert set(llm.quant_report.values()) == {"GGUF Q4_1 on int4_group"}
+    assert set(llm.quant_report.values()) == {"GGUF Q4_1 on int4_group", f"GGUF Q4_1 on {TABLE_ROWS}"}
     assert len(llm.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
 
 
@@ -249,6 +254,24 @@ def test_load_quantized_builds_no_float_copy_and_equals_quantizing_after_load(ti
     assert not any(p.is_meta for p in model.parameters()), "a parameter was left unloaded"
     prompts = [StepRequest(i, p, 0) for i, p in enumerate(PROMPTS)]
     torch.testing.assert_close(runner(model, "SDPA").step(prompts), runner(after, "SDPA").step(prompts), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("qtype", KEPT, ids=lambda q: q.name)
+def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(tiny_gguf, qtype):
+    """A tied model: token_embd's codes serve the LM head (on its kernel) and the table (rows dequantized per
+    lookup); no float copy of either is held, and every row equals gguf's own dequantization of the tensor."""
+    path = tiny_gguf("qwen2", qtype)
+    model, report = GGUFFormat.load_quantized(path, progress=False)
+    assert report["model.embed_tokens"] == f"GGUF {qtype.name} on {TABLE_ROWS}"
+    assert report["lm_head"].startswith(f"GGUF {qtype.name} on int")
+    table = model.input_embeddings()
+    assert "weight" not in table._parameters and "weight" not in model.lm_head._parameters
+    source = GGUFFormat.open(path)
+    info = source.entries["model.embed_tokens.weight"]
+    with source.reader() as reader:
+        expected = torch.from_numpy(gguf.quants.dequantize(reader.raw(info), qtype).copy())
+    rows = table(torch.arange(expected.shape[0]))
+    torch.testing.assert_close(rows, expected, rtol=0, atol=0 if qtype in (Q.Q8_0, Q.Q5_0) else 1e-6)
 
 
 def test_quantization_gguf_on_a_safetensors_folder_is_refused():

@@ -290,13 +290,14 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
     (None for a model without MoE layers, where naming a kernel is an error)."""
     from kernelbay.dtypes import dtype_name
     from kernelbay.moe import select_moe_for_model
+    from kernelbay_engine.models.base import activation_dtype_device
 
     layers = moe_layers(model)
     if not layers:
         if requested:
             raise no_moe_layers(requested, type(model).__name__)
         return None
-    dtype = model.input_embeddings().weight.dtype
+    dtype = activation_dtype_device(model)[0]
     chosen = select_moe_for_model(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
     if chosen is None:
         raise ConfigError(

@@ -67,18 +67,33 @@ def rope_params(
 
 
 class VocabEmbedding(nn.Module):
-    """Token embedding table, weight: [vocab_size, hidden_size]; `scale` multiplies the output (Gemma)."""
+    """Token embedding table, weight: [vocab_size, hidden_size]; `scale` multiplies the output (Gemma).
+
+    `method`: a table held quantized instead (`kernelbay_engine.quant.set_quantized_embedding`: rows dequantized
+    as they are looked up, `weight` deleted); None for the plain table."""
 
     def __init__(self, vocab_size: int, hidden_size: int, *, scale: float | None = None):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
         self.scale = scale
+        self.method = None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = nn.functional.embedding(input_ids, self.weight)
+        if self.method is not None:
+            x = self.method.lookup(input_ids)
+        else:
+            x = nn.functional.embedding(input_ids, self.weight)
         if self.scale is not None:
             x = x * torch.tensor(self.scale).to(x.dtype)  # rounded like transformers
         return x
+
+
+def activation_dtype_device(model: nn.Module) -> tuple[torch.dtype, torch.device]:
+    """What a model's activations run in: the dtype and device of the rows its token embedding returns (the
+    table's, or a quantized table's, which holds no `weight`)."""
+    table = model.input_embeddings()
+    held = getattr(table, "method", None)
+    return (held.dtype, held.device) if held is not None else (table.weight.dtype, table.weight.device)
 
 
 class CausalLM(nn.Module):

@@ -10,6 +10,7 @@ Public interface (stable; the GGUF loader builds on it):
     w = quantize(dense, 8, 32, source="GGUF Q6_K, requantized to int8 groups of 32")  # K-quants:
                                    # dequantize, then requantize to the nearest supported form
     choice = set_quantized_weight(linear_layer, w)   # the layer now runs `choice.kernel`
+    set_quantized_embedding(model.input_embeddings(), w)   # the table's rows from the codes (embedding.py)
     w.dequantize()                 # float32 [N, K]: the reference the kernels are tested against
 
 Scales may be fp16 or fp32 (held as fp32; the kernels compute in bf16). K must be a multiple of 32.
@@ -21,6 +22,7 @@ int8), int4_group (aten._weight_int4pack_mm_for_cpu, groups of 32-256), int8_gro
 such as Q8_0, exactly, as two nibble planes on the int4 kernel), dense (dequantized to the model dtype).
 """
 
+from kernelbay_engine.quant.embedding import QuantizedEmbedding, set_quantized_embedding
 from kernelbay_engine.quant.kernels import KERNEL_NAMES, KERNELS, LinearKernel, LinearRequirements
 from kernelbay_engine.quant.method import (
     MODES,
@@ -39,6 +41,7 @@ __all__ = [
     "KernelChoice",
     "LinearKernel",
     "LinearRequirements",
+    "QuantizedEmbedding",
     "QuantReport",
     "QuantizedLinearMethod",
     "QuantizedWeight",
@@ -48,5 +51,6 @@ __all__ = [
     "quantize",
     "quantize_model",
     "select_kernel",
+    "set_quantized_embedding",
     "set_quantized_weight",
 ]

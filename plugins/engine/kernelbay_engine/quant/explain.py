@@ -23,10 +23,14 @@ def linear_kernels_section(config, options: dict) -> dict | None:
     groups: dict[tuple, dict] = {}
     sources: dict[int, str] = {}  # id(group) -> what its weights come from (a file's tensor types)
     kept: dict[tuple[str, str], int] = {}  # (layer name, why) -> count, for layers that keep their loaded weight
+    tables: list[str] = []  # a token embedding held as the file's codes (no kernel: rows dequantized per lookup)
     for path, layer, bits, group, source in _planned(config, mode):
         name = path.rpartition(".")[2]
         if bits is None:
             kept[name, source] = kept.get((name, source), 0) + 1
+            continue
+        if not isinstance(layer, Linear):
+            tables.append(_table_line(name, layer, bits, group, source))
             continue
         key = (name, layer.out_features, layer.in_features, bits, group, source)
         if key in groups:
@@ -35,8 +39,16 @@ def linear_kernels_section(config, options: dict) -> dict | None:
         groups[key] = _group(key[:5], layer, config)
         sources[id(groups[key])] = source
     section = {"quantization": mode, "groups": list(groups.values())}
-    section["lines"] = _lines(section, sources, kept)
+    section["lines"] = _lines(section, sources, kept) + tables
     return section
+
+
+def _table_line(name: str, table, bits: int, group: int, source: str) -> str:
+    vocab, hidden = table.weight.shape
+    return (
+        f"  {name:<20} x1   [{vocab}, {hidden}] {bits}-bit groups of {group}, from {source}: held as codes, "
+        "rows dequantized to the model dtype per lookup"
+    )
 
 
 def _planned(config, mode: str):

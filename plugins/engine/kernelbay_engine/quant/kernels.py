@@ -21,7 +21,7 @@ from kernelbay_engine.quant.weights import QuantizedWeight
 
 INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGroupSize
 _INT4_ROWS = 16  # its packing needs N divisible by 16: other N are padded with zero rows
-_PACK_ROWS = 4096  # rows packed at a time (a multiple of _INT4_ROWS)
+_PACK_ROWS = 128  # rows packed at a time (a multiple of _INT4_ROWS)
 BF16_FEATURES = ("avx512_bf16", "amx_bf16")
 
 
@@ -138,7 +138,8 @@ class Int4GroupKernel(LinearKernel):
 
     @classmethod
     def pack(cls, weight: QuantizedWeight) -> Packed:
-        return _int4_pack(weight.q, weight.scale, weight.zero, weight.group_size, weight.out_features)
+        q = weight.q
+        return _int4_pack(lambda a, b: q[a:b], weight.scale, weight.zero, weight.group_size)
 
 
 class Int8GroupKernel(Int4GroupKernel):
@@ -151,28 +152,35 @@ class Int8GroupKernel(Int4GroupKernel):
 
     @classmethod
     def pack(cls, weight: QuantizedWeight) -> Packed:
-        q = weight.q  # int8 shifts and masks: no wider copy of a large weight (an LM head's is ~30M codes)
-        hi, lo = (q >> 4) + 8, q & 15  # hi in 0..15 after the +8 bias, lo in 0..15
-        codes = torch.cat([hi, lo], dim=1).view(torch.uint8)
+        q = weight.q  # int8 shifts and masks, a row chunk at a time: no wider copy of a large weight
+
+        def planes(a: int, b: int) -> torch.Tensor:  # hi in 0..15 after the +8 bias, lo in 0..15
+            return torch.cat([(q[a:b] >> 4) + 8, q[a:b] & 15], dim=1)
+
         scale = torch.cat([16 * weight.scale, weight.scale], dim=1)
         zero = torch.cat([torch.zeros_like(weight.scale), 8 * weight.scale], dim=1)
-        packed = _int4_pack(codes, scale, zero, weight.group_size, weight.out_features)
+        packed = _int4_pack(planes, scale, zero, weight.group_size)
         return Packed(lambda x: packed.run(torch.cat([x, x], dim=-1)), packed.nbytes)
 
 
-def _int4_pack(codes, scale, zero, group: int, n: int) -> Packed:
-    pad = -n % _INT4_ROWS
-    if pad:  # zero rows (codes 8, scale 0) give zero outputs, sliced off
-        codes = torch.cat([codes, torch.full((pad, codes.shape[1]), 8, dtype=codes.dtype)])
-        scale, zero = (torch.cat([t, torch.zeros(pad, t.shape[1])]) for t in (scale, zero))
-    # the op takes int32 codes: packed in row chunks (rows pack independently) to bound that 4-byte copy
-    chunks = codes.split(_PACK_ROWS)
-    packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(c.to(torch.int32), 1) for c in chunks])
-    scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()  # [K/g, N, 2]
+def _int4_pack(codes_of: Callable[[int, int], torch.Tensor], scale, zero, group: int) -> Packed:
+    """`codes_of(a, b)`: the 0..15 codes of rows [a, b), built a chunk at a time: the op takes int32 codes, so
+    packing bounds that 4-byte copy (and any code transform) to _PACK_ROWS rows; rows pack independently."""
+    (n, groups), k = scale.shape, scale.shape[1] * group
+    rows = n + -n % _INT4_ROWS  # zero rows past n (codes 8, scale 0) give zero outputs, sliced off
+    packed = torch.empty(rows, k // 2, dtype=torch.uint8)
+    for a in range(0, rows, _PACK_ROWS):
+        b = min(a + _PACK_ROWS, rows)
+        chunk = codes_of(a, min(b, n)).to(torch.int32)
+        if b > n:
+            chunk = torch.cat([chunk, torch.full((b - n, k), 8, dtype=torch.int32)])
+        packed[a:b] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(chunk, 1)
+    scales_zeros = torch.zeros(groups, rows, 2, dtype=torch.bfloat16)  # [K/g, N, 2], written in place
+    scales_zeros[:, :n, 0], scales_zeros[:, :n, 1] = scale.t(), zero.t()
 
     def run(x):
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, scales_zeros)
-        return y[..., :n] if pad else y
+        return y[..., :n] if rows != n else y
 
     return Packed(run, packed.numel() + scales_zeros.numel() * 2)
 
