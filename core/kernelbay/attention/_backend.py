@@ -131,12 +131,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
 
     # -- instance ----------------------------------------------------------------------------------
     def __init__(
-        self,
-        geometry: AttentionGeometry,
-        *,
-        kv_b_proj=None,
-        kv_cache_dtype: str | None = "auto",
-        options=None,
+        self, geometry: AttentionGeometry, *, kv_b_proj=None, kv_cache_dtype: str | None = "auto", options=None
     ):
         """One layer's backend, from the layer's geometry record (`create_attention` builds one from sizes)."""
         if not isinstance(geometry, AttentionGeometry):

@@ -74,10 +74,8 @@ def _unknown_line(backend: str, key: str, known: list[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AttentionOptions:
-    """Everything a user can combine about attention for one model; `validate_options` checks it whole.
-
-    Fields are not validated one by one here on purpose: `validate_options` reports all problems at once.
-    """
+    """Everything a user can combine about attention for one model; not checked field by field on purpose:
+    `validate_options` checks it whole and reports every problem at once."""
 
     backend: str | None = None
     dtype: str = "bfloat16"

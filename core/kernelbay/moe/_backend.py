@@ -49,10 +49,8 @@ class MoERequirements(Requirements):
 
 
 class MoEBackend(Kernel):
-    """Subclass, declare capabilities as class attributes, implement `_experts`.
-
-    Declarations are conservative: what a backend does not declare it does not get (no dtype, no
-    platform, no activation by default; `ANY` from kernelbay.attention declares an open set)."""
+    """Subclass, declare capabilities as class attributes (conservative: no dtype, platform or activation by
+    default; `ANY` from kernelbay.attention declares an open set), implement `_experts`."""
 
     KIND = "MoE backend"
     CHECKS = (

@@ -9,7 +9,7 @@ backend read it from here. For each token t and each of its top-k (expert e, wei
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +54,6 @@ class MoEGeometry:
     @property
     def has_bias(self) -> bool:
         return self.gate_up_bias or self.down_bias
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
