@@ -89,7 +89,7 @@ class AttentionOptions:
     kv_layout: str | None = None
     head_size: int | None = None
     mla: object | None = None
-    """MLA geometry (MLAGeometry, MLASpec or mapping) when the model uses MLA."""
+    """MLA geometry (an MLASpec, as `ModelConfig.mla` holds, or a mapping of its fields) when the model uses MLA."""
     backend_options: Mapping[str, Mapping] = field(default_factory=dict)
     """Per-backend typed options by backend name: {"SDPA": {"key": value}}."""
     platform: str | None = None
