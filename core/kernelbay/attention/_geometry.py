@@ -4,6 +4,7 @@ the protocol: layer kinds, KV layouts, sparse modes (dtypes: kernelbay.dtypes)."
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -64,6 +65,8 @@ class _Spec:
         """From an instance or a mapping of the fields; names every missing one."""
         if isinstance(value, cls):
             return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{cls.WHAT} geometry must be {cls.__name__} or a mapping of its fields, got {value!r}")
         missing = [name for name in cls.REQUIRED if value.get(name) is None]
         if missing:
             optional = "".join(f"; {name} may be None" for name in cls.__dataclass_fields__ if name not in cls.REQUIRED)
