@@ -84,9 +84,10 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         """Every name known for `kind` (index + registered), without importing anything."""
         _check_kind(kind)
+        # the other kinds' entry points are slots already; vision encoders and drafts share the models index
+        # with models, and only their slots say which
         found = self.discovery()
-        # vision encoders and drafts share the models index with models: only their slots say which
-        entries = found.in_group(INDEX_GROUP[kind]) if kind == "model" or kind in CLASS_KINDS else []
+        entries = found.in_group(MODEL_INDEX) if kind == "model" else []
         indexed = {e.name for e in entries if e.module not in self._unloaded}
         return sorted((indexed | {n for (k, n) in self._slots() if k == kind}) - {ANY_ARCHITECTURE})
 
