@@ -228,13 +228,15 @@ def test_sdpa_stores_heads_first_so_a_run_is_contiguous_per_head():
     """SDPA's cache spec puts KV heads outermost: a request's run of blocks is, per head, one
     contiguous [tokens, head_dim] matrix (what its decode hands to scaled_dot_product_attention)."""
     from kernelbay.attention import create_attention
-    from kernelbay.attention._cache_ops import plane_run
+    from kernelbay.attention._cache_ops import cache_views
 
     layer = create_attention(0, num_heads=4, head_dim=8, num_kv_heads=2, backend="SDPA")
     spec = layer.kv_cache_spec("float32", 4)
     assert spec.stride_order == HEADS_FIRST[KVLayout.NHD]
-    run = plane_run(spec.allocate(6)[0], KVLayout.NHD, 8, 10, torch.float32)  # blocks 2..4
-    assert run.shape == (10, 2, 8) and all(run[:, h].is_contiguous() for h in range(2))
+    views = cache_views(spec.allocate(6), KVLayout.NHD)
+    run = views.by_head[0].narrow(2, 8, 10)  # blocks 2..4
+    assert run.shape == (1, 2, 10, 8) and all(run[0, h].is_contiguous() for h in range(2))
+    assert views.heads_flat is not None and views.heads_flat.shape == (2 * 2, 6 * 4, 8)
 
 
 def test_metadata_fields_for_a_mixed_step():

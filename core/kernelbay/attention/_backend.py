@@ -147,6 +147,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
         self.options = type(self).parse_options(options)
         self.kv_cache: torch.Tensor | None = None
         self.k_scale = self.v_scale = 1.0
+        self._views: tuple[torch.Tensor, KVLayout, ops.CacheViews] | None = None
 
     def _refuse_unsupported_geometry(self) -> None:
         self._refuse(AttentionRequirements.from_geometry(self.geometry, "float32"), f"layer {self.geometry.layer_idx}")
@@ -170,6 +171,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
                 f"cache tensor is {kv_cache.dtype}"
             )
         self.kv_cache, self.k_scale, self.v_scale = kv_cache, float(k_scale), float(v_scale)
+        self._views = None
 
     def forward(
         self,
@@ -261,8 +263,14 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
             entry = torch.cat([k, v], dim=-1).unsqueeze(1)
             ops.write_plane(self._mla_plane(self.geometry.mla), entry, slots, layout, self.k_scale)
             return
-        ops.write_plane(cache[0], k, slots, layout, self.k_scale)
-        ops.write_plane(cache[1], v, slots, layout, self.v_scale)
+        ops.write_planes(cache, self.cache_views(layout), (k, v), slots, layout, (self.k_scale, self.v_scale))
+
+    def cache_views(self, layout: KVLayout) -> ops.CacheViews:
+        """Views of the attached cache in `layout`, made once per cache tensor (see `CacheViews`)."""
+        cache, memo = self._attached_cache(), self._views
+        if memo is None or memo[0] is not cache or memo[1] is not layout:
+            memo = self._views = (cache, layout, ops.cache_views(cache, layout))
+        return memo[2]
 
     def read_kv(self, slots: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values at `slots` [N] as [N, kv_heads, head_dim] each (MLA: latent [N, kv_lora], k_pe [N, rope])."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ._geometry import KVLayout
@@ -12,12 +14,57 @@ FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 def _to_storage(x: torch.Tensor, storage: torch.dtype, scale: float) -> torch.Tensor:
     if storage == torch.float8_e4m3fn:
         return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(storage)
-    return x.to(storage)
+    return x if x.dtype == storage else x.to(storage)  # a same-dtype .to() is still a dispatched call
 
 
 def _bytes_view(x: torch.Tensor) -> torch.Tensor:
     """fp8 tensors lack index kernels on CPU; move their bytes as uint8 instead."""
     return x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x
+
+
+@dataclass(frozen=True, slots=True)
+class CacheViews:
+    """Views of one layer's cache tensor, made once per cache (a view costs aten calls, and every layer of
+    every step would otherwise rebuild them): a step's write is then one index_copy_ per plane, a run of
+    consecutive slots one zero-copy slice per plane, a decode gather one index_select for both planes."""
+
+    by_slot: tuple[torch.Tensor, ...] | None
+    """Per plane, [num_blocks * block_size, kv_heads, dim]; None when a block's offsets do not merge with
+    the block index (an HND cache stored block-major): writes and reads then index (block, offset)."""
+    by_head: tuple[torch.Tensor, ...] | None
+    """Per plane, [1, kv_heads, num_blocks * block_size, dim] (what SDPA takes); None when by_slot is."""
+    heads_flat: torch.Tensor | None
+    """[planes * kv_heads, num_blocks * block_size, dim] when the planes' heads merge too (heads outermost in
+    memory, as SDPA stores them): one index_select along dim 1 gathers the keys and values of every head."""
+
+
+def cache_views(cache: torch.Tensor, layout: KVLayout) -> CacheViews:
+    """The `CacheViews` of a [planes, blocks, ...] cache tensor in `layout` (see `KVCacheSpec.cache_shape`)."""
+    by_block = cache if layout is KVLayout.NHD else cache.transpose(2, 3)  # [planes, blocks, offsets, heads, dim]
+    planes, nb, bs, h, d = by_block.shape
+    if by_block.stride(1) != bs * by_block.stride(2):
+        return CacheViews(None, None, None)
+    merged = by_block.view(planes, nb * bs, h, d)
+    by_head = merged.permute(0, 2, 1, 3)  # [planes, heads, slots, dim]
+    heads_flat = by_head.view(planes * h, nb * bs, d) if by_head.stride(0) == h * by_head.stride(1) else None
+    return CacheViews(tuple(merged.unbind(0)), tuple(p.unsqueeze(0) for p in by_head.unbind(0)), heads_flat)
+
+
+def write_planes(
+    cache: torch.Tensor,
+    views: CacheViews,
+    values: tuple[torch.Tensor, ...],
+    slots: torch.Tensor,
+    layout: KVLayout,
+    scales: tuple[float, ...],
+) -> None:
+    """Store `values[i]` [T, kv_heads, dim] at flat `slots` [T] of plane i (one index_copy_ each on the views)."""
+    for i, (x, scale) in enumerate(zip(values, scales, strict=True)):
+        if views.by_slot is None:
+            write_plane(cache[i], x, slots, layout, scale)
+            continue
+        flat = views.by_slot[i]
+        _bytes_view(flat).index_copy_(0, slots, _bytes_view(_to_storage(x, flat.dtype, scale)))
 
 
 def write_plane(
@@ -78,14 +125,3 @@ def _read_heads_outermost(plane: torch.Tensor, slots: torch.Tensor, out: torch.T
     if out is None:
         return by_head.index_select(1, slots).permute(1, 0, 2)
     return torch.index_select(by_head, 1, slots, out=out.view(h, slots.numel(), d)).permute(1, 0, 2)
-
-
-def plane_run(
-    plane: torch.Tensor, layout: KVLayout, start_slot: int | None, length: int, dtype: torch.dtype, scale: float = 1.0
-) -> torch.Tensor | None:
-    """A zero-copy [length, kv_heads, dim] view of consecutive slots, or None when a copy is unavoidable
-    (HND layout, a non-run, or a cache dtype that needs converting)."""
-    if start_slot is None or layout is not KVLayout.NHD or plane.dtype != dtype or scale != 1.0:
-        return None
-    nb, bs, h, d = plane.shape
-    return plane.view(nb * bs, h, d)[start_slot : start_slot + length]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.attention._metadata import padded_slots
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 MIN_BUCKET = 128  # flex_attention's default block size
@@ -55,7 +56,7 @@ class FlexMetadata(AttentionMetadata):
     @classmethod
     def _extras(cls, md: AttentionMetadata) -> dict:
         if md.is_decode_only:
-            return {"decode_index": _decode_index(md, bucket(md.max_seq_len))}
+            return {"decode_index": padded_slots(md, bucket(md.max_seq_len))}
         t_pad, l_pad = bucket(md.num_tokens), bucket(int(md.kv_gather_index.numel()))
         reqs = torch.arange(md.num_reqs, device=md.positions.device)
         kv_req = torch.repeat_interleave(reqs, md.seq_lens.to(torch.int64))
@@ -79,15 +80,6 @@ class FlexMetadata(AttentionMetadata):
         if key not in self.block_masks:
             self.block_masks[key] = _make_decode_block_mask(self, group, window, chunk)
         return self.block_masks[key]
-
-
-def _decode_index(md: AttentionMetadata, width: int) -> torch.Tensor:
-    """(B, width) slots of each request's keys, padding repeating the request's first key (masked out)."""
-    pos = torch.arange(width, device=md.kv_start_loc.device).expand(md.num_reqs, width)
-    valid = pos < md.seq_lens.to(torch.int64).unsqueeze(1)
-    flat = (md.kv_start_loc[:-1].unsqueeze(1) + pos).clamp(max=md.kv_gather_index.numel() - 1)
-    first = md.kv_gather_index[md.kv_start_loc[:-1]].unsqueeze(1)
-    return torch.where(valid, md.kv_gather_index[flat], first)
 
 
 def _make_decode_block_mask(md: FlexMetadata, group: int, window: int | None, chunk: int | None):

