@@ -181,3 +181,10 @@ def test_dict_rule_sets_the_fields_it_names(hook_env, write_config):
     hook_env().register(RulePlugin("llama", rope=lambda c: {"local_theta": 500.0}), name="acme")
     rope = resolve(write_config).rope
     assert (rope.local_theta, rope.rope_type) == (500.0, "default")
+
+
+def test_without_the_family_plugin_legacy_kv_flags_are_an_error_not_mha(hook_env):
+    """No kernelbay-gpt: Falcon-40B's new_decoder_architecture (and multi_query) are named, not read as MHA."""
+    hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-gpt")
+    with pytest.raises(ConfigError, match=r"KV heads are given by .*new_decoder_architecture=true.*kernelbay-gpt"):
+        ModelConfig.from_pretrained(SHARED_CONFIGS / "falcon-40b-instruct")

@@ -23,6 +23,8 @@ _EAGLE_MARKS = re.compile(r"^(?:EAGLE3|Eagle3|EAGLE|Eagle)(?=[A-Z])|(?:EAGLE3|Ea
 VISION_ENCODER_SUFFIXES = ("VisionModel", "VisionTransformer", "VisionTower")
 # Keys a composite config keeps at the top level that describe its parts too.
 INHERITED_KEYS = ("torch_dtype", "dtype", "quantization_config")
+# Legacy flags that change the KV heads (Falcon, ChatGLM): a family's `layers` rule reads them, never MHA by default.
+LEGACY_KV_FLAGS = ("multi_query", "new_decoder_architecture", "multi_query_attention")
 
 
 def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
@@ -137,7 +139,13 @@ def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
         return plan.kv_heads
     if ENCODER in plan.kinds:
         return (0,) * len(plan.kinds)
-    kv = f.get_int("num_key_value_heads", default=heads)  # absent or null: MHA (a family's spelling: its rule)
+    legacy = ", ".join(f"{flag}=true" for flag in LEGACY_KV_FLAGS if f.get_bool(flag))
+    if legacy and f.get("num_key_value_heads") is None:
+        raise ConfigError(
+            f"{f.source}: the KV heads are given by {legacy}, which only the family's plugin reads "
+            "(kernelbay-gpt for Falcon and ChatGLM); install it."
+        )
+    kv = f.get_int("num_key_value_heads", default=heads)  # absent or null: MHA
     return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
 
 

@@ -16,7 +16,6 @@ FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 def register_model_type_rules(register):
     register(("gpt2", "gpt_bigcode", "falcon", "RefinedWebModel"), intermediate_size=four_times_hidden)
     register(FALCON_TYPES, architecture=falcon_legacy_architecture, layers=falcon_kv_heads)
-    register("gpt_bigcode", layers=bigcode_kv_heads)
     register("chatglm", layers=chatglm_kv_heads)
     register("bloom", position_embedding=lambda config: "alibi")
     register(("gpt2", "gpt_bigcode", "opt", "gpt_neox", "falcon", "RefinedWebModel", "bloom"), gated_ffn=not_gated)
@@ -46,11 +45,6 @@ def falcon_kv_heads(config) -> LayerPlan:
     if config.get_bool("multi_query") and not config.get_bool("new_decoder_architecture"):
         return _full_attention(config, 1)
     return _full_attention(config, config.get_int("num_kv_heads", "n_head_kv", default=config.num_attention_heads))
-
-
-def bigcode_kv_heads(config) -> LayerPlan | None:
-    """GPT-BigCode's multi_query flag: one KV head shared by every query head."""
-    return _full_attention(config, 1) if config.get_bool("multi_query") else None
 
 
 def chatglm_kv_heads(config) -> LayerPlan | None:
