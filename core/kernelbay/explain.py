@@ -71,7 +71,7 @@ def _config_section(config, _options: dict) -> dict:
 
 
 def _provider_section(_config, r: dict) -> dict:
-    from kernelbay.registry import default_registry, slot_info
+    from kernelbay.registry import Provider, default_registry, slot_info
 
     kind, model_impl = r["kind"], r["model_impl"]
     info = slot_info(kind, r["name"]) or {}
@@ -86,8 +86,7 @@ def _provider_section(_config, r: dict) -> dict:
                 else "the fallback: no native implementation installed"
             )
             claims.insert(0, fallback.to_dict())
-    provider = claims[0]["provider"] if claims else {}
-    serving = {key: provider.get(key) for key in ("module", "distribution", "version", "origin", "path")}
+    serving = claims[0]["provider"] if claims else dict.fromkeys(Provider._fields)
     return {**serving, "displaced": [c["provider"] for c in claims[1:]], "note": note}
 
 
@@ -290,14 +289,10 @@ def _human_count(n: int) -> str:
 
 def human_bytes(n: int) -> str:
     """1536 -> "1.5 KiB"."""
-    if n < 1024:
-        return f"{n} B"
-    value = n / 1024
-    for unit in ("KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 # Each section of the document, in order: how it is built (config, options) and how the text shows it.
