@@ -188,3 +188,11 @@ def test_without_the_family_plugin_legacy_kv_flags_are_an_error_not_mha(hook_env
     hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-gpt")
     with pytest.raises(ConfigError, match=r"KV heads are given by .*new_decoder_architecture=true.*kernelbay-gpt"):
         ModelConfig.from_pretrained(SHARED_CONFIGS / "falcon-40b-instruct")
+
+
+def test_without_the_family_plugin_a_dropped_q_lora_rank_is_an_error_not_the_class_default(hook_env):
+    """No kernelbay-deepseek (which reads the weights): V2-Lite's copy without q_lora_rank is refused by name,
+    never given transformers' 1536."""
+    hook_env(KERNELBAY_DISABLE_PLUGINS="kernelbay-deepseek")
+    with pytest.raises(ConfigError, match=r"'q_lora_rank' is missing .*kernelbay-deepseek.*1536"):
+        ModelConfig.from_pretrained(SHARED_CONFIGS / "deepseek-v2-lite-chat")

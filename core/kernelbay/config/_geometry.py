@@ -38,8 +38,10 @@ def core_sizes(f: Fields, encoder: bool = False) -> tuple[int, int, int, int]:
 
 
 def resolve_mla(f: Fields, rules: FamilyRules) -> MLASpec | None:
-    """DeepSeek-style latent attention when `kv_lora_rank` is set; None for ordinary attention. What a missing
-    `q_lora_rank` means is the family's `mla` rule's to say (kernelbay-deepseek reads the weights)."""
+    """DeepSeek-style latent attention when `kv_lora_rank` is set; None for ordinary attention. A `q_lora_rank`
+    config.json leaves out is the family's `mla` rule's to give (kernelbay-deepseek reads the weights): copies of
+    configs drop null keys, and transformers' default (1536) would silently build the wrong query projection for
+    a checkpoint without query compression (DeepSeek-V2-Lite)."""
     kv_lora_rank = f.get_int("kv_lora_rank")
     if kv_lora_rank is None:
         return None
@@ -52,7 +54,15 @@ def resolve_mla(f: Fields, rules: FamilyRules) -> MLASpec | None:
         mla = MLASpec(kv_lora_rank=kv_lora_rank, q_lora_rank=f.get_int("q_lora_rank"), **sizes)
     except ValueError as err:  # the contract record's words, as a config error
         raise ConfigError(f"{f.source}: {err}") from None
-    return rules.apply("mla", mla)
+    answer = rules.ask("mla")
+    if f.raw and not f.written("q_lora_rank") and "q_lora_rank" not in (answer or {}):
+        raise ConfigError(
+            f"{f.source}: 'q_lora_rank' is missing and the folder has no weights to tell (the family's plugin reads "
+            f"them: kernelbay-deepseek). It decides whether queries are compressed (transformers would assume "
+            f"{f.parsed.get('q_lora_rank')!r}, as in DeepSeek-V2/V3) or projected directly (null, as in "
+            'DeepSeek-V2-Lite); add "q_lora_rank": null or the published rank.'
+        )
+    return rules.apply("mla", mla, answer)
 
 
 def resolve_head_dim(f: Fields, hidden: int, heads: int, mla: MLASpec | None) -> int:

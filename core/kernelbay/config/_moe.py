@@ -111,7 +111,7 @@ def resolve_moe(f: Fields, n_layers: int, rules: FamilyRules) -> MoEConfig | Non
         shared_gate=f.get_int("shared_expert_intermediate_size") is not None,
         **_activation(f),
     )
-    return rules.apply("moe", generic)
+    return rules.apply("moe", generic, rules.ask("moe"))
 
 
 def _activation(f: Fields) -> dict:

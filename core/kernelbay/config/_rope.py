@@ -58,7 +58,7 @@ def resolve_rope(f: Fields, rules: FamilyRules, head_dim: int, max_positions: in
         scaling=frozen_json(_scaling(main, rope_type, original)),
         original_max_position_embeddings=original if rope_type != "default" else None,
     )
-    return rules.apply("rope", rope)
+    return rules.apply("rope", rope, rules.ask("rope"))
 
 
 def _original_positions(f: Fields, params: dict) -> int | None:

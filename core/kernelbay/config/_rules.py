@@ -135,9 +135,8 @@ class FamilyRules:
             self._view.note(f"{point}: the {self._view.model_type!r} rule of {slot.winner.provider.describe()}{over}")
         return answer
 
-    def apply(self, point: str, record):
-        """`record` with the fields the `point` rule's answer (a dict) sets: `moe`, `mla`, `rope`."""
-        answer = self.ask(point)
+    def apply(self, point: str, record, answer: dict | None):
+        """`record` with the fields the `point` rule's `answer` (a dict: `moe`, `mla`, `rope`) sets."""
         if not answer:
             return record
         slot = self._slots[point]

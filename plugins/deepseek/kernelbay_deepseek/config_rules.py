@@ -38,9 +38,8 @@ def _yarn_mscale(rope_scaling: dict) -> float:
 
 
 def q_lora_rank_from_weights(config) -> dict | None:
-    """A `q_lora_rank` config.json leaves out, read from the weights. Copies of configs often drop null keys, and
-    transformers then defaults q_lora_rank to 1536: a checkpoint without query compression (DeepSeek-V2-Lite)
-    would silently get the wrong layers."""
+    """A `q_lora_rank` config.json leaves out, read from the weights: the rows of q_a_proj, or null where queries
+    are projected directly (q_proj); None when they do not tell (the core then says what to add)."""
     if config.get("kv_lora_rank") is None or not config.raw or config.written("q_lora_rank"):
         return None
     compressed = sorted(name for name in config.tensors if name.endswith("self_attn.q_a_proj.weight"))
@@ -51,12 +50,7 @@ def q_lora_rank_from_weights(config) -> dict | None:
     if any(name.endswith("self_attn.q_proj.weight") for name in config.tensors):
         config.note("q_lora_rank missing: null, the checkpoint projects queries directly (q_proj)")
         return {"q_lora_rank": None}
-    raise ConfigError(
-        f"{config.source}: 'q_lora_rank' is missing and the folder has no weights to tell. It decides whether "
-        f"queries are compressed (transformers would assume {config.parsed.get('q_lora_rank')!r}, as in "
-        'DeepSeek-V2/V3) or projected directly (null, as in DeepSeek-V2-Lite); add "q_lora_rank": null or the '
-        "published rank."
-    )
+    return None
 
 
 INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
