@@ -5,12 +5,11 @@ and option validation. docs/guides/attention-backend-plugin.md is the vendor's r
 from __future__ import annotations
 
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
-from ._capabilities import ANY, AttentionRequirements
+from ._capabilities import ANY, BACKEND_ENV, AttentionRequirements
 from ._geometry import SPARSE_DSA, SPARSE_NONE, AttentionGeometry, AttentionType, IndexerSpec, KVLayout, MLASpec
 from ._kv_spec import KVCacheSpec, zeroed
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._selector import (
-    BACKEND_ENV,
     BackendNotCapable,
     CandidateReport,
     LayerGroupSelection,

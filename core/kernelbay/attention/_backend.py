@@ -59,7 +59,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
     """Subclass, declare capabilities as class attributes and implement `_attend`
     (docs/guides/attention-backend-plugin.md, "Protocol reference")."""
 
-    KIND = "attention backend"
+    SLOT = "attention_backend"
     CHECKS = ATTENTION_CHECKS
     GEOMETRY = ATTENTION_GEOMETRY
     ContractError = AttentionContractError

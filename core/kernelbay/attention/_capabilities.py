@@ -26,6 +26,14 @@ class _Any:
 
 
 ANY = _Any()
+BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
+MOE_BACKEND_ENV = "KERNELBAY_MOE_BACKEND"
+# The kernel kinds: slot kind (also the LLM argument requesting one) -> (what users call it, the variable forcing
+# one, the Platform method listing its priority).
+KERNEL_KINDS = {
+    "attention_backend": ("attention backend", BACKEND_ENV, "backend_priority"),
+    "moe_backend": ("MoE backend", MOE_BACKEND_ENV, "moe_backend_priority"),
+}
 
 
 class Check(NamedTuple):
@@ -60,7 +68,8 @@ class Kernel:
     the kind's table, `is_available`, the one capability question and the checks at its boundaries."""
 
     name: ClassVar[str] = ""
-    KIND: ClassVar[str] = "kernel"
+    SLOT: ClassVar[str]
+    """The kind's registry slot kind, a KERNEL_KINDS key."""
     CHECKS: ClassVar[tuple[Check, ...]] = ()
     """The kind's declarations, in the order failures are listed."""
     GEOMETRY: ClassVar[frozenset[str]] = frozenset()
@@ -93,8 +102,8 @@ class Kernel:
         failures = type(self).capability_failures(req, self.GEOMETRY)
         if failures:
             raise ValueError(
-                f"{self.KIND} {self.name} cannot build {what}: {'; '.join(failures)}. Pick a capable one "
-                f"(see `kernelbay explain`) instead of silently computing something else"
+                f"{KERNEL_KINDS[self.SLOT][0]} {self.name} cannot build {what}: {'; '.join(failures)}. Pick a "
+                f"capable one (see `kernelbay explain`) instead of silently computing something else"
             )
 
     def _check_output(self, out, shape: tuple, dtype, method: str, where: str = "", names: str = "") -> None:
@@ -104,8 +113,9 @@ class Kernel:
             return
         got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise self.ContractError(
-            f"{self.KIND} {self.name} ({type(self).__module__}) broke the forward contract{where}: {method} must "
-            f"return a {dtype} tensor {names}{list(shape)}, got {got}; fix the backend or pick another"
+            f"{KERNEL_KINDS[self.SLOT][0]} {self.name} ({type(self).__module__}) broke the forward contract{where}: "
+            f"{method} must return a {dtype} tensor {names}{list(shape)}, got {got}; fix the backend or pick another "
+            f"with {self.SLOT}=..."
         )
 
 
@@ -287,4 +297,4 @@ def check_declarations(cls) -> None:
     if block_sizes and preferred not in block_sizes:
         problems.append(f"preferred_block_size {preferred} is not among block_sizes {_listed(block_sizes)}")
     if problems:
-        raise TypeError(f"{cls.KIND} {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))
+        raise TypeError(f"{KERNEL_KINDS[cls.SLOT][0]} {cls.__module__}.{cls.__qualname__}: " + "; ".join(problems))

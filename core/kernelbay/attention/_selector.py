@@ -8,21 +8,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .._trace import trace, warn
 from ..errors import IncapableBackend, UnknownBackend, unknown_name_message
-from ._capabilities import AttentionRequirements
+from ._capabilities import KERNEL_KINDS, AttentionRequirements
 
-BACKEND_ENV = "KERNELBAY_ATTENTION_BACKEND"
-MOE_BACKEND_ENV = "KERNELBAY_MOE_BACKEND"
-# The kernel kinds this one selector chooses for: slot kind -> (what users call it, the variable forcing one,
-# the Platform method listing its priority).
-KERNEL_KINDS = {
-    "attention_backend": ("attention backend", BACKEND_ENV, "backend_priority"),
-    "moe_backend": ("MoE backend", MOE_BACKEND_ENV, "moe_backend_priority"),
-}
 _NOT_INSTALLED = "not installed (no plugin provides it)"
 
 
@@ -50,6 +42,7 @@ class CandidateReport:
     reason: str
     failures: tuple[str, ...] = ()
     """Every failed capability (or the import error); empty when capable."""
+    backend_cls: type | None = field(default=None, compare=False, repr=False)
 
     @property
     def capable(self) -> bool:
@@ -174,21 +167,15 @@ def load_backend(kind: str, name: str) -> tuple[Any, str | None]:
         return None, f"failed to import: {type(exc).__name__}: {exc}"
 
 
-class _Verdict(NamedTuple):
-    name: str
-    source: str
-    cls: type | None
-    failures: tuple[str, ...]
-
-    @property
-    def capable(self) -> bool:
-        return self.cls is not None and not self.failures
-
-
-def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str) -> dict[str, _Verdict]:
-    """Every candidate (platform priority first, then every installed backend) with its failures."""
+def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: str) -> dict[str, CandidateReport]:
+    """Every candidate (platform priority first, then every installed backend) with its failures; chosen and
+    reason come once every group has answered."""
     order = dict.fromkeys(priority, "platform priority") | {n: "installed" for n in installed if n not in priority}
-    return {name: _Verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()}
+    return {name: _verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()}
+
+
+def _verdict(name: str, source: str, cls: type | None, failures: tuple[str, ...]) -> CandidateReport:
+    return CandidateReport(name, source, False, "", failures, cls)
 
 
 def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
@@ -236,7 +223,7 @@ def _select_groups(items, requested, platform_name, priority, installed, kind) -
     return LayerGroupSelection(results, len({r.backend_name for _, r in results}) == 1)
 
 
-def _check_requested(group: str | None, requested: str, verdicts: dict[str, _Verdict], req, kind: str) -> None:
+def _check_requested(group: str | None, requested: str, verdicts: dict[str, CandidateReport], req, kind: str) -> None:
     from ..registry import names
 
     label, env, _ = KERNEL_KINDS[kind]
@@ -256,18 +243,16 @@ def _group_result(group, req, verdicts, shared, requested, platform_name):
     """(the group's SelectionResult or None where no candidate can run it, every candidate's report)."""
     own, others = verdicts[group], {g: vs for g, vs in verdicts.items() if g != group}
     winner = shared or next((v.name for v in own.values() if v.capable), None)
-    reports = tuple(_report(v, winner, requested, shared, others) for v in own.values())
+    reports = tuple(
+        replace(v, chosen=v.name == winner and v.capable, reason=_reason(v, winner, requested, shared, others))
+        for v in own.values()
+    )
     if winner is None:
         return None, reports
-    return SelectionResult(winner, own[winner].cls, req, platform_name, requested, reports), reports
+    return SelectionResult(winner, own[winner].backend_cls, req, platform_name, requested, reports), reports
 
 
-def _report(v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict):
-    reason = _reason(v, winner, requested, shared, others)
-    return CandidateReport(v.name, v.source, v.name == winner and not v.failures, reason, v.failures)
-
-
-def _reason(v: _Verdict, winner: str | None, requested: str | None, shared: str | None, others: dict) -> str:
+def _reason(v: CandidateReport, winner: str | None, requested: str | None, shared: str | None, others: dict) -> str:
     if v.failures:
         return "not capable"
     if v.name == winner:
@@ -293,11 +278,5 @@ def _warn_broken_priority(result: SelectionResult, label: str) -> None:
         broken = c.source == "platform priority" and c.failures and c.failures[0].startswith("failed to import")
         if broken and (result.platform, c.name) not in _WARNED_BROKEN:
             _WARNED_BROKEN.add((result.platform, c.name))
-            warn(
-                "%s %s, in platform %s's priority list, is broken; using %s instead. %s",
-                label,
-                c.name,
-                result.platform,
-                result.backend_name,
-                c.failures[0],
-            )
+            listed = f"{label} {c.name}, in platform {result.platform}'s priority list"
+            warn("%s, is broken; using %s instead. %s", listed, result.backend_name, c.failures[0])

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..attention._selector import MOE_BACKEND_ENV
+from ..attention._capabilities import MOE_BACKEND_ENV
 from ._backend import (
     MoEBackend,
     MoEContractError,

@@ -52,7 +52,7 @@ class MoEBackend(Kernel):
     """Subclass, declare capabilities as class attributes (conservative: no dtype, platform or activation by
     default; `ANY` from kernelbay.attention declares an open set), implement `_experts`."""
 
-    KIND = "MoE backend"
+    SLOT = "moe_backend"
     CHECKS = (
         Check("activation", "activations", names=ACTIVATIONS),
         Check("routing", "routings", names=ROUTINGS),
