@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from ..dtypes import normalize_dtype, normalize_kv_cache_dtype
 from ..errors import ConfigError, close_matches, unknown_name_message
 from ._capabilities import AttentionRequirements
 from ._geometry import SPARSE_NONE, MLASpec
@@ -136,10 +135,10 @@ def _combination_rule(o: AttentionOptions) -> list[str]:
 
 def _mixed_precision(o: AttentionOptions) -> bool:
     try:
-        kv = normalize_kv_cache_dtype(o.kv_cache_dtype)
-        return kv != "auto" and kv != normalize_dtype(o.dtype)
-    except ValueError:
-        return False
+        req = _requirements(o, None)
+    except ConfigError:
+        return False  # a bad name is the names rule's
+    return req.kv_cache_dtype not in ("auto", req.dtype)
 
 
 def _load_backend(name: str):
