@@ -53,13 +53,18 @@ def _exec(path: Path, name: str) -> None:
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:
-        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            del sys.modules[loaded]
+        drop_modules(name)
         if not isinstance(exc, Exception):
             raise  # Ctrl-C or SystemExit: not the module's fault, and the CLI turns it into exit 130
         raise CustomModuleDirError(
             f"custom module {str(path)!r} failed at {_where(exc)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def drop_modules(name: str) -> None:
+    """Forget module `name` and its submodules, so that loading its path again executes it again."""
+    for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[loaded]
 
 
 def load_custom_module_dirs(paths, registry=None) -> list[str]:

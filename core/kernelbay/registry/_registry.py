@@ -425,9 +425,10 @@ class Registry:
             self._unloaded.add(module)
             # an unregistered custom dir can be loaded again: forget its path and its imported modules
             for path in [p for p, m in self.custom_paths.items() if m == module]:
+                from ._custom_dirs import drop_modules
+
                 del self.custom_paths[path]
-                for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
-                    del sys.modules[loaded]
+                drop_modules(module)
             for key in {r.key for r in removed}:
                 self._changed(key)
             trace("unregistered %s (%d registrations)", module, len(removed))
@@ -522,12 +523,12 @@ _dist_cache: Mapping[str, list[str]] | None = None
 def _distribution_of(module: str) -> tuple[str, str] | None:
     """The installed distribution of a module no plugin's entry points name (a runtime registration's)."""
     global _dist_cache
-    from importlib import metadata
+    import importlib_metadata  # discovery's library (already imported by the scan): one reader of metadata
 
     if _dist_cache is None:
-        _dist_cache = metadata.packages_distributions()
+        _dist_cache = importlib_metadata.packages_distributions()
     names = _dist_cache.get(_top(module))
-    return (names[0], metadata.version(names[0])) if names else None
+    return (names[0], importlib_metadata.version(names[0])) if names else None
 
 
 def _conflict_message(slot: Slot) -> str:
