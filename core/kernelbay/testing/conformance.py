@@ -95,12 +95,12 @@ class _KitPlatform(Platform):
         return [self._backend]
 
 
-def _is_installed_as(cls, name: str) -> bool:
+def is_installed_as(cls, name: str, kind: str = "attention_backend") -> bool:
     """Whether the registry's backend `name` is this very class (the selector checks need it)."""
     from ..registry import names, resolve
 
     try:
-        return name in names("attention_backend") and resolve("attention_backend", name) is cls
+        return name in names(kind) and resolve(kind, name) is cls
     except Exception:  # noqa: BLE001 - a broken slot is simply not this class
         return False
 
@@ -122,7 +122,7 @@ class BackendUnderTest:
         klass = backend_class(backend)
         name = backend if isinstance(backend, str) else (klass.name or klass.__name__)
         klass.parse_options(options)  # an unknown or mistyped option is the caller's error, not every spec's
-        return cls(klass, name, _is_installed_as(klass, name), options, device)
+        return cls(klass, name, is_installed_as(klass, name), options, device)
 
     def platform(self) -> Platform:
         """The kit's platform, named after one the backend declares (any name when it declares ANY)."""

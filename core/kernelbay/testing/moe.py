@@ -198,15 +198,12 @@ def check_moe_backend(backend, specs=None) -> ConformanceReport:
     """The MoE kit on `backend` (an installed `kernelbay.moe_backends` name or an MoEBackend class)."""
     from ..attention import clear_selection_cache
     from ..errors import UnknownNameError
-    from ..registry import names, resolve
+    from ..registry import resolve
+    from .conformance import is_installed_as
 
-    if isinstance(backend, str):
-        if backend not in names("moe_backend"):
-            raise UnknownNameError(f"unknown MoE backend {backend!r}; installed: {', '.join(names('moe_backend'))}")
-        cls, name, installed = resolve("moe_backend", backend), backend, True
-    else:
-        cls, name = backend, backend.name or backend.__name__
-        installed = name in names("moe_backend") and resolve("moe_backend", name) is cls
+    cls = resolve("moe_backend", backend) if isinstance(backend, str) else backend  # unknown: the known names
+    name = backend if isinstance(backend, str) else (backend.name or backend.__name__)
+    installed = is_installed_as(cls, name, "moe_backend")
     by_name = {s.name: s for s in MOE_SPECS}
     unknown = [s for s in specs or () if isinstance(s, str) and s not in by_name]
     if unknown:
