@@ -153,11 +153,12 @@ class ModelRunner:
         `every_position` (prompt log-probabilities need them)."""
         tokens, metadata = self.prepare(requests)
         hidden = self.model(tokens, metadata.positions, metadata)  # [T, hidden]
+        decode = hidden.shape[0] == len(requests)  # one new token per request: every row is a last token
+        if decode and not every_position:
+            return self.model.compute_logits(hidden), {}
         starts = metadata.query_start_loc.to(torch.long)
         full = {i: self.model.compute_logits(hidden[starts[i] : starts[i + 1]]) for i in every_position}
-        # one new token per request (a decode step): every row is a last token, no gather needed
-        last = hidden if hidden.shape[0] == len(requests) else hidden[starts[1:] - 1]
-        return self.model.compute_logits(last), full
+        return self.model.compute_logits(hidden if decode else hidden[starts[1:] - 1]), full
 
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""

@@ -80,8 +80,8 @@ class LlamaAttention(nn.Module):
         self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], metadata: AttentionMetadata
     ) -> torch.Tensor:
         heads, kv_heads, head_dim = self.shape
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # x: [T, hidden]
-        q, k, v = q.view(-1, heads, head_dim), k.view(-1, kv_heads, head_dim), v.view(-1, kv_heads, head_dim)
+        qkv = self.qkv_proj(x).view(-1, heads + 2 * kv_heads, head_dim)  # x: [T, hidden]; split by heads:
+        q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)  # 2 aten calls, not 4
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary.apply(q, k, *cos_sin)
