@@ -69,8 +69,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
     # -- capability declarations: conservative, what a backend does not declare it does not get ----------
     head_sizes: ClassVar[Collection[int] | _Any] = frozenset()
     dtypes: ClassVar[Collection[str] | _Any] = frozenset()
-    kv_cache_dtypes: ClassVar[Collection[str] | _Any] = frozenset({"auto"})
-    """"auto" stores K/V in the model dtype; list "fp8_e4m3" etc. only if the kernel reads them."""
+    kv_cache_dtypes: ClassVar[Collection[str] | _Any] = frozenset({"auto"})  # "auto": K/V in the model dtype
     block_sizes: ClassVar[Collection[int] | _Any] = frozenset()
     kv_layouts: ClassVar[Collection[KVLayout] | _Any] = frozenset()
     platforms: ClassVar[Collection[str] | _Any] = frozenset()
@@ -81,9 +80,7 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
     chunked_attention: ClassVar[bool] = False
     logit_softcap: ClassVar[bool] = False
     sinks: ClassVar[bool] = False
-    """Attention sinks: `_attend` adds `args.sinks` [num_heads] (one logit per head) to each softmax denominator."""
-    preferred_block_size: ClassVar[int] = 16
-    """The block size `get_kv_cache_spec` uses when the engine does not insist; must be declared."""
+    preferred_block_size: ClassVar[int] = 16  # not a capability: `get_kv_cache_spec`'s when the engine does not insist
 
     # -- per-step and per-layer hooks --------------------------------------------------------------
     @classmethod
@@ -326,9 +323,8 @@ def create_attention(
     options=None,
     **geometry,
 ) -> AttentionBackend:
-    """A backend for one layer from its sizes; `geometry` is the rest of `AttentionGeometry` (attn_type,
-    sliding_window, chunk_size, logit_softcap, mla, indexer, sinks). Every problem is an error saying what
-    to change (an unknown argument a TypeError naming it); nothing falls back to full attention."""
+    """A backend for one layer from its sizes; `geometry` is the rest of `AttentionGeometry` (an unknown argument
+    is a TypeError naming it; nothing falls back to full attention)."""
     record = AttentionGeometry(
         layer_idx, num_heads, head_dim, num_kv_heads or num_heads, scale or head_dim**-0.5, **geometry
     )

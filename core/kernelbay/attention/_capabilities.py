@@ -68,12 +68,9 @@ class Kernel:
     the kind's table, `is_available`, the one capability question and the checks at its boundaries."""
 
     name: ClassVar[str] = ""
-    SLOT: ClassVar[str]
-    """The kind's registry slot kind, a KERNEL_KINDS key."""
-    CHECKS: ClassVar[tuple[Check, ...]] = ()
-    """The kind's declarations, in the order failures are listed."""
-    GEOMETRY: ClassVar[frozenset[str]] = frozenset()
-    """The requirement fields fixed when an instance is built (construction refuses them)."""
+    SLOT: ClassVar[str]  # the kind's registry slot kind, a KERNEL_KINDS key
+    CHECKS: ClassVar[tuple[Check, ...]] = ()  # the kind's declarations, in the order failures are listed
+    GEOMETRY: ClassVar[frozenset[str]] = frozenset()  # the fields fixed at construction (which refuses them)
     ContractError: ClassVar[type[KernelContractError]] = KernelContractError
 
     def __init_subclass__(cls, **kwargs):
@@ -123,24 +120,19 @@ class Kernel:
 class AttentionRequirements(Requirements):
     """Every capability a backend must have for one group of layers."""
 
-    head_size: int
-    """Query/key head size (MLA: qk_nope_head_dim + qk_rope_head_dim)."""
-    dtype: str = "bfloat16"
-    """Model compute dtype: float32, bfloat16 or float16."""
+    head_size: int  # query/key head size (MLA: qk_nope_head_dim + qk_rope_head_dim)
+    dtype: str = "bfloat16"  # model compute dtype
     kv_cache_dtype: str = "auto"
     attn_type: AttentionType = AttentionType.FULL
     use_mla: bool = False
     sliding_window: bool = False
     chunked_attention: bool = False
     logit_softcap: bool = False
-    sinks: bool = False
-    """Per-head attention sink logits in the softmax denominator (GPT-OSS)."""
+    sinks: bool = False  # per-head attention sink logits in the softmax denominator (GPT-OSS)
     sparse_mode: str = SPARSE_NONE
-    block_size: int | None = None
-    """A block size the engine insists on; None lets the backend pick its preferred one."""
+    block_size: int | None = None  # one the engine insists on; None: the backend's preferred one
     kv_layout: KVLayout | None = None
-    platform: str | None = None
-    """Platform name; `select_attention_backend` fills it from the detected platform when None."""
+    platform: str | None = None  # None: `select_attention_backend` fills in the detected platform
 
     def __post_init__(self):
         """Every bad name or size at once (option validation lists them as its own violations)."""

@@ -16,13 +16,11 @@ class KVCacheSpec:
 
     num_kv_heads: int
     head_dim: int
-    dtype: str
-    """Storage dtype: float32, bfloat16, float16 or fp8_e4m3 (never "auto": resolve it first)."""
+    dtype: str  # the storage dtype (never "auto": resolve it first)
     block_size: int = 16
     layout: KVLayout = KVLayout.NHD
     mla: bool = False
-    index_head_dim: int = 0
-    """DSA (MLA only): the indexer key cached per token after the latent; 0 when the layer has no indexer."""
+    index_head_dim: int = 0  # DSA (MLA only): the indexer key cached per token after the latent
     stride_order: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Physical order of the `cache_shape` dims in memory, outermost first (the tensor keeps its logical shape;
     (0, 3, 1, 2, 4) with NHD stores each KV head's blocks together)."""

@@ -36,12 +36,10 @@ class CandidateReport:
     """One backend the selector looked at and what it found."""
 
     name: str
-    source: str
-    """"platform priority" (listed by the platform) or "installed" (found through the registry)."""
+    source: str  # "platform priority" (listed by the platform) or "installed" (found through the registry)
     chosen: bool
     reason: str
-    failures: tuple[str, ...] = ()
-    """Every failed capability (or the import error); empty when capable."""
+    failures: tuple[str, ...] = ()  # every failed capability (or the import error); empty when capable
     backend_cls: type | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -89,8 +89,7 @@ class AttentionOptions:
     head_size: int | None = None
     mla: object | None = None
     """MLA geometry (an MLASpec, as `ModelConfig.mla` holds, or a mapping of its fields) when the model uses MLA."""
-    backend_options: Mapping[str, Mapping] = field(default_factory=dict)
-    """Per-backend typed options by backend name: {"SDPA": {"key": value}}."""
+    backend_options: Mapping[str, Mapping] = field(default_factory=dict)  # by backend name: {"SDPA": {"key": 1}}
     platform: str | None = None
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ..attention._capabilities import MOE_BACKEND_ENV
 from ._backend import (
     MoEBackend,
     MoEContractError,
@@ -17,7 +16,6 @@ from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS
 
 __all__ = [
     "ACTIVATIONS",
-    "MOE_BACKEND_ENV",
     "ROUTINGS",
     "WEIGHT_FORMATS",
     "ExpertWeights",
