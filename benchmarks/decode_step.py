@@ -2,12 +2,13 @@
 times and the aten calls a step dispatches, split by owner (metadata, KV write, attention, the rest).
 
     .venv/bin/python benchmarks/decode_step.py [--threads 2] [--batch 1] [--steps 120] [--rounds 3]
-        [--quantization gguf|none] [--backend SDPA] [--prompt-len 32]
+        [--quantization gguf|none] [--backend SDPA] [--prompt-len 32] [--no-kernels]
 
 Each round prefills --batch 32-token requests, then times --steps single decode steps (positions
 prompt-len .. prompt-len + steps); the figure is the best step of every round (the minimum moves least with
 load on a shared machine). The counts are deterministic: compare them before/after a change, not the times
-of two runs made at different moments.
+of two runs made at different moments. --no-kernels replaces each quantized linear's kernel by its first output
+(cached per input shape): what is left is the step's dispatch and Python cost (its tokens mean nothing).
 """
 
 from __future__ import annotations
@@ -104,6 +105,23 @@ def _timed_round(runner, args, tag: str, count_at: int | None = None, backends=(
     return best, counts
 
 
+def cache_kernels(model) -> int:
+    """Make every quantized linear return its kernel's first output for each input shape; how many there are."""
+    from kernelbay_engine.quant.method import QuantizedLinearMethod
+
+    methods = [m.method for m in model.modules() if isinstance(getattr(m, "method", None), QuantizedLinearMethod)]
+    for method in methods:
+        outputs: dict = {}
+
+        def run(x, kernel=method.run, outputs=outputs):
+            if x.shape not in outputs:
+                outputs[x.shape] = kernel(x)
+            return outputs[x.shape]
+
+        method.run = run
+    return len(methods)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -113,6 +131,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--quantization", default="gguf", help="gguf: the file's codes kept; none: float32")
     parser.add_argument("--backend", default=None, help="attention backend (default: the selector's)")
+    parser.add_argument("--no-kernels", action="store_true", help="quantized kernels replaced by a cached output")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -123,12 +142,15 @@ def main() -> None:
         options["attention_backend"] = args.backend
     llm = LLM(str(gguf_path()), progress=False, max_num_seqs=args.batch, kv_cache_memory="256MiB", **options)
     runner = llm.runner
+    if args.no_kernels and not cache_kernels(llm.model):
+        raise SystemExit("--no-kernels: this model has no quantized linear (use --quantization gguf)")
     backends = [entry.layer.backend for entry in runner.cache.layers]
     best_per_round = [_timed_round(runner, args, f"r{r}")[0] for r in range(args.rounds)]
     counts = _timed_round(runner, args, "count", count_at=args.steps // 2, backends=backends)[1]
     total = sum(counts.values())
     layers = len(backends)
-    print(f"threads {args.threads}, batch {args.batch}, {layers} attention layers, backend {backends[0].name}")
+    kernels = ", kernels cached" if args.no_kernels else ""
+    print(f"threads {args.threads}, batch {args.batch}, {layers} attention layers, backend {backends[0].name}{kernels}")
     print(f"best decode step per round (ms): {', '.join(f'{t * 1e3:.2f}' for t in best_per_round)}")
     print(f"aten calls per step: {total}")
     for owner, n in counts.most_common():
