@@ -169,28 +169,28 @@ def _verdicts(req, priority: tuple[str, ...], installed: tuple[str, ...], kind: 
     """Every candidate (platform priority first, then every installed backend) with its failures; chosen and
     reason come once every group has answered."""
     order = dict.fromkeys(priority, "platform priority") | {n: "installed" for n in installed if n not in priority}
-    return {name: _verdict(name, source, *_ask(kind, name, installed, req)) for name, source in order.items()}
+    return {
+        name: CandidateReport(name, source, False, "", *_ask(kind, name, installed, req))
+        for name, source in order.items()
+    }
 
 
-def _verdict(name: str, source: str, cls: type | None, failures: tuple[str, ...]) -> CandidateReport:
-    return CandidateReport(name, source, False, "", failures, cls)
-
-
-def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[type | None, tuple[str, ...]]:
-    """Load one candidate and ask it every capability; failures to load are failures, not crashes."""
+def _ask(kind: str, name: str, installed: tuple[str, ...], req) -> tuple[tuple[str, ...], type | None]:
+    """Load one candidate and ask it every capability: (failures, class); failures to load are failures, not
+    crashes."""
     if name not in installed:
-        return None, (_NOT_INSTALLED,)
+        return (_NOT_INSTALLED,), None
     cls, broken = load_backend(kind, name)
     if cls is None:
-        return None, (str(broken),)
+        return (str(broken),), None
     try:
         failures = cls.capability_failures(req)
     except Exception as exc:  # noqa: BLE001
-        return cls, (f"capability check of {name} raised {type(exc).__name__}: {exc}",)
+        return (f"capability check of {name} raised {type(exc).__name__}: {exc}",), cls
     if not isinstance(failures, (list, tuple)) or not all(isinstance(f, str) for f in failures):
         # a junk answer (None, a bare string) must neither crash selection nor pass as "capable"
-        return cls, (f"{name}.capability_failures() must return a list of failure strings, got {failures!r}",)
-    return cls, tuple(failures)
+        return (f"{name}.capability_failures() must return a list of failure strings, got {failures!r}",), cls
+    return tuple(failures), cls
 
 
 @functools.lru_cache(maxsize=256)
