@@ -155,10 +155,13 @@ def _assemble(reader: GGUFTensorReader, parts: Parts, form: Form) -> QuantizedWe
     ordered = [info for info, _ in sorted(parts, key=lambda p: p[1][0].start if p[1] else 0)]
     if not form.exact:
         dense = torch.cat([reader.values(info) for info in ordered])
+        for info in ordered:
+            reader.release(info)
         return quantize(dense, form.bits, form.group_size, source=form.source)
     pieces = []
     for info in ordered:
-        fields = codes(info, reader.raw(info))
+        fields = codes(info, reader.raw(info))  # copies of the bytes: the pages can go
+        reader.release(info)
         if info.permute_heads:
             fields = tuple(unpermute_rows(f, info.permute_heads) for f in fields)
         pieces.append(CONSTRUCTORS[info.qtype](*fields))
@@ -226,15 +229,16 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     source = GGUFFormat.open(Path(path))
     parts_of = _parts_by_weight(model, source)
     layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
-    report, built = {}, {}  # built: id(parts) -> weight, so a tied head and its table share one set of codes
+    shared = {id(parts) for *_, parts, _ in table}  # a tied head's parts: assembled once, for it and the table
+    report, built = {}, {}
     with source.reader() as reader, torch.inference_mode():
         for name, module, parts, form in [*_peak_order(layers), *table]:
             if isinstance(form, str) or parts is None:
                 report[name] = str(form)
                 continue
-            if id(parts) not in built:
-                built[id(parts)] = _assemble(reader, parts, form)
-            quantized = built[id(parts)]
+            quantized = built.get(id(parts)) or _assemble(reader, parts, form)
+            if id(parts) in shared:
+                built[id(parts)] = quantized
             if isinstance(module, Linear):
                 report[name] = f"{quantized.source} on {set_quantized_weight(module, quantized).kernel.name}"
             else:

@@ -9,6 +9,7 @@ only while a model loads: afterwards nothing of it stays resident.
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -174,14 +175,27 @@ class GGUFTensorReader:
 
     def __init__(self, source: GGUFSource):
         self.checkpoint = source
-        self._file: np.memmap | None = None
+        self._map: mmap.mmap | None = None
+        self._file: np.ndarray | None = None
 
     def __enter__(self) -> GGUFTensorReader:
-        self._file = np.memmap(self.checkpoint.folder, dtype=np.uint8, mode="c")  # copy-on-write: writable views
+        with open(self.checkpoint.folder, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # copy-on-write: writable views
+        self._file = np.frombuffer(self._map, dtype=np.uint8)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._file = None  # mapped parameters keep their own reference to the mapping
+        self._file = self._map = None  # mapped parameters keep their own reference to the mapping
+
+    def release(self, info: TensorInfo) -> None:
+        """Drop a tensor's pages once its bytes have been copied out (codes, dequantized values), so a load does
+        not keep the whole file resident as it goes (SmolLM2's Q4_1 load peaked 92 MiB higher): only the pages
+        wholly inside the tensor, so a neighbour mapped as a parameter keeps its own. Re-read from the file if
+        touched again (a private mapping's unwritten pages)."""
+        start = -(-info.start // mmap.PAGESIZE) * mmap.PAGESIZE
+        stop = (info.start + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if self._map is not None and stop > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
     def raw(self, info: TensorInfo) -> np.ndarray:
         if self._file is None:
@@ -200,6 +214,7 @@ class GGUFTensorReader:
         if tuple(dest.shape) != info.shape:
             raise CheckpointError(f"{shape_mismatch(name, info.shape, dest.shape)} {SHAPE_HINT}")
         dest.copy_(self.values(info))
+        self.release(info)
 
     def values(self, info: TensorInfo) -> torch.Tensor:
         """The tensor as float32 in the model's layout: dequantized, rows un-permuted, offset added back."""

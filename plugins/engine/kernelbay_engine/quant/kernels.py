@@ -5,7 +5,8 @@ and the CPU features it needs; `is_available()` says whether this machine and to
 and `failures(req)` lists what stops it running one layer. Measured on a 2-thread AMD EPYC (avx512_bf16)
 over the 30 layers + LM head of SmolLM2-135M (benchmarks/cpu_decode.py has the model-level figures):
 int4 ~3 ms and int8 ~4.5 ms per single-row step, against 5.9 ms for bf16 and 9.5 ms for fp32 oneDNN-packed.
-With float32 activations torch's int4/int8 CPU ops ran 10-30x slower, so these kernels compute in bf16.
+With float32 or float16 activations torch's int4/int8 CPU ops run 20-40x slower (ATen's int4mm / int8mm
+kernels vectorize bf16 only on x86: benchmarks/quant_kernels.py), so these kernels compute in bf16.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGrou
 _INT4_ROWS = 16  # its packing needs N divisible by 16: other N are padded with zero rows
 _PACK_ROWS = 128  # rows packed at a time (a multiple of _INT4_ROWS)
 BF16_FEATURES = ("avx512_bf16", "amx_bf16")
+COMPUTES_IN = (
+    "the model dtype's activations cast to bf16 and the output back; scales bf16, products summed in fp32: "
+    "torch's fp32 / fp16 paths of these ops are scalar loops, 20-40x slower"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ def _bf16_available() -> tuple[bool, str]:
     have = sorted(cpu_flags() & set(BF16_FEATURES))
     if not have:
         return False, f"the CPU lacks {' / '.join(BF16_FEATURES)}: bf16 activations would run emulated, slowly"
-    return True, f"bf16 activations on {', '.join(have)}"
+    return True, f"bf16 activations on {', '.join(have)} ({COMPUTES_IN})"
 
 
 def _op_available(*names: str) -> tuple[bool, str]:
