@@ -27,9 +27,10 @@ class SdpaMetadata(AttentionMetadata):
 
     decode_index: torch.Tensor | None = None
     """(B, max_seq_len) int64 flat slots per request, padded with the request's slot 0; None unless decode-only."""
-    decode_masks: dict = field(default_factory=dict, compare=False)
-    """The batched decode's [B, 1, 1, max_seq_len] bool masks (None: every key visible), built by the first layer
-    of each (sliding_window, chunk_size) and shared by the step's others."""
+    shared: dict = field(default_factory=dict, compare=False)
+    """What the batched decode derives from the above, built by the step's first layer that needs it and reused by
+    the others: ("mask", sliding_window, chunk_size) -> [B, 1, 1, width] bool or None (every key visible), and
+    ("index", sinks) -> the flat gather index (with sinks, each row's slot 0 once more: the sink's key)."""
 
     @classmethod
     def _extras(cls, md: AttentionMetadata) -> dict:
@@ -177,11 +178,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         """Every request's last token in one call over a gathered [B, kv_heads, width, D] copy (sinks: one more
         key per request, gathered then zeroed, its logit the sink, as in `_sinks_one`: no extra copy)."""
         g = self.geometry
-        index = md.decode_index
-        if sinks is not None:
-            index = torch.cat([index, index[:, :1]], dim=1)
-        batch, width = index.shape
-        k, v = self._gather(index, md.layout, q.dtype, views)
+        batch, width = md.num_reqs, md.decode_index.shape[1] + (sinks is not None)
+        k, v = self._gather(_flat_index(md, sinks is not None), batch, width, md.layout, q.dtype, views)
         folded = q.view(batch, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         mask = self._decode_mask(md)
         if sinks is not None:
@@ -191,30 +189,38 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=g.scale)
         return out.view(batch, g.num_heads, g.head_dim)
 
-    def _gather(self, index: torch.Tensor, layout: KVLayout, dtype, views: ops.CacheViews):
-        """Keys and values at `index` [B, width] as [B, kv_heads, width, head_dim] each, in a reused buffer: one
-        index_select over both planes when their heads merge (SDPA's own cache), else one gather per plane."""
-        g, (batch, width) = self.geometry, index.shape
+    def _gather(self, index: torch.Tensor, batch: int, width: int, layout: KVLayout, dtype, views: ops.CacheViews):
+        """Keys and values at the flat `index` [B * width] as [B, kv_heads, width, head_dim] each, in a reused
+        buffer: one index_select over both planes when their heads merge (SDPA's own cache), else one per plane."""
+        g = self.geometry
         if views.heads_flat is not None and self._zero_copy(views, dtype):
             flat = views.heads_flat
             buf = scratch("sdpa-kv", (flat.shape[0], index.numel(), g.head_dim), dtype, index.device)
-            both = torch.index_select(flat, 1, index.view(-1), out=buf)  # [2 * kv_heads, B * width, D]
+            both = torch.index_select(flat, 1, index, out=buf)  # [2 * kv_heads, B * width, D]
             return both.view(2, g.num_kv_heads, batch, width, g.head_dim).transpose(1, 2).unbind(0)
         shape = (index.numel(), g.num_kv_heads, g.head_dim)
         planes = []
         for plane, (purpose, scale) in enumerate((("k", self.k_scale), ("v", self.v_scale))):
             buf = scratch(f"sdpa-{purpose}", shape, dtype, index.device)
-            got = ops.read_plane(self.kv_cache[plane], index.view(-1), layout, dtype, scale, out=buf)
+            got = ops.read_plane(self.kv_cache[plane], index, layout, dtype, scale, out=buf)
             planes.append(got.view(batch, width, g.num_kv_heads, g.head_dim).transpose(1, 2))
         return tuple(planes)
 
     def _decode_mask(self, md: SdpaMetadata) -> torch.Tensor | None:
         """[B, 1, 1, width] bool, or None when every gathered key is visible (once per step and window)."""
         g = self.geometry
-        key = (g.sliding_window, g.chunk_size)
-        if key not in md.decode_masks:
-            md.decode_masks[key] = _decode_mask(md, g)
-        return md.decode_masks[key]
+        key = ("mask", g.sliding_window, g.chunk_size)
+        if key not in md.shared:
+            md.shared[key] = _decode_mask(md, g)
+        return md.shared[key]
+
+
+def _flat_index(md: SdpaMetadata, sinks: bool) -> torch.Tensor:
+    key = ("index", sinks)
+    if key not in md.shared:
+        index = md.decode_index
+        md.shared[key] = (torch.cat([index, index[:, :1]], dim=1) if sinks else index).view(-1)
+    return md.shared[key]
 
 
 def _decode_mask(md: SdpaMetadata, g) -> torch.Tensor | None:
