@@ -76,10 +76,23 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         print("kernelbay: interrupted", file=sys.stderr)
+        _clear_unhandled_interrupt_flag()
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+
+
+def _clear_unhandled_interrupt_flag() -> None:
+    """A Ctrl-C that lands while C code runs Python through PyRun_String (pybind11's `py::exec`, e.g. during
+    torch's import) sets CPython's "unhandled KeyboardInterrupt" flag although we handled it, and `python -m`
+    then kills itself with SIGINT after finalizing (exit -2, not 130). Every PyRun_* call starts by clearing it."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"")
+    except (ImportError, AttributeError, OSError):  # not CPython: there is no such flag
+        pass
 
 
 def _silence_stdout() -> None:
