@@ -36,16 +36,8 @@ class QuantizedEmbedding:
         return w.q.nbytes + w.scale.nbytes + (w.zero.nbytes if w.zero is not None else 0)
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        w, flat = self.weight, ids.reshape(-1)
-        groups = (flat.numel(), w.in_features // w.group_size, w.group_size)
-        codes = w.q.index_select(0, flat).view(groups).float()
-        if w.bits == 4:
-            codes = codes - 8
-        rows = codes * w.scale.index_select(0, flat).unsqueeze(-1)
-        if w.zero is not None:
-            rows = rows + w.zero.index_select(0, flat).unsqueeze(-1)
-        rows = rows.view(*ids.shape, w.in_features)
-        return rows if rows.dtype == self.dtype else rows.to(self.dtype)
+        rows = self.weight.dequantize(self.dtype, rows=ids.reshape(-1))
+        return rows.view(*ids.shape, self.weight.in_features)
 
     def __repr__(self) -> str:
         return f"QuantizedEmbedding({self.source}, rows dequantized per lookup)"

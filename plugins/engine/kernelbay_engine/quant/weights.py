@@ -49,14 +49,22 @@ class QuantizedWeight:
     def in_features(self) -> int:
         return self.q.shape[1]
 
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The weight the codes stand for, [N, K] (the reference every kernel is tested against)."""
-        scale = self.scale.repeat_interleave(self.group_size, dim=1)
-        if self.bits == 8:
-            return (self.q.float() * scale).to(dtype)
-        assert self.zero is not None  # __post_init__: 4-bit weights have zeros
-        zero = self.zero.repeat_interleave(self.group_size, dim=1)
-        return ((self.q.float() - 8) * scale + zero).to(dtype)
+    def dequantize(self, dtype: torch.dtype = torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The weight the codes stand for, [N, K] (the reference every kernel is tested against), or only the
+        `rows` [R] of it, [R, K], from those rows' codes alone (a quantized embedding table's lookup)."""
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t if rows is None else t.index_select(0, rows)
+
+        q = pick(self.q)
+        codes = q.view(q.shape[0], -1, self.group_size).float()
+        if self.bits == 4:
+            codes = codes - 8
+        out = codes * pick(self.scale).unsqueeze(-1)
+        if self.zero is not None:  # __post_init__: 4-bit weights have zeros, 8-bit ones none
+            out = out + pick(self.zero).unsqueeze(-1)
+        out = out.view(q.shape[0], self.in_features)
+        return out if out.dtype == dtype else out.to(dtype)  # a same-dtype .to() is still a dispatched call
 
     def nbytes(self) -> int:
         """Bytes a kernel streams per use: the codes at their bit width plus the scales."""
