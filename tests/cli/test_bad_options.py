@@ -101,3 +101,17 @@ def test_trace_variable_that_is_not_a_boolean_is_named_and_off():
     result = run_cli("plugins", env={"KERNELBAY_TRACE": "maybe"})
     assert result.returncode == 0 and "[kernelbay] " not in result.stderr
     assert "KERNELBAY_TRACE='maybe' is not a boolean" in result.stderr and "1/true/yes/on" in result.stderr
+
+
+def test_backend_option_items_are_parsed_in_one_place():
+    """`--backend-option` items (run's NAME.KEY=VALUE, check-backend's KEY=VALUE for its one backend) go through
+    one parser; a malformed item is an InputError showing the form to write."""
+    from kernelbay.cli import backend_options
+    from kernelbay.errors import InputError
+
+    assert backend_options(["FLEX.compile=false", "SDPA.x=1"]) == {"FLEX": {"compile": "false"}, "SDPA": {"x": "1"}}
+    assert backend_options(["compile=false", "FLEX.x=1"], "FLEX") == {"FLEX": {"compile": "false", "x": "1"}}
+    with pytest.raises(InputError, match=r"'SDPA' is not of the form NAME\.KEY=VALUE \(e\.g\. FLEX\.compile=false\)"):
+        backend_options(["SDPA"])
+    with pytest.raises(InputError, match=r"'FLEX\.=1' is not of the form KEY=VALUE \(e\.g\. compile=false\)"):
+        backend_options(["FLEX.=1"], "FLEX")

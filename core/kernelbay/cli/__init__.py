@@ -64,6 +64,24 @@ def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
     return add_command(parser)
 
 
+def backend_options(items: list[str], backend: str | None = None) -> dict[str, dict[str, str]]:
+    """`--backend-option` items by backend: `["FLEX.compile=false"]` -> `{"FLEX": {"compile": "false"}}` (each
+    backend's Options types the values); with `backend` (check-backend's one), `KEY=VALUE` is that backend's."""
+    from kernelbay.errors import InputError
+
+    form = "KEY=VALUE (e.g. compile=false)" if backend else "NAME.KEY=VALUE (e.g. FLEX.compile=false)"
+    options: dict[str, dict[str, str]] = {}
+    for item in items:
+        name_key, sep, value = item.partition("=")
+        name, dot, key = name_key.partition(".")
+        if backend is not None and name != backend:  # check-backend's KEY=VALUE
+            name, dot, key = backend, ".", name_key
+        if not (sep and dot and name and key):
+            raise InputError(f"--backend-option {item!r} is not of the form {form}")
+        options.setdefault(name, {})[key] = value
+    return options
+
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head -1` reports for `yes`
 

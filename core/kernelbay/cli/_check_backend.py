@@ -25,24 +25,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
-def backend_options(name: str, items: list[str]) -> dict[str, str] | None:
-    """`KEY=VALUE` (or `NAME.KEY=VALUE`) items as a mapping; the backend's Options type checks them."""
-    from ..errors import InputError
-
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--backend-option {item!r} is not of the form KEY=VALUE (e.g. compile=false)")
-        options[key.removeprefix(f"{name}.")] = value
-    return options or None
-
-
 def run(args) -> int:
     from ..testing.conformance import check_backend
+    from . import backend_options
 
-    report = check_backend(
-        args.name, args.spec or None, options=backend_options(args.name, args.backend_option), device=args.device
-    )
+    options = backend_options(args.backend_option, args.name).get(args.name)
+    report = check_backend(args.name, args.spec or None, options=options, device=args.device)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.passed else 1

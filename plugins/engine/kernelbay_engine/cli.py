@@ -9,6 +9,7 @@ import errno
 import sys
 from collections.abc import Iterator
 
+from kernelbay.cli import backend_options
 from kernelbay.errors import InputError
 
 
@@ -96,18 +97,6 @@ def build_llm(args, folder):
         trust_remote_code=args.trust_remote_code,
         attention_backend_options=backend_options(args.backend_option),
     )
-
-
-def backend_options(items: list[str]) -> dict[str, dict[str, str]]:
-    """`["FLEX.compile=false"]` -> `{"FLEX": {"compile": "false"}}`; each backend types its own values."""
-    options: dict[str, dict[str, str]] = {}
-    for item in items:
-        name_key, sep, value = item.partition("=")
-        backend, dot, key = name_key.partition(".")
-        if not (sep and dot and backend and key):
-            raise InputError(f"--backend-option {item!r} is not of the form NAME.KEY=VALUE (e.g. FLEX.compile=false)")
-        options.setdefault(backend, {})[key] = value
-    return options
 
 
 def kv_cache_memory_argument(value: str | None) -> int | None:
