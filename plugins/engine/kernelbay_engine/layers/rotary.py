@@ -156,7 +156,6 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.params = params
         self._tables: dict[bool, tuple[torch.Tensor, float]] = {}
-        self._swaps: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         self._step: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def _inv_freq(self, positions: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -212,29 +211,19 @@ class RotaryEmbedding(nn.Module):
 
     def _rotate_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """`_rotate` with every dim rotating, in 4 ops instead of ~12 (a decode step is dispatch-bound):
-        rotate_half(x) as x @ S, S the signed swap of the halves (one +-1 per column: exact in any dtype),
-        so the result is bit for bit `_rotate`'s."""
-        cos3, sin3 = self._step_tables(cos, sin)
-        return x * cos3 + torch.matmul(x, self._swap(x.dtype, x.device)) * sin3
+        rotate_half(x) * sin == roll(x, D/2) * (sin with its first half negated), negation being exact, so the
+        result is bit for bit `_rotate`'s (roll measured ~2x cheaper than a signed-swap matmul in a decode step)."""
+        cos3, signed_sin3 = self._step_tables(cos, sin)
+        return x * cos3 + torch.roll(x, self.params.rotary_dim // 2, -1) * signed_sin3
 
     def _step_tables(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[T, 1, D] views of this step's tables, made by the first layer and reused by the others."""
+        """[T, 1, D] views of this step's cos and signed sin, made by the first layer and reused by the others."""
         step = self._step
         if step is None or step[0] is not cos or step[1] is not sin:
-            step = self._step = (cos, sin, cos[:, None, :], sin[:, None, :])
+            half = self.params.rotary_dim // 2
+            signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+            step = self._step = (cos, sin, cos[:, None, :], signed[:, None, :])
         return step[2], step[3]
-
-    def _swap(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """S [D, D] with (x @ S) == rotate_half(x): column j takes -x[j + D/2] (first half) or x[j - D/2]."""
-        key = (dtype, device)
-        if key not in self._swaps:
-            dim, half = self.params.rotary_dim, self.params.rotary_dim // 2
-            swap = torch.zeros(dim, dim, dtype=dtype, device=device)
-            cols = torch.arange(half, device=device)
-            swap[cols + half, cols] = -1
-            swap[cols, cols + half] = 1
-            self._swaps[key] = swap
-        return self._swaps[key]
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.apply(q, k, *self.cos_sin(positions, q.dtype))
