@@ -1,11 +1,9 @@
 """The process-wide slot registry and the `register_*` doors into it."""
 
-from __future__ import annotations
-
 import sys
 import threading
 
-from ._records import KINDS, Origin, Provider, Registration, Slot
+from ._records import KINDS, Origin, Provider, Registration, Slot  # noqa: F401 - exported
 from ._registry import Registry
 
 _default: Registry | None = None
@@ -109,31 +107,5 @@ def registered_slots(obj) -> list[tuple[str, str]]:
     return list(dict.fromkeys(reg.key for regs in _IMPORT_TIME.values() for reg, o in regs if o is obj))
 
 
-__all__ = [
-    "KINDS",
-    "Origin",
-    "Provider",
-    "Registration",
-    "Registry",
-    "Slot",
-    "default_registry",
-    "export_providers",
-    "import_providers",
-    "load_custom_module_dirs",
-    "names",
-    "prefer",
-    "rebuild",
-    "register_attention_backend",
-    "register_config",
-    "register_draft_model",
-    "register_model",
-    "register_moe_backend",
-    "register_platform",
-    "register_vision_encoder",
-    "registered_slots",
-    "reset_registry",
-    "resolve",
-    "resolve_impl",
-    "slot_info",
-    "unregister_provider",
-]
+# The exports: every public name above but the modules (the records, the doors, the process registry's API).
+__all__ = sorted(n for n, v in globals().items() if not n.startswith("_") and type(v) is not type(sys))  # noqa: PLE0605
