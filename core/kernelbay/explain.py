@@ -201,8 +201,8 @@ def _config_lines(c: dict) -> list[str]:
         )
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
     total, active = c["parameters"]["total"], c["parameters"]["active_per_token"]
-    extra += f", {_human_count(total)} parameters"
-    extra += f" ({_human_count(active)} active/token)" if active != total else ""
+    extra += f", {_scaled(total, _COUNT_UNITS, str(total))} parameters"
+    extra += f" ({_scaled(active, _COUNT_UNITS, str(active))} active/token)" if active != total else ""
     line = (
         f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
@@ -279,20 +279,18 @@ def compact_layers(layers: list[int]) -> str:
     return f"{text} ({len(layers)})"
 
 
-def _human_count(n: int) -> str:
-    """21_000_000_000 -> "21.0B"."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
+_COUNT_UNITS = (("B", 1e9), ("M", 1e6), ("K", 1e3))
+_BYTE_UNITS = ((" TiB", 2**40), (" GiB", 2**30), (" MiB", 2**20), (" KiB", 2**10))
+
+
+def _scaled(n: int, units: tuple[tuple[str, float], ...], unscaled: str) -> str:
+    """`n` in the largest of `units` it reaches, one decimal (21_000_000_000 -> "21.0B"); else `unscaled`."""
+    return next((f"{n / size:.1f}{unit}" for unit, size in units if n >= size), unscaled)
 
 
 def human_bytes(n: int) -> str:
     """1536 -> "1.5 KiB"."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    return _scaled(n, _BYTE_UNITS, f"{n} B")
 
 
 # Each section of the document, in order: how it is built (config, options) and how the text shows it.
