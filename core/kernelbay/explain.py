@@ -53,11 +53,11 @@ def explain_model(
     native | transformers, as for `kernelbay run` (which provider would serve). `memory` and `quantization`
     are answered by the sections plugins contribute (kernelbay-engine's: the tokens `memory` holds in its KV
     blocks, and which linear kernel each layer would run)."""
-    from kernelbay.config import ModelConfig, resolution_target
+    from kernelbay.config import ModelConfig
     from kernelbay.registry import resolve_impl
 
     config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
-    kind, name = resolution_target(config)
+    kind, name = config.model_kind, config.architecture  # the slot it builds from (EAGLE3<Arch> for a draft)
     resolve_impl(kind, name, model_impl, config.hf_config)  # imported as AutoModelForCausalLM does: same error
     options: dict[str, Any] = {"kind": kind, "name": name, "model_impl": model_impl, "moe_backend": moe_backend}
     options |= {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}

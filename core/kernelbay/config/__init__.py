@@ -15,7 +15,7 @@ loads this package.
 # The imports below are the package's exports; __all__ is derived from them.
 # ruff: noqa: F401
 from ..attention._geometry import IndexerSpec, MLASpec  # the attention contract's records, which configs hold
-from ._build import draft_architecture, resolution_target
+from ._build import draft_architecture
 from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
 from ._loading import config_class_for, read_config_json, weight_format_class
 from ._model_config import MODEL_KINDS, ModelConfig

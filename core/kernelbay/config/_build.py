@@ -215,10 +215,3 @@ def draft_architecture(architecture: str) -> str:
     `EAGLE3LlamaForCausalLM`, a Llama layer drafting for whatever target it was trained on.
     """
     return "EAGLE3" + _EAGLE_MARKS.sub("", architecture)
-
-
-def resolution_target(config) -> tuple[str, str]:
-    """(slot kind, slot name) a resolved `ModelConfig` builds from (DESIGN "Model resolution", steps 1-3):
-    `architecture` is `architectures[0]`, or `EAGLE3<TargetArch>` for a draft; `model_kind` is "model",
-    "draft_model" or "vision_encoder"."""
-    return config.model_kind, config.architecture

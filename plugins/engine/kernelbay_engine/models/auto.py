@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kernelbay.config import resolution_target
 from kernelbay.errors import NoTarget
 from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
@@ -112,7 +111,7 @@ def construct_model(
 
     if implementation not in IMPLEMENTATION_MODES:
         raise ValueError(f"implementation must be one of {IMPLEMENTATION_MODES}, got {implementation!r}")
-    kind, name = resolution_target(config)
+    kind, name = config.model_kind, config.architecture  # the slot it builds from (EAGLE3<Arch> for a draft)
     impl = resolve_impl(kind, name, model_impl, config.hf_config)  # a refusing fallback says why, before building
     _announce_fallback(kind, name, impl)
     try:
