@@ -167,7 +167,7 @@ def test_layer_groups_split_when_no_backend_fits_all(fresh_registry):
     assert not sel.shared
     assert sel.backend_for("sparse").backend_name == "FAKE_BLOCKSPARSE"
     assert sel.backend_for("sliding").backend_name == "SDPA"
-    assert json.loads(json.dumps(sel.to_dict()))["shared_backend"] is False
+    assert all(json.loads(json.dumps(r.to_dict()))["backend"] == r.backend_name for _, r in sel.groups)
 
 
 def test_requested_backend_must_fit_every_group(fresh_registry):

@@ -97,9 +97,6 @@ class LayerGroupSelection:
                 return result
         raise KeyError(f"no layer group {group!r}; groups: {', '.join(n for n, _ in self.groups)}")
 
-    def to_dict(self) -> dict:
-        return {"shared_backend": self.shared, "groups": {n: r.to_dict() for n, r in self.groups}}
-
 
 def select_attention_backend(
     requirements: AttentionRequirements, requested: str | None = None, platform=None
