@@ -77,12 +77,6 @@ class SelectionResult:
             "candidates": [c.to_dict() for c in self.candidates],
         }
 
-    def explain(self) -> str:
-        from ..explain import candidate_lines
-
-        head = f"{self.backend_name} on {self.platform}" + (" (requested)" if self.requested else "")
-        return "\n".join([head, *candidate_lines([c.to_dict() for c in self.candidates], 12)])
-
 
 @dataclass(frozen=True, slots=True)
 class LayerGroupSelection:
