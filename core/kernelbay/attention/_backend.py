@@ -190,7 +190,6 @@ class AttentionBackend(Kernel, Generic[TMetadata]):
         if args.update_kv_cache:
             self.write_kv(k, v, metadata)
         out = self._attend(q, metadata, args)
-        g = self.geometry
         shape = (q.shape[0], g.num_heads, g.v_head_dim)
         self._check_output(out, shape, q.dtype, "_attend", f" on layer {g.layer_idx}", "[T, num_heads, v_head_dim] = ")
         if args.output is not None:
