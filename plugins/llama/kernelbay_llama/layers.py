@@ -77,8 +77,13 @@ class LlamaAttention(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], metadata: AttentionMetadata
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        metadata: AttentionMetadata,
+        residual: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The attention block's output for x [T, hidden], plus `residual` when given."""
         heads, kv_heads, head_dim = self.shape
         qkv = self.qkv_proj(x).view(-1, heads + 2 * kv_heads, head_dim)  # x: [T, hidden]; split by heads:
         q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)  # 2 aten calls, not 4
@@ -87,7 +92,7 @@ class LlamaAttention(nn.Module):
         q, k = self.rotary.apply(q, k, *cos_sin)
         args = AttentionForwardArgs(sinks=self.sinks) if self.sinks is not None else None
         out = self.attn(q, k, v, metadata, args)  # [T, heads, head_dim]
-        return self.o_proj(out.reshape(out.shape[0], heads * head_dim))
+        return self.o_proj(out.reshape(out.shape[0], heads * head_dim), residual)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -104,6 +109,7 @@ class LlamaDecoderLayer(nn.Module):
         if ffn is None:
             ffn = GatedMLP(config.hidden_size, config.intermediate_size, features.activation, bias=features.mlp_bias)
         self.mlp = ffn
+        self.mlp_adds_residual = isinstance(ffn, GatedMLP)  # the down projection adds it (no separate add)
         self.input_layernorm = norm()
         self.post_attention_layernorm = norm()  # Gemma-2: after attention; others: before the MLP
         self.sandwich = features.gemma
@@ -112,11 +118,12 @@ class LlamaDecoderLayer(nn.Module):
             self.post_feedforward_layernorm = norm()
 
     def forward(self, x: torch.Tensor, cos_sin, metadata: AttentionMetadata) -> torch.Tensor:
-        h = self.self_attn(self.input_layernorm(x), cos_sin, metadata)
         if self.sandwich:
-            x = x + self.post_attention_layernorm(h)
+            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos_sin, metadata))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
-        x = x + h
+        x = self.self_attn(self.input_layernorm(x), cos_sin, metadata, residual=x)
+        if self.mlp_adds_residual:
+            return self.mlp(self.post_attention_layernorm(x), residual=x)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

@@ -37,9 +37,10 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(act)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLP of x, plus `residual` when given (added by the down projection)."""
         gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
-        return self.down_proj(self.act_fn(gate) * up)
+        return self.down_proj(self.act_fn(gate) * up, residual)
 
 
 class MLP(nn.Module):

@@ -56,9 +56,10 @@ class Linear(nn.Module):
         """W in the compute dtype (what an MLA backend absorbs, what tests compare)."""
         return self._require_method().weight(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        method = self.method
-        return (method or self._require_method()).apply(self, x)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x W^T (+ b), plus `residual` when given (the output projection of a pre-norm block)."""
+        method = self.method or self._require_method()
+        return method.apply(self, x) if residual is None else method.apply_add(self, x, residual)
 
     def _require_method(self) -> LinearMethod:
         if self.method is None:

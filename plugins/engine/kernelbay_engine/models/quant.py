@@ -89,6 +89,10 @@ class LinearMethod:
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight(layer).to(x.dtype), layer.bias if layer.has_bias else None)
 
+    def apply_add(self, layer: Linear, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """`residual + apply(layer, x)`, bit for bit; a method may fold its own work into the add."""
+        return residual + self.apply(layer, x)
+
     def __repr__(self) -> str:
         return type(self).__name__
 

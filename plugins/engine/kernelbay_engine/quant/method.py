@@ -76,6 +76,12 @@ class QuantizedLinearMethod(LinearMethod):
         y = y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         return y + layer.bias if layer.has_bias else y
 
+    def apply_add(self, layer: Linear, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        # float32 + bf16 promotes the kernel's output exactly as its cast back would: one call a layer fewer.
+        if layer.has_bias or x.dim() != 2 or residual.dtype != torch.float32:
+            return residual + self.apply(layer, x)
+        return residual + self.run(x if x.dtype == self.kernel.compute_dtype else x.to(self.kernel.compute_dtype))
+
     def __repr__(self) -> str:
         return f"QuantizedLinearMethod({self.kernel.name}, {self.source})"
 
