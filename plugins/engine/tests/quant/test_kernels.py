@@ -89,6 +89,18 @@ def test_float_weights_quantized_run_on_their_kernel(kind, kernel, n, k):
     _check(layer, weight, f"{kind} {expected} {n}x{k}", gen)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("kind", ["q8_0", "q4_1"])
+def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias):
+    """layer(x, residual) (the add folded into the kernel's cast back) == residual + layer(x), bit for bit."""
+    gen = torch.Generator().manual_seed(7)
+    layer = _layer(97, 256, bias=bias)
+    set_quantized_weight(layer, _codes(kind, 97, 256, gen))
+    for m in ROWS:
+        x, residual = torch.randn(m, 256, generator=gen), torch.randn(m, 97, generator=gen)
+        assert torch.equal(layer(x, residual), residual + layer(x))
+
+
 def test_q4_1_folds_its_min_into_the_zero():
     """Q4_1 value = q * scale + min, exactly as GGUF defines it (dequantized by hand)."""
     q = torch.tensor([[0, 15] * 16], dtype=torch.uint8)
