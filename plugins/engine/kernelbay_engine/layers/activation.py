@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from kernelbay_engine.layers.linear import Linear, MergedLinear
 
-_ACTIVATIONS = {
-    "silu": nn.SiLU,
-    "swish": nn.SiLU,
-    "gelu": nn.GELU,
-    "gelu_pytorch_tanh": lambda: nn.GELU(approximate="tanh"),
-    "gelu_new": lambda: nn.GELU(approximate="tanh"),  # GPT-2's name for the same tanh approximation
-    "relu": nn.ReLU,
+_gelu_tanh = partial(F.gelu, approximate="tanh")
+# Functions, not modules: the same ops as nn.SiLU / nn.GELU / nn.ReLU without a module call per layer.
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_new": _gelu_tanh,  # GPT-2's name for the same tanh approximation
+    "relu": F.relu,
 }
 
 
-def activation(name: str) -> nn.Module:
-    """`hidden_act` -> module; an unknown name is an error listing the supported ones."""
-    factory = _ACTIVATIONS.get(name)
-    if factory is None:
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`hidden_act` -> its function; an unknown name is an error listing the supported ones."""
+    fn = _ACTIVATIONS.get(name)
+    if fn is None:
         raise ValueError(f"hidden_act {name!r} is not supported; use one of {', '.join(sorted(_ACTIVATIONS))}")
-    return factory()
+    return fn
 
 
 class GatedMLP(nn.Module):
@@ -39,8 +45,14 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The MLP of x, plus `residual` when given (added by the down projection)."""
-        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
-        return self.down_proj(self.act_fn(gate) * up, residual)
+        gate_up, down = self.gate_up_proj, self.down_proj
+        dtype = gate_up.compute_dtype
+        if dtype is not None and dtype == down.compute_dtype:  # both on kernels computing in `dtype` (bf16):
+            y = gate_up.forward_native(x)  # act(gate) * up in it too, no cast out and back in (2 calls a layer)
+        else:
+            y = gate_up(x)
+        gate, up = gate_up.split(y)
+        return down(self.act_fn(gate) * up, residual)
 
 
 class MLP(nn.Module):

@@ -61,6 +61,16 @@ class Linear(nn.Module):
         method = self.method or self._require_method()
         return method.apply(self, x) if residual is None else method.apply_add(self, x, residual)
 
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The dtype the layer's kernel computes in whatever the input's (bf16 for the quantized CPU kernels);
+        None when it computes in the input's dtype."""
+        return getattr(self.method, "compute_dtype", None)
+
+    def forward_native(self, x: torch.Tensor) -> torch.Tensor:
+        """x W^T (+ b) left in `compute_dtype` (no cast back to x's dtype): for a consumer that computes in it."""
+        return self._require_method().apply_native(self, x)
+
     def _require_method(self) -> LinearMethod:
         if self.method is None:
             raise RuntimeError(

@@ -93,6 +93,10 @@ class LinearMethod:
         """`residual + apply(layer, x)`, bit for bit; a method may fold its own work into the add."""
         return residual + self.apply(layer, x)
 
+    def apply_native(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        """`apply` in the method's `compute_dtype` (methods that have one override this)."""
+        raise TypeError(f"{self!r} computes in its input's dtype: it has no native dtype to leave its output in")
+
     def __repr__(self) -> str:
         return type(self).__name__
 
