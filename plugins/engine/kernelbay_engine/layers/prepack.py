@@ -49,6 +49,8 @@ class PackedLinearMethod(LinearMethod):
 
     def __init__(self, packed: torch.Tensor):
         self.packed = packed
+        ops = torch.ops.mkldnn._linear_pointwise  # the overloads, not the packet: it resolves one per call
+        self._linear, self._linear_add = ops.default, ops.binary
 
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
         raise RuntimeError("PackedLinearMethod is set by prepack_linear_weights on loaded layers only")
@@ -63,7 +65,16 @@ class PackedLinearMethod(LinearMethod):
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         bias = layer.bias if layer.has_bias else None
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        return self._linear(x, self.packed, bias, "none", [], "")
+
+    def apply_add(self, layer: Linear, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        # oneDNN's binary post-op adds the residual to the fp32 result before it is written: in float32 the same
+        # bits as a separate add (in bf16 one rounding instead of two: not fused), one call fewer (the output
+        # projections of each block, 60 a SmolLM2 step).
+        fused = not layer.has_bias and x.dim() == 2 and residual.dtype == x.dtype == torch.float32
+        if not fused or residual.shape != (x.shape[0], layer.out_features):
+            return residual + self.apply(layer, x)
+        return self._linear_add(x, residual, self.packed, None, "add")
 
     def __repr__(self) -> str:
         return "PackedLinearMethod(onednn)"

@@ -46,6 +46,20 @@ def test_packed_layer_computes_f_linear_for_any_row_count_and_rank(bias):
             torch.testing.assert_close(layer(x), F.linear(x, weight, b), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_residual_added_by_a_packed_layer_is_the_same_sum(bias):
+    """layer(x, residual) (oneDNN's fused add post-op where it applies) == residual + layer(x), bit for bit, and
+    the residual is left as it was."""
+    layer = _layer(384, 256, bias=bias)
+    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always")
+    with torch.inference_mode():
+        for n in (0, 1, 8, 300):
+            x, residual = torch.randn(n, 256), torch.randn(n, 384)
+            before = residual.clone()
+            assert torch.equal(layer(x, residual), residual + layer(x))
+            assert torch.equal(residual, before)
+
+
 def test_packing_releases_the_dense_weight_but_can_still_give_it():
     """The dense parameter is gone (weights held once); dequantized_weight() rebuilds it exactly."""
     layer = _layer(64, 32, bias=True)
