@@ -101,6 +101,34 @@ def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias):
         assert torch.equal(layer(x, residual), residual + layer(x))
 
 
+@pytest.mark.parametrize("quantized", [("gate_up_proj", "down_proj"), ("gate_up_proj",)])
+def test_a_gated_mlp_on_quantized_kernels_matches_its_dequantized_weights(quantized):
+    """Both projections on bf16 kernels: act(gate) * up runs in bf16 (no cast out and back in); one of them only:
+    the float path. Either way the MLP matches float math on the dequantized weights."""
+    from kernelbay_engine.layers.activation import GatedMLP
+
+    gen = torch.Generator().manual_seed(3)
+    mlp = GatedMLP(64, 96, "silu")
+    weights = {}
+    for name, layer in (("gate_up_proj", mlp.gate_up_proj), ("down_proj", mlp.down_proj)):
+        layer.create_weights(UnquantizedLinearMethod(), torch.float32)
+        torch.nn.init.normal_(layer.weight, generator=gen)
+        weights[name] = layer.weight.detach().clone()
+        if name in quantized:
+            weight = quantize(layer.weight.detach(), 8, 32)
+            set_quantized_weight(layer, weight)
+            weights[name] = weight.dequantize()
+    native = (
+        mlp.gate_up_proj.compute_dtype is not None and mlp.gate_up_proj.compute_dtype == mlp.down_proj.compute_dtype
+    )
+    assert native == (len(quantized) == 2)
+    x, residual = torch.randn(5, 64, generator=gen), torch.randn(5, 64, generator=gen)
+    gate, up = (x @ weights["gate_up_proj"].t()).split(96, dim=-1)
+    ref = residual + (torch.nn.functional.silu(gate) * up) @ weights["down_proj"].t()
+    err = ((mlp(x, residual) - ref).abs().max() / ref.abs().max()).item()
+    assert err < TOLERANCE
+
+
 def test_q4_1_folds_its_min_into_the_zero():
     """Q4_1 value = q * scale + min, exactly as GGUF defines it (dequantized by hand)."""
     q = torch.tensor([[0, 15] * 16], dtype=torch.uint8)
