@@ -2,8 +2,6 @@
 forward args, the paged `KVCacheSpec`), construction (`create_attention`, `build_backend`), the one selector
 and option validation. docs/guides/attention-backend-plugin.md is the vendor's reference."""
 
-# The imports below are the package's exports; __all__ is derived from them.
-# ruff: noqa: F401
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
 from ._capabilities import ANY, BACKEND_ENV, AttentionRequirements
 from ._geometry import SPARSE_DSA, SPARSE_NONE, AttentionGeometry, AttentionType, IndexerSpec, KVLayout, MLASpec
@@ -22,4 +20,37 @@ from ._selector import (
 )
 from ._validation import AttentionOptions, NoOptions, validate_options
 
-__all__ = sorted(name for name in dir() if not name.startswith("_"))  # noqa: PLE0605 - what is imported above
+__all__ = [
+    "ANY",
+    "AttentionBackend",
+    "AttentionContractError",
+    "AttentionForwardArgs",
+    "AttentionGeometry",
+    "AttentionMetadata",
+    "AttentionOptions",
+    "AttentionRequirements",
+    "AttentionType",
+    "BACKEND_ENV",
+    "BackendNotCapable",
+    "CandidateReport",
+    "IndexerSpec",
+    "KVCacheSpec",
+    "KVLayout",
+    "LayerGroupSelection",
+    "MLASpec",
+    "NoCapableBackend",
+    "NoOptions",
+    "SPARSE_DSA",
+    "SPARSE_NONE",
+    "SelectionResult",
+    "StepRequest",
+    "build_backend",
+    "build_metadata",
+    "clear_selection_cache",
+    "create_attention",
+    "select_attention_backend",
+    "select_for_layer_groups",
+    "select_for_model",
+    "validate_options",
+    "zeroed",
+]

@@ -12,8 +12,6 @@ Light to import: transformers is imported when a config is first read; `import k
 loads this package.
 """
 
-# The imports below are the package's exports; __all__ is derived from them.
-# ruff: noqa: F401
 from ..attention._geometry import IndexerSpec, MLASpec  # the attention contract's records, which configs hold
 from ._build import draft_architecture
 from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
@@ -22,4 +20,29 @@ from ._model_config import MODEL_KINDS, ModelConfig
 from ._records import ROPE_TYPES, BlockSparseGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
-__all__ = sorted(name for name in dir() if not name.startswith("_"))  # noqa: PLE0605 - what is imported above
+__all__ = [
+    "BLOCKSPARSE",
+    "BlockSparseGeometry",
+    "CHUNKED",
+    "ConfigRuleError",
+    "ConfigView",
+    "ENCODER",
+    "FULL",
+    "INDEXED",
+    "IndexerSpec",
+    "LAYER_KINDS",
+    "LayerPlan",
+    "MLASpec",
+    "MODEL_KINDS",
+    "ModelConfig",
+    "NO_ATTENTION",
+    "QuantConfig",
+    "ROPE_TYPES",
+    "RULE_POINTS",
+    "RopeConfig",
+    "SLIDING",
+    "config_class_for",
+    "draft_architecture",
+    "read_config_json",
+    "weight_format_class",
+]

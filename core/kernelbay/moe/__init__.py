@@ -1,8 +1,6 @@
 """Mixture-of-experts kernels: what an MoE layer computes, the `MoEBackend` protocol and its selection
 (DESIGN.md, "Kernels beyond attention"); backends come through the `kernelbay.moe_backends` entry points."""
 
-# The imports below are the package's exports; __all__ is derived from them.
-# ruff: noqa: F401
 from ._backend import (
     MoEBackend,
     MoEContractError,
@@ -14,4 +12,19 @@ from ._backend import (
 from ._geometry import ExpertWeights, MoEGeometry, dense_weights, dequantize_mxfp4, gated_activation
 from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS
 
-__all__ = sorted(name for name in dir() if not name.startswith("_"))  # noqa: PLE0605 - what is imported above
+__all__ = [
+    "ACTIVATIONS",
+    "ExpertWeights",
+    "MoEBackend",
+    "MoEContractError",
+    "MoEGeometry",
+    "MoERequirements",
+    "ROUTINGS",
+    "WEIGHT_FORMATS",
+    "dense_weights",
+    "dequantize_mxfp4",
+    "gated_activation",
+    "select_moe_backend",
+    "select_moe_for_model",
+    "stored_expert_format",
+]

@@ -3,7 +3,7 @@
 import sys
 import threading
 
-from ._records import KINDS, Origin, Provider, Registration, Slot  # noqa: F401 - exported
+from ._records import KINDS, Origin, Provider, Registration, Slot
 from ._registry import Registry
 
 _default: Registry | None = None
@@ -108,4 +108,31 @@ def registered_slots(obj) -> list[tuple[str, str]]:
 
 
 # The exports: every public name above but the modules (the records, the doors, the process registry's API).
-__all__ = sorted(n for n, v in globals().items() if not n.startswith("_") and type(v) is not type(sys))  # noqa: PLE0605
+__all__ = [
+    "KINDS",
+    "Origin",
+    "Provider",
+    "Registration",
+    "Registry",
+    "Slot",
+    "default_registry",
+    "export_providers",
+    "import_providers",
+    "load_custom_module_dirs",
+    "names",
+    "prefer",
+    "rebuild",
+    "register_attention_backend",
+    "register_config",
+    "register_draft_model",
+    "register_model",
+    "register_moe_backend",
+    "register_platform",
+    "register_vision_encoder",
+    "registered_slots",
+    "reset_registry",
+    "resolve",
+    "resolve_impl",
+    "slot_info",
+    "unregister_provider",
+]
