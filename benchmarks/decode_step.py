@@ -5,10 +5,11 @@ times and the aten calls a step dispatches, split by owner (metadata, KV write, 
         [--quantization gguf|none] [--backend SDPA] [--prompt-len 32] [--no-kernels]
 
 Each round prefills --batch 32-token requests, then times --steps single decode steps (positions
-prompt-len .. prompt-len + steps); the figure is the best step of every round (the minimum moves least with
-load on a shared machine). The counts are deterministic: compare them before/after a change, not the times
-of two runs made at different moments. --no-kernels replaces each quantized linear's kernel by its first output
-(cached per input shape): what is left is the step's dispatch and Python cost (its tokens mean nothing).
+prompt-len .. prompt-len + steps); the figures are the best step of every round (the minimum moves least with
+load on a shared machine) and the median one (what generation's tokens/s sees). The counts are deterministic:
+compare them before/after a change, not the times of two runs made at different moments. --no-kernels replaces
+each quantized linear's kernel by its first output (cached per input shape): what is left is the step's
+dispatch and Python cost (its tokens mean nothing).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -84,14 +86,14 @@ def count_by_owner(runner, backends, requests) -> Counter:
 
 
 def _timed_round(runner, args, tag: str, count_at: int | None = None, backends=()):
-    """Prefill --batch requests, then --steps decode steps: (best step seconds, the aten count of step
+    """Prefill --batch requests, then --steps decode steps: ((best, median) step seconds, the aten count of step
     `count_at` or None)."""
     from kernelbay_engine.runner import StepRequest
 
     ids = [f"{tag}-{i}" for i in range(args.batch)]
     prompt = list(range(1, args.prompt_len + 1))
     nxt = runner.step([StepRequest(rid, [p + i for p in prompt], 0) for i, rid in enumerate(ids)]).argmax(-1).tolist()
-    best, counts = float("inf"), None
+    times, counts = [], None
     for s in range(args.steps):
         step = [StepRequest(rid, [nxt[i]], args.prompt_len + s) for i, rid in enumerate(ids)]
         if s == count_at:
@@ -99,10 +101,10 @@ def _timed_round(runner, args, tag: str, count_at: int | None = None, backends=(
             break
         t0 = time.perf_counter()
         nxt = runner.step(step).argmax(-1).tolist()
-        best = min(best, time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
     for rid in ids:
         runner.free(rid)
-    return best, counts
+    return (min(times), statistics.median(times)) if times else (float("inf"), float("inf")), counts
 
 
 def cache_kernels(model) -> int:
@@ -145,13 +147,14 @@ def main() -> None:
     if args.no_kernels and not cache_kernels(llm.model):
         raise SystemExit("--no-kernels: this model has no quantized linear (use --quantization gguf)")
     backends = [entry.layer.backend for entry in runner.cache.layers]
-    best_per_round = [_timed_round(runner, args, f"r{r}")[0] for r in range(args.rounds)]
+    per_round = [_timed_round(runner, args, f"r{r}")[0] for r in range(args.rounds)]
     counts = _timed_round(runner, args, "count", count_at=args.steps // 2, backends=backends)[1]
     total = sum(counts.values())
     layers = len(backends)
     kernels = ", kernels cached" if args.no_kernels else ""
     print(f"threads {args.threads}, batch {args.batch}, {layers} attention layers, backend {backends[0].name}{kernels}")
-    print(f"best decode step per round (ms): {', '.join(f'{t * 1e3:.2f}' for t in best_per_round)}")
+    print(f"best decode step per round (ms): {', '.join(f'{b * 1e3:.2f}' for b, _ in per_round)}")
+    print(f"median decode step per round (ms): {', '.join(f'{m * 1e3:.2f}' for _, m in per_round)}")
     print(f"aten calls per step: {total}")
     for owner, n in counts.most_common():
         print(f"  {owner:10s} {n:5d}  ({n / layers:.1f} per layer)")
