@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelbay_engine.layers.rotary import RopeParams, RotaryEmbedding
+from tests._dispatch import DispatchedOps
 
 
 def _reference(rotary: RotaryEmbedding, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -33,28 +33,22 @@ def test_fused_qk_rotation_is_bitwise_the_reference(dtype, tokens):
     assert (rq.shape, rk.shape) == (q.shape, k.shape)
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_q_and_k_of_one_projection_rotate_in_one_pass(tokens):
-    """The point of the fast path: one matmul and one multiply-add for q and k together, not ~24 ops."""
+    """The point of the fast path: one roll and one multiply-add for q and k together, not ~24 ops."""
     rotary = RotaryEmbedding(RopeParams(theta=10000.0, rotary_dim=64))
     q, k = _fused_qkv(tokens, 9, 3, 64, torch.float32)
     cos, sin = rotary.cos_sin(torch.arange(tokens), torch.float32)
-    rotary.apply(q, k, cos, sin)  # builds the swap matrix once
-    with _Ops() as ops:
+    rotary.apply(q, k, cos, sin)  # builds the step's signed sin table once
+    with DispatchedOps() as ops:
         rotary.apply(q, k, cos, sin)
-    compute = [n for n in ops.names if n.split(".")[0] in ("mm", "bmm", "matmul", "mul", "add", "cat", "neg", "clone")]
-    assert compute.count("mul.Tensor") == 2 and compute.count("add.Tensor") == 1, ops.names
-    assert len(compute) <= 4 + (2 if tokens > 1 else 0), ops.names  # + the copies making q and k contiguous
+    names = [n.removeprefix("aten.") for n in ops.names]
+    compute = [
+        n for n in names if n.split(".")[0] in ("mm", "bmm", "matmul", "mul", "add", "cat", "neg", "clone", "roll")
+    ]
+    assert compute.count("mul.Tensor") == 2 and compute.count("add.Tensor") == 1, names
+    assert compute.count("roll.default") == 1, names
+    assert len(compute) <= 4 + (2 if tokens > 1 else 0), names  # + the copies making q and k contiguous
 
 
 def test_separate_q_and_k_take_the_same_result():

@@ -65,7 +65,7 @@ class Linear(nn.Module):
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype the layer's kernel computes in whatever the input's (bf16 for the quantized CPU kernels);
         None when it computes in the input's dtype."""
-        return getattr(self.method, "compute_dtype", None)
+        return self.method.compute_dtype if self.method is not None else None
 
     def forward_native(self, x: torch.Tensor) -> torch.Tensor:
         """x W^T (+ b) left in `compute_dtype` (no cast back to x's dtype): for a consumer that computes in it."""

@@ -72,6 +72,8 @@ def _contains_run(parts: list[str], run: list[str]) -> bool:
 class LinearMethod:
     """How one `Linear` stores and applies its weights."""
 
+    compute_dtype: torch.dtype | None = None  # what the product runs in whatever the input's; None: the input's
+
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
         raise NotImplementedError
 

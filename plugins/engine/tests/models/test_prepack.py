@@ -11,6 +11,7 @@ from kernelbay_engine.layers import prepack
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.models.quant import UnquantizedLinearMethod
 from kernelbay_engine.runner import ModelRunner
+from tests._dispatch import dispatched
 from tests.models._parity import compare_generation
 
 pytestmark = pytest.mark.skipif(not prepack.prepacking_available()[0], reason=prepack.prepacking_available()[1])
@@ -58,6 +59,8 @@ def test_a_residual_added_by_a_packed_layer_is_the_same_sum(bias):
             before = residual.clone()
             assert torch.equal(layer(x, residual), residual + layer(x))
             assert torch.equal(residual, before)
+            fused = dispatched(layer, x, residual) == ["mkldnn._linear_pointwise.binary"]  # one call, no add
+            assert fused == (not bias)
 
 
 def test_packing_releases_the_dense_weight_but_can_still_give_it():
