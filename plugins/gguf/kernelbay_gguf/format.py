@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFReader, GGUFValueType
-
 from kernelbay.errors import MalformedConfig
 from kernelbay_engine.loading import CheckpointError, CheckpointFormat
 from kernelbay_engine.tokenizer import TokenizerError
+from kernelbay_gguf.header import HeaderError, read_header
 from kernelbay_gguf.metadata import architecture, config_dict
 from kernelbay_gguf.tensors import GGUFSource, TensorInfo, as_stored_by, check_tensor, tensor_info
 
@@ -27,36 +26,24 @@ _FIX = "the file is truncated or not a GGUF model: re-download it"
 class ParsedFile:
     """What one parse of a GGUF file yields and the loader keeps: plain records, no reference to the file."""
 
-    metadata: dict[str, Any]  # key -> value; an array is given as its length
+    metadata: dict[str, Any]  # key -> value; an array is given as its length (header.py)
     tensors: tuple[TensorInfo, ...]
     has_tokenizer: bool
 
 
 class _Unreadable(Exception):
-    """GGUFReader refused the file; re-raised as the caller's error type."""
+    """The header reader refused the file; re-raised as the caller's error type."""
 
 
 @functools.lru_cache(maxsize=2)
 def _parse(path: Path, size: int, mtime: int) -> ParsedFile:
-    """One parse per file version (config, tensors and tokenizer all ask). GGUFReader's view of the file
-    (~150 MiB of Python objects for a 49k-token vocabulary) is dropped as soon as the records are made."""
+    """One parse per file version (config, tensors and tokenizer all ask)."""
     try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError, KeyError, IndexError, TypeError) as err:  # what GGUFReader raises on bad bytes
-        raise _Unreadable(f"{path} is not a readable GGUF file ({type(err).__name__}: {err}); {_FIX}") from None
-    tensors = tuple(tensor_info(t) for t in reader.tensors)
-    return ParsedFile(metadata(reader), tensors, "tokenizer.ggml.tokens" in reader.fields)
-
-
-def metadata(reader: GGUFReader) -> dict[str, Any]:
-    """key -> value; an array is given as its length (tokenizer vocabularies are large, never needed here)."""
-    values: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if field.types and field.types[0] == GGUFValueType.ARRAY:
-            values[key] = len(field.data)
-        elif not key.startswith("GGUF."):
-            values[key] = field.contents()
-    return values
+        header = read_header(path)
+        tensors = tuple(tensor_info(t, size) for t in header.tensors)
+    except (HeaderError, ValueError, OSError) as err:  # ValueError: mmap of an empty file
+        raise _Unreadable(f"{path} is not a readable GGUF file ({err}); {_FIX}") from None
+    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata)
 
 
 def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> ParsedFile:
@@ -76,6 +63,21 @@ def release_free_heap() -> None:
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def _tokenizer_class(path: Path):
+    """The class `AutoTokenizer.from_pretrained(folder, gguf_file=...)` builds for this file, found from the model
+    type kernelbay already parsed: AutoTokenizer finds it by parsing the file's metadata again (a second full parse,
+    ~3 s of SmolLM2's 7 s load, for a model type transformers' fast GGUF reader does not map). A folder declaring
+    its own class (tokenizer_config.json) or a Mistral-format tokenizer is left to AutoTokenizer, which decides."""
+    from transformers import AutoTokenizer, TokenizersBackend
+    from transformers.models.auto import CONFIG_MAPPING, TOKENIZER_MAPPING
+
+    model_type = architecture(read_gguf(path, TokenizerError).metadata, str(path))[1].model_type
+    if (path.parent / "tokenizer_config.json").exists() or model_type not in CONFIG_MAPPING:
+        return AutoTokenizer
+    chosen = TOKENIZER_MAPPING.get(CONFIG_MAPPING[model_type], TokenizersBackend)  # AutoTokenizer's own lookup
+    return AutoTokenizer if chosen is None or chosen.__name__ == "MistralCommonBackend" else chosen
 
 
 class GGUFFormat(CheckpointFormat):
@@ -105,10 +107,8 @@ class GGUFFormat(CheckpointFormat):
     @classmethod
     def tokenizer(cls, path: Path):
         """transformers' tokenizer built from the file's vocabulary, merges, special tokens and chat template."""
-        from transformers import AutoTokenizer
-
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            tokenizer = _tokenizer_class(path).from_pretrained(str(path.parent), gguf_file=path.name)
         except Exception as err:  # transformers raises anything on an unexpected vocabulary layout
             raise TokenizerError(
                 f"the tokenizer in {path} cannot be built ({type(err).__name__}: {err}); "

@@ -133,7 +133,7 @@ def _vocab_size(fields: dict[str, Any], source: str) -> int:
     tokens = fields.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise MalformedConfig(f"{source} has neither a vocab_size key nor tokenizer.ggml.tokens to count")
-    return len(tokens)
+    return tokens  # the array's length (format.metadata)
 
 
 ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")

@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import ReaderTensor, quant_shape_to_byte_shape
+from gguf import quant_shape_to_byte_shape
 from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
+from kernelbay_gguf.header import HeaderTensor
 from kernelbay_gguf.metadata import DEFAULT_EXPERT_NAMES, Architecture
 
 # Read by dequantizing to float32 with the gguf package; anything else is refused by name.
@@ -98,9 +99,10 @@ class TensorInfo:
     expert: int | None = None  # one expert's slice of a stacked expert tensor (`per_expert`)
 
 
-def tensor_info(t: ReaderTensor) -> TensorInfo:
-    shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dimensions innermost first
-    return TensorInfo(t.name, t.tensor_type, shape, int(t.data_offset), int(t.n_bytes), int(t.data.nbytes))
+def tensor_info(t: HeaderTensor, file_size: int) -> TensorInfo:
+    """A tensor of the header in torch's dimension order, with the bytes the file really holds at its offset."""
+    present = max(0, min(t.nbytes, file_size - t.start))
+    return TensorInfo(t.name, t.qtype, tuple(reversed(t.dims)), t.start, t.nbytes, present)
 
 
 def check_tensor(path: Path, info: TensorInfo) -> TensorInfo:

@@ -187,3 +187,29 @@ def transformers_from_gguf(path: Path):
         str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
     )
     return model.eval()
+
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def add_byte_level_tokenizer(writer: gguf.GGUFWriter) -> None:
+    """A small GPT-2 style vocabulary as llama.cpp's converter writes one (`tokenizer.ggml.model` "gpt2"): the
+    256 byte symbols, a few merges, three control tokens and a chat template."""
+    symbols = list(transformers.convert_slow_tokenizer.bytes_to_unicode().values())
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ w"]
+    tokens = [*symbols, *(m.replace(" ", "") for m in merges), *SPECIAL_TOKENS]
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_TOKENS)) + [gguf.TokenType.CONTROL] * 3
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|im_start|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)

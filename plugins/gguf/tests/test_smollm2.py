@@ -60,7 +60,14 @@ def test_prompt_perplexity_within_0_2_percent_of_transformers(llm, reference):
     assert abs(ours / theirs - 1) < 0.002, f"perplexity {ours:.4f} vs transformers {theirs:.4f}"
 
 
-def test_tokenizer_and_chat_template_come_from_the_file(llm):
+def test_tokenizer_and_chat_template_come_from_the_file(llm, smollm2):
+    from transformers import AutoTokenizer
+
+    theirs = AutoTokenizer.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
+    assert type(llm.tokenizer.hf) is type(theirs)
+    chat = [{"role": "user", "content": "What is a GGUF file?"}]
+    assert llm.tokenizer.encode_chat(chat) == theirs.apply_chat_template(chat, add_generation_prompt=True)["input_ids"]
+    assert llm.encode(GPL3.read_text()[:4000]) == theirs(GPL3.read_text()[:4000])["input_ids"]
     assert llm.tokenizer.has_chat_template
     assert llm.tokenizer.decode(llm.encode("Hello world")) == "Hello world"
     assert 2 in llm._eos_token_ids()  # <|im_end|>, tokenizer.ggml.eos_token_id

@@ -1,0 +1,135 @@
+"""A GGUF file's header: metadata and tensor table, without the tensor data (the format: llama.cpp's
+docs/gguf.md; its constants from the `gguf` package).
+
+`gguf.GGUFReader` makes numpy views of every metadata item, ~10 per string of a vocabulary: 2.1 s for
+SmolLM2's 49k-token file, which this reader walks in ~20 ms by skipping the string arrays the loader never
+reads (given as their length). The tensors' bytes are read and dequantized with `gguf` (tensors.py).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
+from gguf import GGMLQuantizationType as Q
+
+VERSIONS = (2, 3)  # what gguf's own reader accepts (v1 counted in 32 bits)
+_SCALARS = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+
+
+class HeaderError(ValueError):
+    """The bytes are not a GGUF header this reader understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderTensor:
+    name: str
+    qtype: Q
+    dims: tuple[int, ...]  # as the file lists them, innermost first
+    start: int  # absolute byte offset
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    metadata: dict[str, Any]  # key -> value; an array is given as its length
+    tensors: tuple[HeaderTensor, ...]
+
+
+class _Cursor:
+    def __init__(self, data: mmap.mmap):
+        self.data, self.pos = data, 0
+
+    def unpack(self, fmt: str) -> Any:
+        try:
+            (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        except struct.error:
+            raise HeaderError(f"the header ends early (byte {self.pos} of {len(self.data)})") from None
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        length = self.unpack("<Q")
+        if self.pos + length > len(self.data):
+            raise HeaderError(f"a string of {length} bytes at byte {self.pos} runs past the end of the file")
+        raw = self.data[self.pos : self.pos + length]
+        self.pos += length
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, kind: int) -> Any:
+        if kind in _SCALARS:
+            return self.unpack(_SCALARS[kind])
+        if kind == GGUFValueType.STRING:
+            return self.string()
+        if kind != GGUFValueType.ARRAY:
+            raise HeaderError(f"metadata value type {kind} at byte {self.pos} is not a GGUF type")
+        item, count = self.unpack("<I"), self.unpack("<Q")
+        if item in _SCALARS:  # fixed width: jumped over
+            self.pos += count * struct.calcsize(_SCALARS[item])
+        elif item == GGUFValueType.STRING:  # each string's length, then its bytes
+            for _ in range(count):
+                length = self.unpack("<Q")  # (not `pos += unpack()`: that reads pos before unpack moves it)
+                self.pos += length
+        else:
+            for _ in range(count):
+                self.value(item)
+        if self.pos > len(self.data):
+            raise HeaderError(f"an array of {count} items runs past the end of the file")
+        return count
+
+
+def read_header(path: Path) -> Header:
+    """The file's metadata and tensor table; HeaderError naming what is wrong with the bytes."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        cursor = _Cursor(data)
+        if cursor.unpack("<I") != GGUF_MAGIC:
+            raise HeaderError("it does not start with the GGUF magic bytes")
+        version = cursor.unpack("<I")
+        if version not in VERSIONS:
+            raise HeaderError(f"GGUF version {version} is not supported (supported: {', '.join(map(str, VERSIONS))})")
+        tensor_count, kv_count = cursor.unpack("<Q"), cursor.unpack("<Q")
+        metadata = {}
+        for _ in range(kv_count):
+            key = cursor.string()
+            metadata[key] = cursor.value(cursor.unpack("<I"))
+        table = [_tensor_entry(cursor) for _ in range(tensor_count)]
+        alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise HeaderError(f"general.alignment {alignment!r} is not a power of two")
+        data_start = -(-cursor.pos // alignment) * alignment
+    return Header(metadata, tuple(_placed(entry, data_start) for entry in table))
+
+
+def _tensor_entry(cursor: _Cursor) -> tuple[str, tuple[int, ...], int, int]:
+    name = cursor.string()
+    dims = tuple(cursor.unpack("<Q") for _ in range(cursor.unpack("<I")))
+    return name, dims, cursor.unpack("<I"), cursor.unpack("<Q")
+
+
+def _placed(entry: tuple[str, tuple[int, ...], int, int], data_start: int) -> HeaderTensor:
+    name, dims, kind, offset = entry
+    try:
+        qtype = Q(kind)
+    except ValueError:
+        raise HeaderError(f"tensor {name!r} has ggml type {kind}, which the gguf package does not know") from None
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    elements = 1
+    for d in dims:
+        elements *= d
+    return HeaderTensor(name, qtype, dims, data_start + offset, elements // block * block_bytes)
