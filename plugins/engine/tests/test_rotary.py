@@ -1,12 +1,24 @@
-"""RotaryEmbedding.apply's few-op path (decode is dispatch-bound) gives bit for bit the reference rotation."""
+"""RotaryEmbedding.apply's few-op paths (decode is dispatch-bound) give bit for bit the reference rotation: the
+native op where it runs (kernelbay_engine.native), the roll-based aten ops elsewhere; every test runs both."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from kernelbay_engine import native
 from kernelbay_engine.layers.rotary import RopeParams, RotaryEmbedding
 from tests._dispatch import DispatchedOps
+
+
+@pytest.fixture(autouse=True, params=["native", "aten"])
+def path(request, monkeypatch):
+    """Each test once with the native ops (they must build here) and once on the aten path."""
+    if request.param == "native":
+        assert native.ops() is not None, native.status()
+    else:
+        monkeypatch.setitem(native._state, "module", None)
+    return request.param
 
 
 def _reference(rotary: RotaryEmbedding, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -34,8 +46,8 @@ def test_fused_qk_rotation_is_bitwise_the_reference(dtype, tokens):
 
 
 @pytest.mark.parametrize("tokens", [1, 4])
-def test_q_and_k_of_one_projection_rotate_in_one_pass(tokens):
-    """The point of the fast path: one roll and one multiply-add for q and k together, not ~24 ops."""
+def test_q_and_k_of_one_projection_rotate_in_one_pass(tokens, path):
+    """The point of the fast path: one native call, or one roll and one multiply-add, for q and k together."""
     rotary = RotaryEmbedding(RopeParams(theta=10000.0, rotary_dim=64))
     q, k = _fused_qkv(tokens, 9, 3, 64, torch.float32)
     cos, sin = rotary.cos_sin(torch.arange(tokens), torch.float32)
@@ -46,9 +58,13 @@ def test_q_and_k_of_one_projection_rotate_in_one_pass(tokens):
     compute = [
         n for n in names if n.split(".")[0] in ("mm", "bmm", "matmul", "mul", "add", "cat", "neg", "clone", "roll")
     ]
+    copies = 2 if tokens > 1 else 0  # the copies making q and k contiguous
+    if path == "native":
+        assert names.count("empty.memory_format") == 1 and len(compute) == copies, names
+        return
     assert compute.count("mul.Tensor") == 2 and compute.count("add.Tensor") == 1, names
     assert compute.count("roll.default") == 1, names
-    assert len(compute) <= 4 + (2 if tokens > 1 else 0), names  # + the copies making q and k contiguous
+    assert len(compute) <= 4 + copies, names
 
 
 def test_separate_q_and_k_take_the_same_result():

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from kernelbay_engine.native import ops, tracked
+
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
@@ -213,6 +215,9 @@ class RotaryEmbedding(nn.Module):
         """`_rotate` with every dim rotating, in 4 ops instead of ~12 (a decode step is dispatch-bound):
         rotate_half(x) * sin == roll(x, D/2) * (sin with its first half negated), negation being exact, so the
         result is bit for bit `_rotate`'s (roll measured ~2x cheaper than a signed-swap matmul in a decode step)."""
+        native = ops()
+        if native is not None and x.dtype == cos.dtype == torch.float32 and not tracked(x) and x.stride(-1) == 1:
+            return native.rope(x, cos, sin)  # the same products and sums, one call (kernelbay_engine.native)
         cos3, signed_sin3 = self._step_tables(cos, sin)
         return x * cos3 + torch.roll(x, self.params.rotary_dim // 2, -1) * signed_sin3
 

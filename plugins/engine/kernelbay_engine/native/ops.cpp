@@ -1,0 +1,110 @@
+// kernelbay-engine's native CPU ops: one call where aten's composites dispatch several small kernels, with the
+// same float arithmetic (tested bit for bit against aten). Compiled on first use by kernelbay_engine.native.
+#include <torch/extension.h>
+
+#include <cmath>
+
+namespace {
+
+// RMSNorm of float32 rows: the mean of x * x by at::mean (aten's own reduction order, so the same bits as
+// aten::rms_norm and transformers' `x.pow(2).mean(-1)`), then x * (1 / sqrt(mean + eps)) * w per element,
+// as aten's composite computes it. One call instead of ~8 internal dispatches.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat, "rms_norm: float32 only");
+  TORCH_CHECK(x.is_contiguous() && weight.is_contiguous(), "rms_norm: contiguous tensors only");
+  const int64_t dim = x.size(-1);
+  TORCH_CHECK(weight.numel() == dim, "rms_norm: weight has ", weight.numel(), " elements, rows have ", dim);
+  const int64_t rows = dim == 0 ? 0 : x.numel() / dim;
+  const at::Tensor mean_square = at::mean(x * x, {-1}, /*keepdim=*/true);
+  at::Tensor out = at::empty_like(x);
+  const float* in = x.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  const float* ms = mean_square.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const float e = static_cast<float>(eps);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = 1.0f / std::sqrt(ms[r] + e);
+    const float* row = in + r * dim;
+    float* dst = o + r * dim;
+    for (int64_t j = 0; j < dim; ++j) dst[j] = (row[j] * inv) * w[j];
+  }
+  return out;
+}
+
+// RoPE with every dim rotating (no interleave) of float32 x [T, N, D] (last dim contiguous) by cos, sin [T, D]:
+// out = x * cos + rotate_half(x) * sin with rotate_half(x) = (-x[D/2:], x[:D/2]), each product rounded and then
+// summed (built with -ffp-contract=off: no fused multiply-add), as transformers' `apply_rotary_pos_emb`.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
+              "rope: float32 only");
+  TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1, "rope: x must be [T, N, D] with its last dim contiguous");
+  const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2), half = dim / 2;
+  TORCH_CHECK(dim % 2 == 0, "rope: the head size must be even, got ", dim);
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.dim() == 2 && sin.sizes() == cos.sizes() &&
+                  cos.size(0) == tokens && cos.size(1) == dim,
+              "rope: cos and sin must be contiguous [T, D] = [", tokens, ", ", dim, "]");
+  at::Tensor out = at::empty({tokens, heads, dim}, x.options());
+  const float* in = x.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t st = x.stride(0), sh = x.stride(1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* ct = c + t * dim;
+    const float* stt = s + t * dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* row = in + t * st + h * sh;
+      float* dst = o + (t * heads + h) * dim;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = row[j] * ct[j];
+        const float b = -row[j + half] * stt[j];
+        dst[j] = a + b;
+      }
+      for (int64_t j = half; j < dim; ++j) {
+        const float a = row[j] * ct[j];
+        const float b = row[j - half] * stt[j];
+        dst[j] = a + b;
+      }
+    }
+  }
+  return out;
+}
+
+// silu(gate) * up of a fused [..., 2I] gate_up output (float32 or bfloat16): silu by aten's own kernel (the same
+// bits), the product per element as aten's mul computes it (bfloat16: in float, rounded to nearest even).
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.scalar_type() == at::kFloat || gate_up.scalar_type() == at::kBFloat16,
+              "silu_mul: float32 or bfloat16 only");
+  TORCH_CHECK(gate_up.dim() >= 1 && gate_up.is_contiguous() && gate_up.size(-1) % 2 == 0,
+              "silu_mul: a contiguous [..., 2I] tensor only");
+  const int64_t width = gate_up.size(-1) / 2;
+  const int64_t rows = width == 0 ? 0 : gate_up.numel() / (2 * width);
+  const at::Tensor act = at::silu(gate_up.narrow(-1, 0, width)).contiguous();
+  std::vector<int64_t> sizes = gate_up.sizes().vec();
+  sizes.back() = width;
+  at::Tensor out = at::empty(sizes, gate_up.options());
+  if (gate_up.scalar_type() == at::kFloat) {
+    const float* a = act.data_ptr<float>();
+    const float* in = gate_up.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < width; ++j) o[r * width + j] = a[r * width + j] * in[r * 2 * width + width + j];
+  } else {
+    const at::BFloat16* a = act.data_ptr<at::BFloat16>();
+    const at::BFloat16* in = gate_up.data_ptr<at::BFloat16>();
+    at::BFloat16* o = out.data_ptr<at::BFloat16>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < width; ++j)
+        o[r * width + j] =
+            at::BFloat16(static_cast<float>(a[r * width + j]) * static_cast<float>(in[r * 2 * width + width + j]));
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (aten's arithmetic, one call)");
+  m.def("silu_mul", &silu_mul, "silu(gate) * up of a fused [..., 2I] gate_up (one call)");
+  m.def("rope", &rope, "float32 RoPE of [T, N, D] by [T, D] tables, every dim rotating (one call)");
+}

@@ -1,0 +1,143 @@
+"""kernelbay_engine.native: the compiled ops give aten's bits; where they cannot run, aten does, visibly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from kernelbay_engine import native
+from kernelbay_engine.layers.norm import RMSNorm
+from tests._dispatch import dispatched
+
+
+@pytest.fixture(scope="module")
+def ops():
+    module = native.ops()
+    assert module is not None, native.status()  # CI has g++ and ninja: the ops must build there
+    return module
+
+
+@pytest.mark.parametrize("dim", [3, 64, 100, 576, 1536, 4096])
+@pytest.mark.parametrize("rows", [1, 3, 8, 33])
+def test_rms_norm_is_aten_bit_for_bit(ops, dim, rows):
+    gen = torch.Generator().manual_seed(dim * 100 + rows)
+    for scale in (1e-3, 1.0, 30.0):
+        x = torch.randn(rows, dim, generator=gen) * scale
+        w = torch.randn(dim, generator=gen)
+        for eps in (1e-5, 1e-6):
+            expected = torch.rms_norm(x, (dim,), w, eps)
+            assert torch.equal(ops.rms_norm(x, w, eps), expected)
+            # and transformers' LlamaRMSNorm arithmetic, which aten's matches
+            assert torch.equal(expected, w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)))
+
+
+def test_rms_norm_keeps_leading_dims_and_refuses_what_it_cannot_run(ops):
+    x, w = torch.randn(2, 5, 64), torch.randn(64)
+    assert torch.equal(ops.rms_norm(x, w, 1e-6), torch.rms_norm(x, (64,), w, 1e-6))
+    with pytest.raises(RuntimeError, match="float32 only"):
+        ops.rms_norm(x.bfloat16(), w, 1e-6)
+    with pytest.raises(RuntimeError, match="contiguous tensors only"):
+        ops.rms_norm(x.transpose(0, 1), w, 1e-6)
+    with pytest.raises(RuntimeError, match="weight has 32 elements, rows have 64"):
+        ops.rms_norm(x, w[:32].contiguous(), 1e-6)
+
+
+def test_the_module_runs_the_native_op_in_inference_and_aten_under_autograd(ops):
+    norm = RMSNorm(64, eps=1e-6)
+    x = torch.randn(4, 64)
+    with torch.inference_mode():
+        assert dispatched(norm, x) == ["aten.mul.Tensor", "aten.mean.dim", "aten.empty_like.default"]  # + one loop
+        out = norm(x)
+    tracked = norm(x)  # the weight needs its gradient: aten's composite, which autograd decomposes
+    assert tracked.grad_fn is not None and "aten.rsqrt.default" in dispatched(norm, x)
+    assert torch.equal(out, tracked.detach())
+    assert norm(x.t().contiguous().t()).shape == (4, 64)  # a non-contiguous input takes aten's op
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+
+
+CHECK = """
+    import warnings, torch
+    warnings.simplefilter("always")
+    from kernelbay_engine import native
+    from kernelbay_engine.layers.norm import RMSNorm
+    norm, x = RMSNorm(8), torch.randn(2, 8)
+    with torch.inference_mode():
+        assert torch.equal(norm(x), torch.rms_norm(x, (8,), norm.weight, norm.eps))
+    print(native.status())
+"""
+
+
+def test_disabled_by_environment():
+    done = _run(CHECK, KERNELBAY_NATIVE="0")
+    assert done.returncode == 0, done.stderr
+    assert "native CPU ops not in use: disabled by KERNELBAY_NATIVE=0" in done.stdout
+    assert "NativeUnavailableWarning" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_build_is_warned_about_and_aten_runs(tmp_path):
+    """No working compiler (CXX=false) and an empty extension cache: the build fails, the warning says why."""
+    done = _run(CHECK, CXX="false", TORCH_EXTENSIONS_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "NativeUnavailableWarning: kernelbay-engine could not build its native CPU ops" in done.stderr
+    assert "Install a C++ compiler (g++) and ninja, or set KERNELBAY_NATIVE=0" in done.stderr
+    assert "native CPU ops not in use:" in done.stdout
+
+
+@pytest.mark.parametrize("heads", [1, 4, 12])
+@pytest.mark.parametrize("tokens", [1, 5])
+@pytest.mark.parametrize("dim", [2, 64, 96])
+def test_rope_is_transformers_bit_for_bit(ops, heads, tokens, dim):
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    gen = torch.Generator().manual_seed(heads * 1000 + tokens * 10 + dim)
+    x = torch.randn(tokens, heads + 3, dim, generator=gen) * 4  # heads of a fused q/k view: a strided slice
+    angles = torch.randn(tokens, dim // 2, generator=gen) * 50
+    emb = torch.cat([angles, angles], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    view = x[:, 1 : heads + 1]
+    expected = view * cos[:, None] + rotate_half(view) * sin[:, None]  # transformers' apply_rotary_pos_emb
+    assert torch.equal(ops.rope(view, cos, sin), expected)
+
+
+def test_rope_refuses_what_it_cannot_run(ops):
+    x, table = torch.randn(2, 3, 8), torch.randn(2, 8)
+    with pytest.raises(RuntimeError, match="float32 only"):
+        ops.rope(x.bfloat16(), table, table)
+    with pytest.raises(RuntimeError, match=r"x must be \[T, N, D\] with its last dim contiguous"):
+        ops.rope(x.transpose(1, 2), table, table)
+    with pytest.raises(RuntimeError, match="head size must be even"):
+        ops.rope(x[..., :7], table[:, :7].contiguous(), table[:, :7].contiguous())
+    with pytest.raises(RuntimeError, match=r"cos and sin must be contiguous \[T, D\] = \[2, 8\]"):
+        ops.rope(x, table[:1], table[:1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 2 * 1536), (7, 2 * 96), (2, 3, 2 * 8)])
+def test_silu_mul_is_aten_bit_for_bit(ops, dtype, shape):
+    gate_up = (torch.randn(*shape, generator=torch.Generator().manual_seed(shape[-1])) * 4).to(dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert torch.equal(ops.silu_mul(gate_up), torch.nn.functional.silu(gate) * up)
+
+
+def test_silu_mul_refuses_what_it_cannot_run(ops):
+    with pytest.raises(RuntimeError, match="float32 or bfloat16 only"):
+        ops.silu_mul(torch.randn(2, 8).half())
+    with pytest.raises(RuntimeError, match=r"a contiguous \[\.\.\., 2I\] tensor only"):
+        ops.silu_mul(torch.randn(8, 2).t())
+    with pytest.raises(RuntimeError, match=r"a contiguous \[\.\.\., 2I\] tensor only"):
+        ops.silu_mul(torch.randn(2, 7))
