@@ -141,3 +141,16 @@ def test_silu_mul_refuses_what_it_cannot_run(ops):
         ops.silu_mul(torch.randn(8, 2).t())
     with pytest.raises(RuntimeError, match=r"a contiguous \[\.\.\., 2I\] tensor only"):
         ops.silu_mul(torch.randn(2, 7))
+
+
+def test_qkv_rope_refuses_what_it_cannot_run(ops):
+    qkv, table = torch.randn(2, 4 * 8), torch.randn(2, 8)
+    assert [t.shape for t in ops.qkv_rope(qkv, 2, 1, table, table)] == [(2, 2, 8), (2, 1, 8), (2, 1, 8)]
+    with pytest.raises(RuntimeError, match="qkv must be float32 or bfloat16"):
+        ops.qkv_rope(qkv.half(), 2, 1, table, table)
+    with pytest.raises(RuntimeError, match="float32 tables only"):
+        ops.qkv_rope(qkv, 2, 1, table.bfloat16(), table.bfloat16())
+    with pytest.raises(RuntimeError, match=r"qkv must be a contiguous \[2, \(3 \+ 2 \* 1\) \* 8\]"):
+        ops.qkv_rope(qkv, 3, 1, table, table)
+    with pytest.raises(RuntimeError, match="head size must be even"):
+        ops.qkv_rope(qkv[:, :28].contiguous(), 2, 1, table[:, :7].contiguous(), table[:, :7].contiguous())

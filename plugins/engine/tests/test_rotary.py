@@ -104,3 +104,21 @@ def test_other_layouts_keep_the_general_rotation(params):
     assert torch.equal(rk, _reference(rotary, k, cos, sin))
     if not params.interleaved:  # the pass-through dims are untouched
         assert torch.equal(rq[..., 16:], q[..., 16:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 6])
+def test_split_rotate_is_the_split_and_rotation_of_the_cast(dtype, tokens, path):
+    """A fused projection's output (bf16: a quantized kernel's) -> float32 q, k rotated and v, the same bits as
+    casting, splitting by heads and `apply`; one native call on the native path."""
+    rotary = RotaryEmbedding(RopeParams(theta=10000.0, rotary_dim=32))
+    heads, kv_heads = 6, 2
+    qkv = (torch.randn(tokens, (heads + 2 * kv_heads) * 32) * 3).to(dtype)
+    cos, sin = rotary.cos_sin(torch.arange(50, 50 + tokens), torch.float32)
+    q, k, v = rotary.split_rotate(qkv, heads, kv_heads, cos, sin)
+    wq, wk, wv = qkv.float().view(tokens, heads + 2 * kv_heads, 32).split_with_sizes((heads, kv_heads, kv_heads), 1)
+    assert torch.equal(q, _reference(rotary, wq, cos, sin)) and torch.equal(k, _reference(rotary, wk, cos, sin))
+    assert torch.equal(v, wv) and q.dtype == k.dtype == v.dtype == torch.float32
+    with DispatchedOps() as ops:
+        rotary.split_rotate(qkv, heads, kv_heads, cos, sin)
+    assert (len(ops.names) == 3) == (path == "native"), ops.names  # q, k, v allocated, nothing else dispatched

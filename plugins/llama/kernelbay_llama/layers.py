@@ -85,11 +85,14 @@ class LlamaAttention(nn.Module):
     ) -> torch.Tensor:
         """The attention block's output for x [T, hidden], plus `residual` when given."""
         heads, kv_heads, head_dim = self.shape
-        qkv = self.qkv_proj(x).view(-1, heads + 2 * kv_heads, head_dim)  # x: [T, hidden]; split by heads:
-        q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)  # 2 aten calls, not 4
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary.apply(q, k, *cos_sin)
+            qkv = self.qkv_proj(x).view(-1, heads + 2 * kv_heads, head_dim)  # x: [T, hidden]; split by heads
+            q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)
+            q, k = self.rotary.apply(self.q_norm(q), self.k_norm(k), *cos_sin)
+        else:  # a bf16 kernel's output is left in bf16 (no bias to add in float32): split_rotate widens it
+            proj = self.qkv_proj
+            qkv = proj.forward_native(x) if proj.compute_dtype is not None and not proj.has_bias else proj(x)
+            q, k, v = self.rotary.split_rotate(qkv, heads, kv_heads, *cos_sin)
         args = AttentionForwardArgs(sinks=self.sinks) if self.sinks is not None else None
         out = self.attn(q, k, v, metadata, args)  # [T, heads, head_dim]
         return self.o_proj(out.reshape(out.shape[0], heads * head_dim), residual)

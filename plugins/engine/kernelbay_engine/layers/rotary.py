@@ -211,6 +211,22 @@ class RotaryEmbedding(nn.Module):
         out = self._rotate_full(both, cos, sin)  # q and k of one fused projection: one rotation for both
         return out[:, : q.shape[1]].contiguous(), out[:, q.shape[1] :].contiguous()
 
+    def split_rotate(
+        self, qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [T, heads, D], k and v [T, kv_heads, D] in the tables' dtype from a fused projection's output
+        qkv [T, (heads + 2 * kv_heads) * D] (in any float dtype: a quantized kernel's bf16 is widened exactly),
+        q and k rotated: one native call where it runs, else the cast, the split by heads and `apply`."""
+        p, dim = self.params, qkv.shape[-1] // (heads + 2 * kv_heads)
+        native = ops()
+        if native is not None and qkv.dim() == 2 and qkv.is_contiguous() and cos.dtype == torch.float32:
+            if not p.interleaved and p.rotary_dim == dim and not tracked(qkv):
+                return native.qkv_rope(qkv, heads, kv_heads, cos, sin)
+        qkv = qkv.to(cos.dtype).view(-1, heads + 2 * kv_heads, dim)
+        q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)  # 2 aten calls, not 4
+        q, k = self.apply(q, k, cos, sin)
+        return q, k, v
+
     def _rotate_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """`_rotate` with every dim rotating, in 4 ops instead of ~12 (a decode step is dispatch-bound):
         rotate_half(x) * sin == roll(x, D/2) * (sin with its first half negated), negation being exact, so the

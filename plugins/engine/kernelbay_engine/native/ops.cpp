@@ -70,6 +70,64 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return out;
 }
 
+// q, k, v of a fused projection's output qkv [T, (H + 2 Hk) * D] (float32, or the bfloat16 a quantized kernel gives:
+// widened exactly), as three contiguous float32 [T, *, D], q and k rotated as `rope` does: the cast, the split by
+// heads and the rotation in one call.
+template <typename In>
+void split_rotate(const In* in, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, const float* c,
+                  const float* s, float* q, float* k, float* v) {
+  const int64_t half = dim / 2, width = (heads + 2 * kv_heads) * dim;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const In* row = in + t * width;
+    const float* ct = c + t * dim;
+    const float* stt = s + t * dim;
+    for (int64_t h = 0; h < heads + kv_heads; ++h) {
+      const In* x = row + h * dim;
+      float* dst = h < heads ? q + (t * heads + h) * dim : k + (t * kv_heads + h - heads) * dim;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = static_cast<float>(x[j]) * ct[j];
+        const float b = -static_cast<float>(x[j + half]) * stt[j];
+        dst[j] = a + b;
+      }
+      for (int64_t j = half; j < dim; ++j) {
+        const float a = static_cast<float>(x[j]) * ct[j];
+        const float b = static_cast<float>(x[j - half]) * stt[j];
+        dst[j] = a + b;
+      }
+    }
+    const In* x = row + (heads + kv_heads) * dim;
+    float* dst = v + t * kv_heads * dim;
+    for (int64_t j = 0; j < kv_heads * dim; ++j) dst[j] = static_cast<float>(x[j]);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_rope(const at::Tensor& qkv, int64_t heads, int64_t kv_heads,
+                                                        const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kBFloat16,
+              "qkv_rope: qkv must be float32 or bfloat16");
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, "qkv_rope: float32 tables only");
+  TORCH_CHECK(cos.dim() == 2 && cos.is_contiguous() && sin.is_contiguous() && sin.sizes() == cos.sizes(),
+              "qkv_rope: cos and sin must be contiguous [T, D]");
+  const int64_t tokens = cos.size(0), dim = cos.size(1);
+  TORCH_CHECK(dim % 2 == 0, "qkv_rope: the head size must be even, got ", dim);
+  TORCH_CHECK(heads > 0 && kv_heads > 0 && qkv.dim() == 2 && qkv.is_contiguous() && qkv.size(0) == tokens &&
+                  qkv.size(1) == (heads + 2 * kv_heads) * dim,
+              "qkv_rope: qkv must be a contiguous [", tokens, ", (", heads, " + 2 * ", kv_heads, ") * ", dim, "]");
+  const auto f32 = cos.options();
+  at::Tensor q = at::empty({tokens, heads, dim}, f32), k = at::empty({tokens, kv_heads, dim}, f32);
+  at::Tensor v = at::empty({tokens, kv_heads, dim}, f32);
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  if (qkv.scalar_type() == at::kFloat) {
+    split_rotate(qkv.data_ptr<float>(), tokens, heads, kv_heads, dim, c, s, q.data_ptr<float>(), k.data_ptr<float>(),
+                 v.data_ptr<float>());
+  } else {
+    split_rotate(qkv.data_ptr<at::BFloat16>(), tokens, heads, kv_heads, dim, c, s, q.data_ptr<float>(),
+                 k.data_ptr<float>(), v.data_ptr<float>());
+  }
+  return {q, k, v};
+}
+
 // silu(gate) * up of a fused [..., 2I] gate_up output (float32 or bfloat16): silu by aten's own kernel (the same
 // bits), the product per element as aten's mul computes it (bfloat16: in float, rounded to nearest even).
 at::Tensor silu_mul(const at::Tensor& gate_up) {
@@ -106,5 +164,6 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (aten's arithmetic, one call)");
   m.def("silu_mul", &silu_mul, "silu(gate) * up of a fused [..., 2I] gate_up (one call)");
+  m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
   m.def("rope", &rope, "float32 RoPE of [T, N, D] by [T, D] tables, every dim rotating (one call)");
 }
