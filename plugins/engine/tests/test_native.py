@@ -36,6 +36,16 @@ def test_rms_norm_is_aten_bit_for_bit(ops, dim, rows):
             assert torch.equal(expected, w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)))
 
 
+def test_rms_norm_in_bf16_is_aten_then_the_cast(ops):
+    x, w = torch.randn(5, 576) * 3, torch.randn(576)
+    out = ops.rms_norm(x, w, 1e-5, True)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, torch.rms_norm(x, (576,), w, 1e-5).to(torch.bfloat16))
+    norm = RMSNorm(576, eps=1e-5)
+    with torch.inference_mode():
+        assert torch.equal(norm(x, torch.bfloat16), torch.rms_norm(x, (576,), norm.weight, 1e-5).bfloat16())
+    assert torch.equal(norm(x, torch.bfloat16), norm(x).bfloat16())  # aten's path (autograd): the same bits
+
+
 def test_rms_norm_keeps_leading_dims_and_refuses_what_it_cannot_run(ops):
     x, w = torch.randn(2, 5, 64), torch.randn(64)
     assert torch.equal(ops.rms_norm(x, w, 1e-6), torch.rms_norm(x, (64,), w, 1e-6))

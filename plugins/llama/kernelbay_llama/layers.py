@@ -76,6 +76,13 @@ class LlamaAttention(nn.Module):
             sinks=features.sinks,
         )
 
+    @property
+    def input_dtype(self) -> torch.dtype | None:
+        """The dtype the block computes in from its input on: a bias-free qkv projection on a bf16 kernel takes x
+        in bf16 (a norm before it may hand x over in it) and leaves q, k, v to split_rotate; None: x's own."""
+        proj = self.qkv_proj
+        return proj.compute_dtype if not self.qk_norm and not proj.has_bias else None
+
     def forward(
         self,
         x: torch.Tensor,
@@ -90,8 +97,7 @@ class LlamaAttention(nn.Module):
             q, k, v = qkv.split_with_sizes((heads, kv_heads, kv_heads), dim=1)
             q, k = self.rotary.apply(self.q_norm(q), self.k_norm(k), *cos_sin)
         else:  # a bf16 kernel's output is left in bf16 (no bias to add in float32): split_rotate widens it
-            proj = self.qkv_proj
-            qkv = proj.forward_native(x) if proj.compute_dtype is not None and not proj.has_bias else proj(x)
+            qkv = self.qkv_proj.forward_native(x) if self.input_dtype is not None else self.qkv_proj(x)
             q, k, v = self.rotary.split_rotate(qkv, heads, kv_heads, *cos_sin)
         args = AttentionForwardArgs(sinks=self.sinks) if self.sinks is not None else None
         out = self.attn(q, k, v, metadata, args)  # [T, heads, head_dim]
@@ -124,9 +130,10 @@ class LlamaDecoderLayer(nn.Module):
         if self.sandwich:
             x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos_sin, metadata))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
-        x = self.self_attn(self.input_layernorm(x), cos_sin, metadata, residual=x)
+        # each norm hands its output over in the dtype its block's first kernel computes in (one cast, fused)
+        x = self.self_attn(self.input_layernorm(x, self.self_attn.input_dtype), cos_sin, metadata, residual=x)
         if self.mlp_adds_residual:
-            return self.mlp(self.post_attention_layernorm(x), residual=x)
+            return self.mlp(self.post_attention_layernorm(x, self.mlp.input_dtype), residual=x)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

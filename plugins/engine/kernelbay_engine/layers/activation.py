@@ -44,11 +44,17 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(act)
 
+    @property
+    def input_dtype(self) -> torch.dtype | None:
+        """The dtype the MLP computes in from its input on (bf16 when both projections run bf16 kernels), which a
+        norm before it may hand x in (the cast done once there); None: x's own."""
+        dtype = self.gate_up_proj.compute_dtype
+        return dtype if dtype is not None and dtype == self.down_proj.compute_dtype else None
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The MLP of x, plus `residual` when given (added by the down projection)."""
         gate_up, down = self.gate_up_proj, self.down_proj
-        dtype = gate_up.compute_dtype
-        if dtype is not None and dtype == down.compute_dtype:  # both on kernels computing in `dtype` (bf16):
+        if self.input_dtype is not None:  # both on kernels computing in it (bf16):
             y = gate_up.forward_native(x)  # act(gate) * up in it too, no cast out and back in (2 calls a layer)
         else:
             y = gate_up(x)

@@ -8,6 +8,8 @@ from torch import nn
 
 from kernelbay_engine.native import ops, tracked
 
+_NATIVE_OUT = (None, torch.bfloat16)  # output dtypes the native norm writes (float32 in, as aten computes)
+
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm over the last dim, computed in float32 like the reference implementations.
@@ -25,19 +27,20 @@ class RMSNorm(nn.Module):
         # weight: [dim]; ones (or zeros with a unit offset) is the identity
         self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The norm of x in x's dtype, or in `out_dtype` (a consumer computing in bf16: rounded as its cast would)."""
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32 and not self.unit_offset:
             # One call instead of aten's ~8 internal dispatches (61 norms a SmolLM2 decode step), the same bits:
             # the native op where it runs (no autograd, no torch.compile trace), else aten's one dispatch.
             native = ops()
-            if native is not None and x.is_contiguous() and not tracked(x, self.weight):
-                return native.rms_norm(x, self.weight, self.eps)
-            return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            if native is not None and x.is_contiguous() and out_dtype in _NATIVE_OUT and not tracked(x, self.weight):
+                return native.rms_norm(x, self.weight, self.eps, out_dtype is not None)
+            y = nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            return y if out_dtype is None else y.to(out_dtype)
         x32 = x.float()
         x_hat = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.unit_offset:
-            return (x_hat * (1.0 + self.weight.float())).type_as(x)
-        return self.weight * x_hat.to(x.dtype)
+        y = (x_hat * (1.0 + self.weight.float())).type_as(x) if self.unit_offset else self.weight * x_hat.to(x.dtype)
+        return y if out_dtype is None else y.to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, unit_offset={self.unit_offset}"
