@@ -124,6 +124,25 @@ def cache_kernels(model) -> int:
     return len(methods)
 
 
+def compare_native(runner, args) -> None:
+    """Rounds alternated with the native ops in use and not (the same model, the same bits either way)."""
+    from kernelbay_engine import native
+
+    module = native.ops()
+    if module is None:
+        raise SystemExit(f"--compare-native: {native.status()}")
+    rounds: dict[str, list] = {"native": [], "aten": []}
+    for r in range(args.rounds):
+        for name, times in rounds.items():
+            native._state["module"] = module if name == "native" else None
+            times.append(_timed_round(runner, args, f"{name}{r}")[0])
+    native._state["module"] = module
+    for name, times in rounds.items():
+        best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
+        median = statistics.median(m for _, m in times) * 1e3
+        print(f"{name:6s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -134,6 +153,11 @@ def main() -> None:
     parser.add_argument("--quantization", default="gguf", help="gguf: the file's codes kept; none: float32")
     parser.add_argument("--backend", default=None, help="attention backend (default: the selector's)")
     parser.add_argument("--no-kernels", action="store_true", help="quantized kernels replaced by a cached output")
+    parser.add_argument(
+        "--compare-native",
+        action="store_true",
+        help="alternate rounds with kernelbay_engine.native's ops and without (the aten path) in one process",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -147,6 +171,9 @@ def main() -> None:
     if args.no_kernels and not cache_kernels(llm.model):
         raise SystemExit("--no-kernels: this model has no quantized linear (use --quantization gguf)")
     backends = [entry.layer.backend for entry in runner.cache.layers]
+    if args.compare_native:
+        compare_native(runner, args)
+        return
     per_round = [_timed_round(runner, args, f"r{r}")[0] for r in range(args.rounds)]
     counts = _timed_round(runner, args, "count", count_at=args.steps // 2, backends=backends)[1]
     total = sum(counts.values())
