@@ -133,7 +133,7 @@ def _vocab_size(fields: dict[str, Any], source: str) -> int:
     tokens = fields.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise MalformedConfig(f"{source} has neither a vocab_size key nor tokenizer.ggml.tokens to count")
-    return tokens  # the array's length (format.metadata)
+    return tokens  # an array is given as its length (kernelbay_gguf.header)
 
 
 ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gguf
 import pytest
+from kernelbay_gguf.format import _tokenizer_class
 from transformers import AutoTokenizer
 
 from kernelbay_engine.tokenizer import Tokenizer
@@ -36,6 +37,7 @@ def test_tokenizer_is_what_autotokenizer_builds(tmp_path, name):
     ours = Tokenizer(path).hf
     theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     assert type(ours) is type(theirs)
+    assert _tokenizer_class(path) is type(theirs)  # the class itself, not AutoTokenizer and its second parse
     for text in TEXTS:
         assert ours(text)["input_ids"] == theirs(text)["input_ids"], text
         assert ours.decode(ours(text)["input_ids"]) == text

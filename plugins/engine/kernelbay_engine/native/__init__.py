@@ -73,7 +73,8 @@ def _load() -> tuple[ModuleType | None, str]:
         finally:
             notice.cancel()
     except Exception as err:  # noqa: BLE001  (no compiler or ninja, no Python headers, a failed build: one outcome)
-        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}"
+        message = str(err).strip()  # a build error's last line says what failed
+        reason = f"{type(err).__name__}: {message.splitlines()[-1] if message else repr(err)}"
         warnings.warn(
             f"kernelbay-engine could not build its native CPU ops ({reason}); running the aten path instead "
             f"(same results, slower small ops). Install a C++ compiler (g++) and ninja, or set {ENV}=0 to "

@@ -40,14 +40,31 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
   return out;
 }
 
-// RoPE with every dim rotating (no interleave) of float32 x [T, N, D] (last dim contiguous) by cos, sin [T, D]:
-// out = x * cos + rotate_half(x) * sin with rotate_half(x) = (-x[D/2:], x[:D/2]), each product rounded and then
+// One head's rotation, the arithmetic both RoPE ops share: dst = x * cos + rotate_half(x) * sin with
+// rotate_half(x) = (-x[D/2:], x[:D/2]), x widened to float exactly (bfloat16 input), each product rounded and then
 // summed (built with -ffp-contract=off: no fused multiply-add), as transformers' `apply_rotary_pos_emb`.
+template <typename In>
+inline void rotate_head(const In* x, const float* c, const float* s, int64_t dim, float* dst) {
+  const int64_t half = dim / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const float a = static_cast<float>(x[j]) * c[j];
+    const float b = -static_cast<float>(x[j + half]) * s[j];
+    dst[j] = a + b;
+  }
+  for (int64_t j = half; j < dim; ++j) {
+    const float a = static_cast<float>(x[j]) * c[j];
+    const float b = static_cast<float>(x[j - half]) * s[j];
+    dst[j] = a + b;
+  }
+}
+
+// RoPE with every dim rotating (no interleave) of float32 x [T, N, D] (last dim contiguous) by cos, sin [T, D]:
+// each head as rotate_head computes it.
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
               "rope: float32 only");
   TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1, "rope: x must be [T, N, D] with its last dim contiguous");
-  const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2), half = dim / 2;
+  const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2);
   TORCH_CHECK(dim % 2 == 0, "rope: the head size must be even, got ", dim);
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.dim() == 2 && sin.sizes() == cos.sizes() &&
                   cos.size(0) == tokens && cos.size(1) == dim,
@@ -61,48 +78,25 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   for (int64_t t = 0; t < tokens; ++t) {
     const float* ct = c + t * dim;
     const float* stt = s + t * dim;
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* row = in + t * st + h * sh;
-      float* dst = o + (t * heads + h) * dim;
-      for (int64_t j = 0; j < half; ++j) {
-        const float a = row[j] * ct[j];
-        const float b = -row[j + half] * stt[j];
-        dst[j] = a + b;
-      }
-      for (int64_t j = half; j < dim; ++j) {
-        const float a = row[j] * ct[j];
-        const float b = row[j - half] * stt[j];
-        dst[j] = a + b;
-      }
-    }
+    for (int64_t h = 0; h < heads; ++h) rotate_head(in + t * st + h * sh, ct, stt, dim, o + (t * heads + h) * dim);
   }
   return out;
 }
 
 // q, k, v of a fused projection's output qkv [T, (H + 2 Hk) * D] (float32, or the bfloat16 a quantized kernel gives:
-// widened exactly), as three contiguous float32 [T, *, D], q and k rotated as `rope` does: the cast, the split by
+// widened exactly), as three contiguous float32 [T, *, D], q and k rotated by rotate_head: the cast, the split by
 // heads and the rotation in one call.
 template <typename In>
 void split_rotate(const In* in, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, const float* c,
                   const float* s, float* q, float* k, float* v) {
-  const int64_t half = dim / 2, width = (heads + 2 * kv_heads) * dim;
+  const int64_t width = (heads + 2 * kv_heads) * dim;
   for (int64_t t = 0; t < tokens; ++t) {
     const In* row = in + t * width;
     const float* ct = c + t * dim;
     const float* stt = s + t * dim;
     for (int64_t h = 0; h < heads + kv_heads; ++h) {
-      const In* x = row + h * dim;
       float* dst = h < heads ? q + (t * heads + h) * dim : k + (t * kv_heads + h - heads) * dim;
-      for (int64_t j = 0; j < half; ++j) {
-        const float a = static_cast<float>(x[j]) * ct[j];
-        const float b = -static_cast<float>(x[j + half]) * stt[j];
-        dst[j] = a + b;
-      }
-      for (int64_t j = half; j < dim; ++j) {
-        const float a = static_cast<float>(x[j]) * ct[j];
-        const float b = static_cast<float>(x[j - half]) * stt[j];
-        dst[j] = a + b;
-      }
+      rotate_head(row + h * dim, ct, stt, dim, dst);
     }
     const In* x = row + (heads + kv_heads) * dim;
     float* dst = v + t * kv_heads * dim;
