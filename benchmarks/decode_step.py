@@ -3,6 +3,7 @@ times and the aten calls a step dispatches, split by owner (metadata, KV write, 
 
     .venv/bin/python benchmarks/decode_step.py [--threads 2] [--batch 1] [--steps 120] [--rounds 3]
         [--quantization gguf|none] [--backend SDPA] [--prompt-len 32] [--no-kernels]
+        [--compare-native | --compare-kernels int8_dot]
 
 Each round prefills --batch 32-token requests, then times --steps single decode steps (positions
 prompt-len .. prompt-len + steps); the figures are the best step of every round (the minimum moves least with
@@ -143,6 +144,43 @@ def compare_native(runner, args) -> None:
         print(f"{name:6s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
 
 
+def _load(args, without_kernel: str | None = None):
+    """The model as the engine loads it, or with the quantized linear kernel `without_kernel` unavailable (its
+    layers go to the next kernel in preference order)."""
+    from kernelbay_engine import LLM
+    from kernelbay_engine.quant import kernels, select
+
+    options = {"quantization": "gguf"} if args.quantization == "gguf" else {"dtype": "float32"}
+    if args.backend:
+        options["attention_backend"] = args.backend
+    saved = {k: k.__dict__.get("is_available") for k in kernels.KERNELS if k.name == without_kernel}
+    for k in saved:
+        k.is_available = classmethod(lambda cls: (False, "disabled by decode_step.py --compare-kernels"))
+    select.select_kernel.cache_clear()
+    try:
+        return LLM(str(gguf_path()), progress=False, max_num_seqs=args.batch, kv_cache_memory="256MiB", **options)
+    finally:
+        for k, method in saved.items():
+            if method is None:
+                del k.is_available
+            else:
+                k.is_available = method
+        select.select_kernel.cache_clear()
+
+
+def compare_kernels(args) -> None:
+    """Rounds alternated between the model on the preferred kernels and with --compare-kernels NAME unavailable."""
+    runners = {"preferred": _load(args).runner, f"no {args.compare_kernels}": _load(args, args.compare_kernels).runner}
+    rounds: dict[str, list] = {name: [] for name in runners}
+    for r in range(args.rounds):
+        for name, times in rounds.items():
+            times.append(_timed_round(runners[name], args, f"{name}{r}")[0])
+    for name, times in rounds.items():
+        best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
+        median = statistics.median(m for _, m in times) * 1e3
+        print(f"{name:12s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -158,15 +196,17 @@ def main() -> None:
         action="store_true",
         help="alternate rounds with kernelbay_engine.native's ops and without (the aten path) in one process",
     )
+    parser.add_argument(
+        "--compare-kernels",
+        metavar="KERNEL",
+        help="alternate rounds between the model on the preferred linear kernels and with KERNEL unavailable",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-
-    from kernelbay_engine import LLM
-
-    options = {"quantization": "gguf"} if args.quantization == "gguf" else {"dtype": "float32"}
-    if args.backend:
-        options["attention_backend"] = args.backend
-    llm = LLM(str(gguf_path()), progress=False, max_num_seqs=args.batch, kv_cache_memory="256MiB", **options)
+    if args.compare_kernels:
+        compare_kernels(args)
+        return
+    llm = _load(args)
     runner = llm.runner
     if args.no_kernels and not cache_kernels(llm.model):
         raise SystemExit("--no-kernels: this model has no quantized linear (use --quantization gguf)")

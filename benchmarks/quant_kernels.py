@@ -1,6 +1,7 @@
 """The quantized linear kernels alone, on SmolLM2-135M's shapes: what each candidate form costs (issue #15).
 
-    .venv/bin/python benchmarks/quant_kernels.py [--threads 2] [--rows 1 8] [--sections dtype groups head embedding]
+    .venv/bin/python benchmarks/quant_kernels.py [--threads 2] [--rows 1 8]
+        [--sections dtype groups head kernels embedding]
 
 Sections (each a markdown table; "% of bw" is the bytes a pass reads over its time, against the read bandwidth
 measured as benchmarks/cpu_decode.py measures it: torch sum over 1 GiB with the same threads):
@@ -13,6 +14,9 @@ measured as benchmarks/cpu_decode.py measures it: torch sum over 1 GiB with the 
   int8 per-channel, and torch's `_dyn_quant_matmul_4bit` (int8 activations) on one layer.
 - head: the tied LM head [49152, 576] in each form a mode gives it: Q8_0 on int8_group (the file's codes),
   int8 per-channel (`--quantization int8`), int4 groups of 32, bf16 and fp32 oneDNN-packed.
+- kernels: the engine's layers on each kernel that runs them, requested by name: int8_dot (int8 activations,
+  AVX-512 VNNI, kernelbay_engine.native) against torch's op for the same codes (int4_group, int8_group,
+  int8_channel), one pass over the 30 layers' linears and the LM head.
 - embedding: the token lookup from the fp32 table against the Q8_0 codes (`kernelbay_engine.quant`'s
   quantized table: rows dequantized as gathered), for 1, 8 and 256 tokens.
 
@@ -81,8 +85,12 @@ def dyn_quant_raw(n: int, k: int, group: int):
 
 
 # -- engine layers -------------------------------------------------------------------------------------
-def engine_layer(n: int, k: int, form: str) -> tuple[Linear, int]:
-    """A `Linear` in one of the forms the engine gives a layer, and the bytes one product reads."""
+TORCH_KERNEL = {"Q8_0 int8_group": "int8_group", "int8 per-channel": "int8_channel", "int4 g32": "int4_group"}
+
+
+def engine_layer(n: int, k: int, form: str, kernel: str | None = None) -> tuple[Linear, int]:
+    """A `Linear` in one of the forms the engine gives a layer (on `kernel`, default the form's torch kernel), and
+    the bytes one product reads."""
     layer = Linear(k, n)
     dtype = torch.bfloat16 if form == "bf16 packed" else torch.float32
     layer.create_weights(UnquantizedLinearMethod(), dtype)
@@ -98,7 +106,7 @@ def engine_layer(n: int, k: int, form: str) -> tuple[Linear, int]:
         "int8 per-channel": lambda w: quantize(w, 8),
         "int4 g32": lambda w: quantize(w, 4, 32),
     }[form](layer.weight)
-    set_quantized_weight(layer, weight)
+    set_quantized_weight(layer, weight, kernel=kernel or TORCH_KERNEL[form])
     return layer, layer.method.nbytes
 
 
@@ -173,6 +181,22 @@ def section_head(rows: int, repeat: int, bandwidth: float) -> list[str]:
     return lines
 
 
+def section_kernels(rows: int, repeat: int, bandwidth: float) -> list[str]:
+    lines = ["", f"each kernel on the same codes ({rows} rows, fp32 in and out, as the engine calls it)", *HEADER]
+    for form, torch_kernel in TORCH_KERNEL.items():
+        for kernel in ("int8_dot", torch_kernel):
+            layers = [(engine_layer(n, k, form, kernel), k) for n, k in LAYERS]
+            seconds = _pass([(lay, k) for (lay, _), k in layers], rows, repeat)
+            nbytes = sum(b for (_, b), _ in layers)
+            lines.append(row(f"{form} codes on {kernel}, 30 layers", rows, seconds, nbytes, bandwidth))
+            del layers
+            head, nbytes = engine_layer(*HEAD, form, kernel)
+            x = torch.randn(rows, HEAD[1])
+            seconds = best_of(lambda head=head, x=x: head(x), repeat)
+            lines.append(row(f"{form} codes on {kernel}, LM head", rows, seconds, nbytes, bandwidth))
+    return lines
+
+
 def section_embedding(rows: int, repeat: int, bandwidth: float) -> list[str]:
     from kernelbay_engine.quant import QuantizedEmbedding
 
@@ -191,7 +215,13 @@ def section_embedding(rows: int, repeat: int, bandwidth: float) -> list[str]:
     return lines
 
 
-SECTIONS = {"dtype": section_dtype, "groups": section_groups, "head": section_head, "embedding": section_embedding}
+SECTIONS = {
+    "dtype": section_dtype,
+    "groups": section_groups,
+    "head": section_head,
+    "kernels": section_kernels,
+    "embedding": section_embedding,
+}
 
 
 def main() -> None:

@@ -27,12 +27,16 @@ from plugins.gguf.tests._write import (
     write_random_k_quants,
 )
 from tests._explain_schema import validate
+from tests._kernels import DOT, INT4, INT8_GROUP
 from tests.models._parity import PROMPTS, reference_logits, runner
 from tests.models.conftest import build_reference
 
 KEPT = [Q.Q8_0, Q.Q5_0, Q.Q4_0, Q.Q4_1]
 GPL3 = Path("/usr/share/common-licenses/GPL-3")  # Debian's base-files ships it
-RELATIVE = 0.03  # the kernels compute in bfloat16: logits within 3% of the largest one
+# logits within this fraction of the largest one: the torch kernels compute in bf16 (<= 1.1% seen); int8_dot rounds
+# activations to int8 per block of 32 as llama.cpp does (<= 4.2% seen, up to 7.7% on the random Gemma-3, whose scaled
+# embeddings give wide blocks; the kernel itself is held to its arithmetic at 1e-5 in the engine's test_kernels.py)
+RELATIVE = 0.09 if DOT else 0.03
 
 
 @pytest.mark.parametrize("qtype", [*KEPT, Q.Q4_K], ids=lambda q: q.name)
@@ -75,9 +79,13 @@ def test_kept_quantized_model_matches_the_dequantized_reference(tiny_gguf, name,
 REQUANTIZED = "requantized to int8 groups of 32"
 MIXED = {
     # fused q/k/v parts -> what the layer runs: one width joins exactly, two widths are requantized
-    "Q5_0 q/k, Q8_0 v": (Q.Q5_0, Q.Q8_0, "GGUF Q5_0/Q8_0 on int8_group"),
-    "Q4_0 q/k, Q4_1 v": (Q.Q4_0, Q.Q4_1, "GGUF Q4_0/Q4_1 on int4_group"),
-    "Q4_1 q/k, Q8_0 v": (Q.Q4_1, Q.Q8_0, f"GGUF Q4_1/Q8_0, {REQUANTIZED} (parts of 4- and 8-bit types) on int8_group"),
+    "Q5_0 q/k, Q8_0 v": (Q.Q5_0, Q.Q8_0, f"GGUF Q5_0/Q8_0 on {INT8_GROUP}"),
+    "Q4_0 q/k, Q4_1 v": (Q.Q4_0, Q.Q4_1, f"GGUF Q4_0/Q4_1 on {INT4}"),
+    "Q4_1 q/k, Q8_0 v": (
+        Q.Q4_1,
+        Q.Q8_0,
+        f"GGUF Q4_1/Q8_0, {REQUANTIZED} (parts of 4- and 8-bit types) on {INT8_GROUP}",
+    ),
 }
 
 
@@ -110,16 +118,16 @@ def test_float_types_keep_their_weights_and_say_why(tiny_gguf):
 
 K_QUANT_CASES = {
     # name -> (type of each 2-D tensor by GGUF name, what every linear runs)
-    "Q4_K": (lambda name: Q.Q4_K, {"GGUF Q4_K on int4_group"}),
-    "Q5_K": (lambda name: Q.Q5_K, {f"GGUF Q5_K, {REQUANTIZED} (no kernel runs Q5_K codes) on int8_group"}),
-    "Q6_K": (lambda name: Q.Q6_K, {f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group"}),
+    "Q4_K": (lambda name: Q.Q4_K, {f"GGUF Q4_K on {INT4}"}),
+    "Q5_K": (lambda name: Q.Q5_K, {f"GGUF Q5_K, {REQUANTIZED} (no kernel runs Q5_K codes) on {INT8_GROUP}"}),
+    "Q6_K": (lambda name: Q.Q6_K, {f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on {INT8_GROUP}"}),
     # as llama.cpp's Q4_K_M: attn_v and ffn_down in Q6_K, so fused q/k/v mixes the two types
     "Q4_K_M": (
         lambda name: Q.Q6_K if ".attn_v." in name or ".ffn_down." in name else Q.Q4_K,
         {
-            f"GGUF Q4_K/Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group",
-            f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on int8_group",
-            "GGUF Q4_K on int4_group",
+            f"GGUF Q4_K/Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on {INT8_GROUP}",
+            f"GGUF Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes) on {INT8_GROUP}",
+            f"GGUF Q4_K on {INT4}",
         },
     ),
 }
@@ -156,11 +164,11 @@ def test_explain_lists_what_each_file_tensor_becomes(tmp_path, capsys):
     section = doc["sections"]["linear_kernels"]
     kernels = {(g["name"], g["bits"], g["kernel"]) for g in section["groups"]}
     assert kernels == {
-        ("qkv_proj", 8, "int8_group"),
-        ("o_proj", 4, "int4_group"),
-        ("gate_up_proj", 4, "int4_group"),
-        ("down_proj", 8, "int8_group"),
-        ("lm_head", 4, "int4_group"),
+        ("qkv_proj", 8, INT8_GROUP),
+        ("o_proj", 4, INT4),
+        ("gate_up_proj", 4, INT4),
+        ("down_proj", 8, INT8_GROUP),
+        ("lm_head", 4, INT4),
     }
     text = "\n".join(section["lines"])
     assert f"from GGUF Q4_K/Q6_K, {REQUANTIZED} (no kernel runs Q6_K codes)" in text
@@ -220,11 +228,11 @@ def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2
     ids = LLM(smollm2, progress=False).encode(GPL3.read_text())[:512]
     dequantized, kept, report = _kept_vs_dequantized(path, ids)
     assert report == {
-        "GGUF Q4_K on int4_group",
-        "GGUF Q5_0 on int8_group",
-        "GGUF Q5_0/Q8_0 on int8_group",
-        "GGUF Q8_0 on int8_group",
-        "GGUF Q6_K, requantized to int8 groups of 32 (no kernel runs Q6_K codes) on int8_group",
+        f"GGUF Q4_K on {INT4}",
+        f"GGUF Q5_0 on {INT8_GROUP}",
+        f"GGUF Q5_0/Q8_0 on {INT8_GROUP}",
+        f"GGUF Q8_0 on {INT8_GROUP}",
+        f"GGUF Q6_K, requantized to int8 groups of 32 (no kernel runs Q6_K codes) on {INT8_GROUP}",
         f"GGUF Q8_0 on {TABLE_ROWS}",  # the tied embedding: the head's codes
     }
     assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
@@ -233,7 +241,7 @@ def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2
 def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf):
     """LLM(x.gguf, quantization="gguf"): the report names each layer's kernel; generation runs."""
     llm = LLM(tiny_gguf("llama", Q.Q4_1), progress=False, quantization="gguf")
-    assert set(llm.quant_report.values()) == {"GGUF Q4_1 on int4_group", f"GGUF Q4_1 on {TABLE_ROWS}"}
+    assert set(llm.quant_report.values()) == {f"GGUF Q4_1 on {INT4}", f"GGUF Q4_1 on {TABLE_ROWS}"}
     assert len(llm.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
 
 

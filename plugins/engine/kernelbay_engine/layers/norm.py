@@ -29,6 +29,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """The norm of x in x's dtype, or in `out_dtype` (a consumer computing in bf16: rounded as its cast would)."""
+        out_dtype = None if out_dtype == x.dtype else out_dtype  # a consumer computing in x's dtype: no cast
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32 and not self.unit_offset:
             # One call instead of aten's ~8 internal dispatches (61 norms a SmolLM2 decode step), the same bits:
             # the native op where it runs (no autograd, no torch.compile trace), else aten's one dispatch.

@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 
 ENV = "KERNELBAY_NATIVE"  # "0": never build or load the native ops
-SOURCE = Path(__file__).with_name("ops.cpp")
+SOURCES = [str(Path(__file__).with_name(name)) for name in ("ops.cpp", "qdot.cpp")]
 _NAME = "kernelbay_engine_native"
 BUILDING = "kernelbay-engine: building its native CPU ops (once per machine and torch version, ~30 s)..."
 _lock = threading.Lock()
@@ -69,7 +69,9 @@ def _load() -> tuple[ModuleType | None, str]:
         notice.daemon = True
         notice.start()
         try:
-            return load(_NAME, [str(SOURCE)], extra_cflags=["-O3", "-ffp-contract=off"], verbose=False), ""
+            # -fopenmp: at::parallel_for in qdot.cpp runs on torch's OpenMP threads (without it: one thread)
+            flags = ["-O3", "-ffp-contract=off", "-fopenmp"]
+            return load(_NAME, SOURCES, extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False), ""
         finally:
             notice.cancel()
     except Exception as err:  # noqa: BLE001  (no compiler or ninja, no Python headers, a failed build: one outcome)

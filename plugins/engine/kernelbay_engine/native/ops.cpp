@@ -4,6 +4,11 @@
 
 #include <cmath>
 
+namespace kernelbay {  // qdot.cpp
+bool qdot_supported();
+at::Tensor qdot(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m, int64_t bits);
+}  // namespace kernelbay
+
 namespace {
 
 // RMSNorm of float32 rows: the mean of x * x by at::mean (aten's own reduction order, so the same bits as
@@ -169,5 +174,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("eps"), pybind11::arg("bf16") = false);
   m.def("silu_mul", &silu_mul, "silu(gate) * up of a fused [..., 2I] gate_up (one call)");
   m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
+  m.def("qdot_supported", &kernelbay::qdot_supported, "whether this CPU runs qdot (AVX-512 VNNI)");
+  m.def("qdot", &kernelbay::qdot, "float32 x [M, K] times a packed 4/8-bit weight, int8 activations (qdot.cpp)");
   m.def("rope", &rope, "float32 RoPE of [T, N, D] by [T, D] tables, every dim rotating (one call)");
 }

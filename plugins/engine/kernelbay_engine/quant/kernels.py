@@ -2,11 +2,17 @@
 
 Every kernel declares the weight widths and group sizes it runs, the activation dtype it computes in
 and the CPU features it needs; `is_available()` says whether this machine and torch build can run it
-and `failures(req)` lists what stops it running one layer. Measured on a 2-thread AMD EPYC (avx512_bf16)
-over the 30 layers + LM head of SmolLM2-135M (benchmarks/cpu_decode.py has the model-level figures):
-int4 ~3 ms and int8 ~4.5 ms per single-row step, against 5.9 ms for bf16 and 9.5 ms for fp32 oneDNN-packed.
-With float32 or float16 activations torch's int4/int8 CPU ops run 20-40x slower (ATen's int4mm / int8mm
-kernels vectorize bf16 only on x86: benchmarks/quant_kernels.py), so these kernels compute in bf16.
+and `failures(req)` lists what stops it running one layer. In order of preference:
+
+- int8_dot (kernelbay_engine.native's qdot.cpp, AVX-512 VNNI): int8 activations per block of 32 times 4- or
+  8-bit codes, summed in int32, float32 in and out; llama.cpp's arithmetic. On SmolLM2-135M's layers (2-thread
+  AMD EPYC, weights streamed from memory) 2.0 ms a single-row pass against 2.8 ms for torch's int4 op, and its
+  Q8_0 head 0.7 against 1.1 ms (benchmarks/quant_kernels.py --sections kernels; in the step:
+  benchmarks/decode_step.py --compare-kernels int8_dot);
+- torch's int8 / int4 CPU ops (int8_channel, int4_group, int8_group): bf16 activations. With float32 or float16
+  activations these ops run 20-40x slower (ATen's int4mm / int8mm kernels vectorize bf16 only on x86:
+  benchmarks/quant_kernels.py), so they compute in bf16;
+- dense: the codes dequantized once (any width).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from kernelbay.errors import ConfigError
 from kernelbay_engine.quant.weights import QuantizedWeight
 
 INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGroupSize
@@ -192,6 +199,83 @@ def _int4_pack(codes_of: Callable[[int, int], torch.Tensor], scale, zero, group:
     return Packed(run, packed.numel() + scales_zeros.numel() * 2)
 
 
+DOT_BLOCK = 32  # the native dot kernel's block: activations quantized per 32, weights' scales held per 32
+_DOT_PACK_ROWS = 4096  # rows converted at a time (bounds the int16 copy of a large 8-bit weight)
+
+
+class NativeDotKernel(LinearKernel):
+    """int8 activations (one scale per block of 32, as llama.cpp's Q8_1) times 4- or 8-bit weights on AVX-512
+    VNNI (kernelbay_engine.native's qdot.cpp): products summed exactly in int32, float32 in and out, no casts.
+    What it computes: the weights the codes stand for (scales as fp16, as GGUF stores them) dotted with the
+    activations rounded to int8 per block; bytes streamed as GGUF Q4_1 / Q8_0 hold them."""
+
+    name = "int8_dot"
+    bits = (4, 8)
+    per_channel = True
+    compute_dtype = torch.float32
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        from kernelbay_engine import native
+
+        module = native.ops()
+        if module is None:
+            return False, native.status()
+        if not module.qdot_supported():
+            return False, "the CPU lacks AVX-512 VNNI (avx512f, avx512bw, avx512vl, avx512_vnni, f16c)"
+        return True, "int8 activations per block of 32 on AVX-512 VNNI, float32 in and out"
+
+    @classmethod
+    def failures(cls, req: LinearRequirements) -> list[str]:
+        if req.bits not in cls.bits:
+            return [f"{_width(req.bits)} weights: it runs 4/8-bit ones"]
+        if req.group_size is None or req.group_size % DOT_BLOCK or req.in_features % DOT_BLOCK:
+            return [f"group size {_group(req)} (K = {req.in_features}): it needs groups a multiple of {DOT_BLOCK}"]
+        return []
+
+    @classmethod
+    def supported_groups(cls) -> str:
+        return f"groups (or rows) a multiple of {DOT_BLOCK}"
+
+    @classmethod
+    def pack(cls, weight: QuantizedWeight) -> Packed:
+        from kernelbay_engine import native
+
+        codes, d, m = _dot_layout(weight)
+        qdot, bits = native.ops().qdot, weight.bits  # type: ignore[union-attr]  (is_available said it loads)
+        return Packed(lambda x: qdot(x, codes, d, m, bits), codes.numel() + d.numel() * 2 + m.numel() * 2)
+
+
+def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qdot.cpp's layout: unsigned codes u (w = d * u + m per block of 32), blocks in pairs (the block count padded
+    to even with zero blocks); 4-bit pairs as 32 bytes (byte i = u[2j, i] | u[2j + 1, i] << 4), 8-bit as 64."""
+    n, k = w.q.shape
+    blocks = k // DOT_BLOCK
+    padded = blocks + blocks % 2
+    scale = w.scale.repeat_interleave(w.group_size // DOT_BLOCK, dim=1)
+    offset = (
+        w.zero.repeat_interleave(w.group_size // DOT_BLOCK, dim=1) - 8 * scale if w.zero is not None else -128 * scale
+    )
+    d = torch.zeros(n, padded, dtype=torch.float16)
+    m = torch.zeros(n, padded, dtype=torch.float16)
+    d[:, :blocks], m[:, :blocks] = scale, offset
+    if not (torch.isfinite(d).all() and torch.isfinite(m).all()):
+        raise ConfigError(
+            f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "
+            f"cannot hold it; choose another linear kernel ({', '.join(KERNEL_NAMES)})"
+        )
+    codes = torch.zeros(n, padded * DOT_BLOCK * w.bits // 8, dtype=torch.uint8)
+    for a in range(0, n, _DOT_PACK_ROWS):
+        b = min(a + _DOT_PACK_ROWS, n)
+        u = w.q[a:b] if w.bits == 4 else (w.q[a:b].to(torch.int16) + 128).to(torch.uint8)
+        u = torch.nn.functional.pad(u.view(b - a, blocks, DOT_BLOCK), (0, 0, 0, padded - blocks))
+        if w.bits == 4:
+            pairs = u.view(b - a, padded // 2, 2, DOT_BLOCK)
+            u = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
+        codes[a:b] = u.reshape(b - a, -1)
+    return codes, d, m
+
+
 class DenseKernel(LinearKernel):
     """The codes dequantized once to the model dtype (oneDNN-packed where possible): any width and group,
     at 2-8x the bytes. The nearest supported form when no quantized kernel runs a layer."""
@@ -212,6 +296,12 @@ class DenseKernel(LinearKernel):
         raise TypeError("the dense kernel holds plain weights: the layer gets an UnquantizedLinearMethod")
 
 
-KERNELS: tuple[type[LinearKernel], ...] = (Int8ChannelKernel, Int4GroupKernel, Int8GroupKernel, DenseKernel)
+KERNELS: tuple[type[LinearKernel], ...] = (
+    NativeDotKernel,
+    Int8ChannelKernel,
+    Int4GroupKernel,
+    Int8GroupKernel,
+    DenseKernel,
+)
 """In order of preference: the first capable and available one runs a layer."""
 KERNEL_NAMES = tuple(k.name for k in KERNELS)

@@ -11,27 +11,33 @@ import pytest
 from kernelbay.errors import ConfigError
 from kernelbay.explain import explain_model, render_text
 from tests._explain_schema import validate
+from tests._kernels import DOT, INT4, INT8_CHANNEL
 
 
 def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
-    """int4: projections on int4_group, the LM head on int8_channel; every candidate carries a reason."""
+    """int4: projections on int8_dot (where it runs) or int4_group, the LM head on int8_dot or int8_channel; every
+    candidate carries a reason."""
     doc = explain_model(tiny_llama, quantization="int4")
     assert validate(doc) == []
     section = doc["sections"]["linear_kernels"]
     kernels = {g["name"]: (g["kernel"], g["bits"], g["count"]) for g in section["groups"]}
     assert kernels == {
-        "qkv_proj": ("int4_group", 4, 2),
-        "o_proj": ("int4_group", 4, 2),
-        "gate_up_proj": ("int4_group", 4, 2),
-        "down_proj": ("int4_group", 4, 2),
-        "lm_head": ("int8_channel", 8, 1),
+        "qkv_proj": (INT4, 4, 2),
+        "o_proj": (INT4, 4, 2),
+        "gate_up_proj": (INT4, 4, 2),
+        "down_proj": (INT4, 4, 2),
+        "lm_head": (INT8_CHANNEL, 8, 1),
     }
     head = next(g for g in section["groups"] if g["name"] == "lm_head")
     reasons = {c["name"]: (c["reason"], c["failures"]) for c in head["candidates"]}
     assert reasons["int4_group"] == ("not capable", ["8-bit weights: it runs 4-bit ones"])
-    assert reasons["int8_channel"][0].startswith("chosen: bf16 activations on ")
+    if DOT:
+        assert reasons["int8_dot"][0].startswith("chosen: int8 activations per block of 32 on AVX-512 VNNI")
+        assert reasons["int8_channel"][0] == "capable, a preferred kernel was chosen"
+    else:
+        assert reasons["int8_channel"][0].startswith("chosen: bf16 activations on ")
     text = render_text(doc)
-    assert "lm_head              x1   [320, 64] 8-bit per-channel -> int8_channel" in text
+    assert f"lm_head              x1   [320, 64] 8-bit per-channel -> {INT8_CHANNEL}" in text
 
 
 def test_no_section_without_quantization(tiny_llama):
@@ -56,4 +62,4 @@ def test_the_cli_option_reaches_the_section(tiny_llama):
         check=True,
     )
     groups = json.loads(out.stdout)["sections"]["linear_kernels"]["groups"]
-    assert {g["kernel"] for g in groups} == {"int8_channel"}
+    assert {g["kernel"] for g in groups} == {INT8_CHANNEL}

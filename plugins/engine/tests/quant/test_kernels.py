@@ -1,8 +1,9 @@
 """Each quantized CPU kernel against the dequantized reference of its weight, and the errors of bad blocks.
 
-Tolerance: the kernels compute in bf16 (activations and output rounded to 8 mantissa bits), so each output
-is compared with `x @ W_dq^T` in float32 to 1.5% of the largest reference output; a wrong scale, zero,
-nibble order or padding is off by far more (a swapped nibble plane by ~100%).
+Tolerance: the torch kernels compute in bf16 (activations and output rounded to 8 mantissa bits), int8_dot
+rounds the activations to int8 per block of 32, so each output is compared with `x @ W_dq^T` in float32 to 1.5%
+of the largest reference output; a wrong scale, zero, nibble order or padding is off by far more (a swapped nibble
+plane by ~100%). int8_dot is also held to its own stated arithmetic to float32 rounding (test_int8_dot_*).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from kernelbay_engine.quant import (
     select_kernel,
     set_quantized_weight,
 )
+from kernelbay_engine.quant.kernels import NativeDotKernel
 from tests._dispatch import dispatched
+from tests._kernels import DOT, chosen, needs_dot
 
 TOLERANCE = 1.5e-2
 # odd N (padded to 16 by the int4 kernel), K multiple of 32; 4100 rows: packed in two row chunks (an LM head's case)
@@ -61,53 +64,152 @@ def _check(layer: Linear, weight, label: str, gen: torch.Generator) -> None:
         assert err < TOLERANCE, f"[{label}] rows {m}: max error {err:.2e} of the largest output"
 
 
+# each weight kind with its torch kernel (K = 32, one group: the per-channel kernel for Q8_0)
+GGUF_KINDS = [("q8_0", "int8_group"), ("q4_0", "int4_group"), ("q4_1", "int4_group")]
+FLOAT_KINDS = [("int8", "int8_channel"), ("int8_g32", "int8_group"), ("int4_g32", "int4_group")]
+REQUESTS = [None, "torch", pytest.param("int8_dot", marks=needs_dot)]  # None: auto-selection
+
+
+def _torch_kernel(kind: str, kernel: str, k: int) -> str:
+    return "int8_channel" if kind in ("q8_0", "int8_g32") and k == 32 else kernel
+
+
 @pytest.mark.parametrize("n,k", SHAPES)
-@pytest.mark.parametrize(
-    "kind,kernel",
-    [("q8_0", "int8_group"), ("q4_0", "int4_group"), ("q4_1", "int4_group")],
-)
-def test_gguf_blocks_run_on_their_kernel(kind, kernel, n, k):
-    """GGUF Q8_0/Q4_0/Q4_1 blocks stay quantized and match their dequantized weight (K=32: one group = per-channel)."""
+@pytest.mark.parametrize("kind,kernel", GGUF_KINDS)
+@pytest.mark.parametrize("request_", REQUESTS)
+def test_gguf_blocks_run_on_their_kernel(kind, kernel, n, k, request_):
+    """GGUF Q8_0/Q4_0/Q4_1 blocks stay quantized and match their dequantized weight on int8_dot (preferred where
+    it runs) and on their torch kernel, requested by name."""
     gen = torch.Generator().manual_seed(n * k)
     weight, layer = _codes(kind, n, k, gen), _layer(n, k)
-    choice = set_quantized_weight(layer, weight)
-    expected = "int8_channel" if (kind == "q8_0" and k == 32) else kernel
+    torch_kernel = _torch_kernel(kind, kernel, k)
+    requested = torch_kernel if request_ == "torch" else request_
+    choice = set_quantized_weight(layer, weight, kernel=requested)
+    expected = requested or chosen(torch_kernel)
     assert choice.kernel.name == expected
     assert "weight" not in layer._parameters  # held once, by the kernel
     _check(layer, weight, f"{kind} {expected} {n}x{k}", gen)
 
 
 @pytest.mark.parametrize("n,k", SHAPES)
-@pytest.mark.parametrize(
-    "kind,kernel", [("int8", "int8_channel"), ("int8_g32", "int8_group"), ("int4_g32", "int4_group")]
-)
-def test_float_weights_quantized_run_on_their_kernel(kind, kernel, n, k):
+@pytest.mark.parametrize("kind,kernel", FLOAT_KINDS)
+@pytest.mark.parametrize("request_", REQUESTS)
+def test_float_weights_quantized_run_on_their_kernel(kind, kernel, n, k, request_):
     """quantize() of a float weight, per-channel or in groups of 32, matches its dequantized weight (with a bias)."""
     gen = torch.Generator().manual_seed(n + k)
     weight, layer = _float(kind, n, k, gen), _layer(n, k, bias=True)
-    expected = "int8_channel" if (kind == "int8_g32" and k == 32) else kernel
-    assert set_quantized_weight(layer, weight).kernel.name == expected
-    _check(layer, weight, f"{kind} {expected} {n}x{k}", gen)
+    torch_kernel = _torch_kernel(kind, kernel, k)
+    requested = torch_kernel if request_ == "torch" else request_
+    assert set_quantized_weight(layer, weight, kernel=requested).kernel.name == (requested or chosen(torch_kernel))
+    _check(layer, weight, f"{kind} {requested} {n}x{k}", gen)
 
 
+def _fp16_scales(w):
+    """The weight int8_dot holds: scale and offset (d * u + m per block) rounded to float16, as it stores them."""
+    scale = w.scale.half().float()
+    if w.zero is None:
+        return type(w)(w.bits, w.group_size, w.q, scale)
+    return type(w)(w.bits, w.group_size, w.q, scale, (w.zero - 8 * w.scale).half().float() + 8 * scale)
+
+
+def _int8_rounded(x: torch.Tensor) -> torch.Tensor:
+    """x with each block of 32 rounded to int8 steps of max|x| / 127 (nearest even), as int8_dot rounds it."""
+    blocks = x.view(x.shape[0], -1, 32)
+    step = blocks.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(blocks / torch.where(step > 0, step, 1)) * step).view_as(x)
+
+
+@needs_dot
+@pytest.mark.parametrize(
+    "bits,group,n,k",
+    [(4, 32, 97, 256), (4, 64, 33, 320), (4, 128, 16, 384), (4, 32, 40, 416), (8, 32, 129, 96), (8, None, 33, 64)],
+)
+def test_int8_dot_computes_its_stated_arithmetic(bits, group, n, k):
+    """int8_dot = (the weights with fp16 scales) @ (x rounded to int8 per block of 32), to float32 rounding: odd
+    block counts (padded to pairs), groups of 32 / 64 / 128, per-channel, 1 to 9 rows (tiles of 4, 2, 1)."""
+    gen = torch.Generator().manual_seed(bits * n + k)
+    weight = quantize(torch.randn(n, k, generator=gen), bits, group)
+    run = NativeDotKernel.pack(weight).run
+    reference = _fp16_scales(weight).dequantize()
+    for m in (1, 2, 3, 4, 5, 9):
+        x = torch.randn(m, k, generator=gen) * torch.logspace(-2, 1, k)  # blocks of very different scales
+        x[0, :32] = 0  # an all-zero block: step 0
+        expected = _int8_rounded(x) @ reference.t()
+        torch.testing.assert_close(run(x), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+@needs_dot
+def test_int8_dot_propagates_nan_and_inf_and_takes_empty_batches():
+    """A NaN or inf activation reaches its outputs (as a float product would); zero rows give an empty output."""
+    weight = quantize(torch.randn(8, 64), 4, 32)
+    run = NativeDotKernel.pack(weight).run
+    x = torch.randn(3, 64)
+    x[1, 40], x[2, 3] = float("nan"), float("inf")
+    y = run(x)
+    assert torch.isfinite(y[0]).all() and torch.isnan(y[1]).all() and not torch.isfinite(y[2]).any()
+    assert run(torch.empty(0, 64)).shape == (0, 8)
+
+
+@needs_dot
+def test_int8_dot_refuses_what_it_cannot_run():
+    """The op's checks name the problem; scales beyond float16 are a ConfigError naming the other kernels."""
+    from kernelbay_engine import native
+
+    qdot = native.ops().qdot
+    codes, d = torch.zeros(4, 32, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="x must be contiguous float32"):
+        qdot(torch.zeros(1, 64, dtype=torch.bfloat16), codes, d, d, 4)
+    with pytest.raises(RuntimeError, match="K = 48 is not a multiple of 32"):
+        qdot(torch.zeros(1, 48), codes, d, d, 4)
+    with pytest.raises(RuntimeError, match="codes hold 32 bytes a row, 64 expected"):
+        qdot(torch.zeros(1, 64), codes, d, d, 8)
+    with pytest.raises(RuntimeError, match="bits must be 4 or 8"):
+        qdot(torch.zeros(1, 64), codes, d, d, 3)
+    huge = quantize(torch.randn(4, 64) * 1e7, 8, 32)
+    with pytest.raises(ConfigError, match=r"beyond float16's range[\s\S]*int8_channel, int4_group"):
+        NativeDotKernel.pack(huge)
+
+
+def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs(monkeypatch):
+    """Without the native ops (KERNELBAY_NATIVE=0, a failed build) the layer goes to its torch kernel and the
+    candidate list says why int8_dot did not run."""
+    from kernelbay_engine import native
+    from kernelbay_engine.quant import select
+
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "disabled by KERNELBAY_NATIVE=0"})
+    select.select_kernel.cache_clear()
+    try:
+        choice = select_kernel(LinearRequirements(4, 32, 64, 48, torch.float32))
+    finally:
+        select.select_kernel.cache_clear()
+    assert choice.kernel.name == "int4_group"
+    dot = next(c for c in choice.candidates if c.name == "int8_dot")
+    assert dot.failures == ("not available: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0",)
+
+
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("int8_dot", marks=needs_dot)])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("kind", ["q8_0", "q4_1"])
-def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias):
-    """layer(x, residual) == residual + layer(x), bit for bit; without a bias the add takes the kernel's bf16
-    output as it is (the input's cast is the only one)."""
+def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias, kernel):
+    """layer(x, residual) == residual + layer(x), bit for bit; without a bias the add takes a bf16 kernel's output
+    as it is (the input's cast is the only one); int8_dot computes in float32: no cast at all."""
     gen = torch.Generator().manual_seed(7)
     layer = _layer(97, 256, bias=bias)
-    set_quantized_weight(layer, _codes(kind, 97, 256, gen))
+    name = {"q8_0": "int8_group", "q4_1": "int4_group"}[kind] if kernel == "torch" else kernel
+    set_quantized_weight(layer, _codes(kind, 97, 256, gen), kernel=name)
     for m in ROWS:
         x, residual = torch.randn(m, 256, generator=gen), torch.randn(m, 97, generator=gen)
         assert torch.equal(layer(x, residual), residual + layer(x))
-        assert dispatched(layer, x, residual).count("aten._to_copy.default") == (2 if bias else 1)
+        casts = (2 if bias else 1) if kernel == "torch" else 0
+        assert dispatched(layer, x, residual).count("aten._to_copy.default") == casts
 
 
+@pytest.mark.parametrize("kernel", ["int8_group", pytest.param("int8_dot", marks=needs_dot)])
 @pytest.mark.parametrize("quantized", [("gate_up_proj", "down_proj"), ("gate_up_proj",)])
-def test_a_gated_mlp_on_quantized_kernels_matches_its_dequantized_weights(quantized):
+def test_a_gated_mlp_on_quantized_kernels_matches_its_dequantized_weights(quantized, kernel):
     """Both projections on bf16 kernels: act(gate) * up runs in bf16 (no cast out and back in); one of them only:
-    the float path. Either way the MLP matches float math on the dequantized weights."""
+    the float path; int8_dot computes in float32 (no cast). Each way the MLP matches float math on the dequantized
+    weights."""
     from kernelbay_engine.layers.activation import GatedMLP
 
     gen = torch.Generator().manual_seed(3)
@@ -119,11 +221,12 @@ def test_a_gated_mlp_on_quantized_kernels_matches_its_dequantized_weights(quanti
         weights[name] = layer.weight.detach().clone()
         if name in quantized:
             weight = quantize(layer.weight.detach(), 8, 32)
-            set_quantized_weight(layer, weight)
+            set_quantized_weight(layer, weight, kernel=kernel)
             weights[name] = weight.dequantize()
     x, residual = torch.randn(5, 64, generator=gen), torch.randn(5, 64, generator=gen)
     casts = dispatched(mlp, x, residual).count("aten._to_copy.default")
-    assert casts == (1 if len(quantized) == 2 else 2)  # bf16 path: x into bf16 only; float path: out of it too
+    # bf16 path: x into bf16 only; float path: out of it too
+    assert casts == (0 if kernel == "int8_dot" else 1 if len(quantized) == 2 else 2)
     gate, up = (x @ weights["gate_up_proj"].t()).split(96, dim=-1)
     ref = residual + (torch.nn.functional.silu(gate) * up) @ weights["down_proj"].t()
     err = ((mlp(x, residual) - ref).abs().max() / ref.abs().max()).item()
@@ -152,7 +255,7 @@ def test_a_requested_kernel_that_cannot_run_the_layer_is_an_error():
     req = LinearRequirements(8, 32, 64, 48, torch.float32)
     with pytest.raises(ConfigError, match=r"int4_group.*cannot run[\s\S]*8-bit weights"):
         select_kernel(req, "int4_group")
-    with pytest.raises(ConfigError, match="valid kernels are int8_channel, int4_group, int8_group, dense"):
+    with pytest.raises(ConfigError, match="valid kernels are int8_dot, int8_channel, int4_group, int8_group, dense"):
         select_kernel(req, "int3")
 
 
@@ -166,10 +269,14 @@ def test_the_dense_kernel_holds_plain_weights():
 
 
 def test_every_candidate_has_a_reason():
-    """Selection for Q8_0 groups: the per-channel and int4 kernels say why not, int8_group is chosen."""
+    """Selection for Q8_0 groups: the per-channel and int4 kernels say why not, int8_dot (where it runs) or
+    int8_group is chosen."""
     choice = select_kernel(LinearRequirements(8, 32, 64, 48, torch.float32))
     by_name = {c.name: c for c in choice.candidates}
-    assert choice.kernel.name == "int8_group" and by_name["int8_group"].chosen
+    assert choice.kernel.name == chosen("int8_group") and by_name[chosen("int8_group")].chosen
+    if DOT:
+        assert by_name["int8_dot"].reason.startswith("chosen: int8 activations per block of 32 on AVX-512 VNNI")
+        assert by_name["int8_group"].reason == "capable, a preferred kernel was chosen"
     assert by_name["int8_channel"].failures == ("group size 32: it supports per-channel scales",)
     assert by_name["int4_group"].failures == ("8-bit weights: it runs 4-bit ones",)
     assert by_name["dense"].reason == "capable, a preferred kernel was chosen"

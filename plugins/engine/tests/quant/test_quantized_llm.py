@@ -3,8 +3,8 @@
 Quantization changes the weights, so tokens are not expected to equal the float model's. Two checks of
 every step's logits (mixed-length prefill, then 8 teacher-forced decode steps feeding the reference's
 greedy tokens), as a fraction of the reference's logit range:
-- against transformers on the *dequantized* weights (the kernels' correctness): within 3% (bf16 compute;
-  2.2% seen);
+- against transformers on the *dequantized* weights (the kernels' correctness): within 3% (bf16 compute
+  on the torch kernels, 2.2% seen) or 5% (activations rounded to int8 per block of 32 on int8_dot, 3.3% seen);
 - against the float checkpoint (the quantization error on this random model, whose weights are scaled
   up so that greedy choices are clear): int8 per-channel within 8% (5.3% seen). int4 groups of 32 is
   37% of the range off on this model, so that bound would assert little: int4's quality is measured on
@@ -21,11 +21,12 @@ import torch
 from kernelbay_engine import LLM
 from kernelbay_engine.quant import MODES, QuantizedLinearMethod, quantize
 from kernelbay_engine.runner import ModelRunner, StepRequest
+from tests._kernels import DOT, INT4, INT8_CHANNEL
 from tests.models._parity import BACKENDS, DECODE_STEPS, PROMPTS, reference_logits
 
 MODE_NAMES = ("int4", "int8")
 INT8_FLOAT_TOLERANCE = 0.08
-DEQUANTIZED_TOLERANCE = 0.03
+DEQUANTIZED_TOLERANCE = 0.05 if DOT else 0.03  # int8 activations (int8_dot): 3.3% seen
 
 
 @pytest.fixture(scope="module", params=MODE_NAMES)
@@ -38,9 +39,9 @@ def test_every_linear_runs_a_quantized_kernel(quantized):
     mode, llm = quantized
     report = llm.quant_report
     assert not report.skipped
-    assert report.chosen["lm_head"].kernel.name == "int8_channel"
+    assert report.chosen["lm_head"].kernel.name == INT8_CHANNEL
     body = {c.kernel.name for path, c in report.chosen.items() if path != "lm_head"}
-    assert body == ({"int8_channel"} if mode == "int8" else {"int4_group"})
+    assert body == ({INT8_CHANNEL} if mode == "int8" else {INT4})
     assert isinstance(llm.model.lm_head.method, QuantizedLinearMethod)
 
 
@@ -57,7 +58,7 @@ def dequantized_reference(hf_model, mode: str):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_logits_match_the_dequantized_reference(quantized, hf_tiny_llama, backend):
-    """The quantized kernels compute what their dequantized weights define, to bf16 accuracy."""
+    """The quantized kernels compute what their dequantized weights define, to bf16 / int8-activation accuracy."""
     mode, llm = quantized
     reference = dequantized_reference(hf_tiny_llama, mode)
     _compare(llm, backend, reference, DEQUANTIZED_TOLERANCE, f"{mode} {backend} vs dequantized")
