@@ -26,6 +26,7 @@ from kernelbay.attention import AttentionForwardArgs, AttentionMetadata
 from kernelbay.config import SLIDING
 from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
+from kernelbay_engine.layers.fused import NativeDecoderBlock, native_block
 from kernelbay_engine.models.base import VocabEmbedding, rope_params
 
 
@@ -125,8 +126,34 @@ class LlamaDecoderLayer(nn.Module):
         if self.sandwich:
             self.pre_feedforward_layernorm = norm()
             self.post_feedforward_layernorm = norm()
+        fusable = not (self.sandwich or features.qk_norm or features.sinks) and self.mlp_adds_residual
+        # the native path (layers/fused.py): True until the first step builds it (the kernels are known by then)
+        self.native: NativeDecoderBlock | bool | None = True if fusable else None
+
+    def _native_block(self) -> NativeDecoderBlock | None:
+        """The layer's native path (layers/fused.py), built once its kernels are known, or None where it cannot run."""
+        attn, mlp = self.self_attn, self.mlp
+        heads, kv_heads, head_dim = attn.shape
+        block = native_block(
+            attn.qkv_proj,
+            attn.o_proj,
+            mlp,  # type: ignore[arg-type]  (fusable: a GatedMLP)
+            self.input_layernorm,
+            self.post_attention_layernorm,
+            attn.rotary,
+            heads,
+            kv_heads,
+            head_dim,
+        )
+        self.native = block
+        return block
 
     def forward(self, x: torch.Tensor, cos_sin, metadata: AttentionMetadata) -> torch.Tensor:
+        block = self._native_block() if self.native is True else self.native
+        if block and block.runs(x, cos_sin[0]):  # norm, qkv, RoPE; o_proj, norm, MLP: two native calls
+            q, k, v = block.attention_in(x, *cos_sin)
+            out = self.self_attn.attn(q, k, v, metadata, None)
+            return block.attention_out_mlp(out.reshape(out.shape[0], -1), x)
         if self.sandwich:
             x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos_sin, metadata))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))

@@ -167,6 +167,29 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return out;
 }
 
+// A pre-norm decoder layer's decode path on each side of its attention, for a layer whose four linears all run
+// int8_dot (kernelbay_engine.layers.fused): the calls the module path makes, in its order -- rms_norm, qdot,
+// qkv_rope; then x + qdot(o), rms_norm, qdot(gate_up), silu_mul, + qdot(down) -- so the same bits, in two native
+// calls instead of ~15 Python-level ones a layer.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_in(const at::Tensor& x, const at::Tensor& norm, double eps,
+                                                            const at::Tensor& codes, const at::Tensor& d,
+                                                            const at::Tensor& m, int64_t bits, int64_t heads,
+                                                            int64_t kv_heads, const at::Tensor& cos,
+                                                            const at::Tensor& sin) {
+  const at::Tensor qkv = kernelbay::qdot(rms_norm(x, norm, eps, false), codes, d, m, bits);
+  return qkv_rope(qkv, heads, kv_heads, cos, sin);
+}
+
+at::Tensor attention_out_mlp(const at::Tensor& attn, const at::Tensor& x, const at::Tensor& o_codes,
+                             const at::Tensor& o_d, const at::Tensor& o_m, int64_t o_bits, const at::Tensor& norm,
+                             double eps, const at::Tensor& gu_codes, const at::Tensor& gu_d, const at::Tensor& gu_m,
+                             int64_t gu_bits, const at::Tensor& dn_codes, const at::Tensor& dn_d,
+                             const at::Tensor& dn_m, int64_t dn_bits) {
+  const at::Tensor h = x + kernelbay::qdot(attn, o_codes, o_d, o_m, o_bits);
+  const at::Tensor gate_up = kernelbay::qdot(rms_norm(h, norm, eps, false), gu_codes, gu_d, gu_m, gu_bits);
+  return h + kernelbay::qdot(silu_mul(gate_up), dn_codes, dn_d, dn_m, dn_bits);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -176,5 +199,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
   m.def("qdot_supported", &kernelbay::qdot_supported, "whether this CPU runs qdot (AVX-512 VNNI)");
   m.def("qdot", &kernelbay::qdot, "float32 x [M, K] times a packed 4/8-bit weight, int8 activations (qdot.cpp)");
+  m.def("attention_in", &attention_in, "a decoder layer's norm, int8_dot qkv and RoPE (one call)");
+  m.def("attention_out_mlp", &attention_out_mlp, "a decoder layer's o_proj, residual, norm and int8_dot MLP (one call)");
   m.def("rope", &rope, "float32 RoPE of [T, N, D] by [T, D] tables, every dim rotating (one call)");
 }

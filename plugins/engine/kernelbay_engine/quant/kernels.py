@@ -43,6 +43,8 @@ class Packed:
 
     run: Callable[[torch.Tensor], torch.Tensor]
     nbytes: int
+    native: tuple | None = None
+    """int8_dot: (codes, d, m, bits), what native code calling qdot itself takes (kernelbay_engine.layers.fused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +245,8 @@ class NativeDotKernel(LinearKernel):
 
         codes, d, m = _dot_layout(weight)
         qdot, bits = native.ops().qdot, weight.bits  # type: ignore[union-attr]  (is_available said it loads)
-        return Packed(lambda x: qdot(x, codes, d, m, bits), codes.numel() + d.numel() * 2 + m.numel() * 2)
+        nbytes = codes.numel() + d.numel() * 2 + m.numel() * 2
+        return Packed(lambda x: qdot(x, codes, d, m, bits), nbytes, (codes, d, m, bits))
 
 
 def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -54,6 +54,7 @@ class QuantizedLinearMethod(LinearMethod):
         self.source = weight.source
         packed = choice.kernel.pack(weight)
         self.run, self.nbytes = packed.run, packed.nbytes  # nbytes: what one product reads (benchmarks)
+        self.native = packed.native  # the packed tensors native code runs (int8_dot only; layers/fused.py)
         self.shape = (weight.out_features, weight.in_features)
 
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:

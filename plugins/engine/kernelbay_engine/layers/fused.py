@@ -1,0 +1,95 @@
+"""`NativeDecoderBlock`: a pre-norm decoder layer's work around its attention in two native calls.
+
+A decode step of a small quantized model is bound by its Python-level calls as much as by its kernels: per
+layer the module path makes ~21 (norm, qkv projection, RoPE split, output projection with the residual, norm,
+gate_up, silu * up, down with the residual, and the module calls around them). When every linear of a layer runs
+int8_dot and the layer is the plain pre-norm shape (Llama, Mistral, Qwen2 without bias, SmolLM...), the native ops
+`attention_in` (norm, qkv, RoPE) and `attention_out_mlp` (o_proj + residual, norm, gate_up, silu * up, down +
+residual) make the same calls in the same order from C++: the same bits (tests/test_fused.py), ~15 Python-level
+calls a layer fewer. The attention itself stays the layer's backend call.
+
+A family builds one with `native_block(...)` (None where any condition fails) and checks `block.runs(x, cos)`
+each step: the linears' kernels unchanged since, float32 contiguous input, no autograd or torch.compile trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernelbay_engine.layers.activation import GatedMLP
+from kernelbay_engine.layers.linear import Linear
+from kernelbay_engine.layers.norm import RMSNorm
+from kernelbay_engine.layers.rotary import RotaryEmbedding
+from kernelbay_engine.native import ops, tracked
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NativeDecoderBlock:
+    """The native arguments of one layer (its packed linears, norm weights, head counts) and what they came from."""
+
+    linears: tuple[Linear, Linear, Linear, Linear]  # qkv, o, gate_up, down
+    methods: tuple[object, ...]  # their methods when built: a layer re-quantized since is not run from here
+    input_norm: RMSNorm
+    post_norm: RMSNorm
+    heads: int
+    kv_heads: int
+    attention_in_op: Callable
+    attention_out_mlp_op: Callable
+
+    def runs(self, x: torch.Tensor, cos: torch.Tensor) -> bool:
+        """Whether this step can take the native path (else the module path runs, with the same result)."""
+        return (
+            x.dtype == torch.float32
+            and x.dim() == 2
+            and x.is_contiguous()
+            and cos.dtype == torch.float32
+            and all(layer.method is m for layer, m in zip(self.linears, self.methods, strict=True))
+            and not tracked(x, self.input_norm.weight, self.post_norm.weight)
+        )
+
+    def attention_in(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q [T, heads, D], k and v [T, kv_heads, D] (q and k rotated) from the layer's input x [T, hidden]."""
+        norm, qkv = self.input_norm, self.linears[0].method.native  # type: ignore[attr-defined]
+        return self.attention_in_op(x, norm.weight, norm.eps, *qkv, self.heads, self.kv_heads, cos, sin)
+
+    def attention_out_mlp(self, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The layer's output from the attention's [T, heads * D] and the layer's input x (the residual)."""
+        _, o, gate_up, down = (layer.method.native for layer in self.linears)  # type: ignore[attr-defined]
+        norm = self.post_norm
+        return self.attention_out_mlp_op(attn, x, *o, norm.weight, norm.eps, *gate_up, *down)
+
+
+def native_block(
+    qkv: Linear,
+    o: Linear,
+    mlp: GatedMLP,
+    input_norm: RMSNorm,
+    post_norm: RMSNorm,
+    rotary: RotaryEmbedding,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+) -> NativeDecoderBlock | None:
+    """The native path of a pre-norm layer (x + attn(norm(x)), then + mlp(norm(x))), or None where it cannot run:
+    native ops unavailable, a linear not on int8_dot or with a bias, a norm with a unit offset or not float32, a
+    non-silu MLP, interleaved or partial RoPE."""
+    native = ops()
+    linears = (qkv, o, mlp.gate_up_proj, mlp.down_proj)
+    if native is None or mlp.act_fn is not F.silu:
+        return None
+    if any(getattr(layer.method, "native", None) is None or layer.has_bias for layer in linears):
+        return None
+    for norm in (input_norm, post_norm):
+        if norm.unit_offset or norm.weight.dtype != torch.float32 or not norm.weight.is_contiguous():
+            return None
+    p = rotary.params
+    if p.interleaved or p.rotary_dim != head_dim:
+        return None
+    methods = tuple(layer.method for layer in linears)
+    return NativeDecoderBlock(
+        linears, methods, input_norm, post_norm, heads, kv_heads, native.attention_in, native.attention_out_mlp
+    )
