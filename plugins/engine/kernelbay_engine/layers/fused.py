@@ -32,35 +32,40 @@ class NativeDecoderBlock:
     """The native arguments of one layer (its packed linears, norm weights, head counts) and what they came from."""
 
     linears: tuple[Linear, Linear, Linear, Linear]  # qkv, o, gate_up, down
-    methods: tuple[object, ...]  # their methods when built: a layer re-quantized since is not run from here
+    methods: tuple[object, object, object, object]  # their methods when built: a layer re-quantized since is not run
     input_norm: RMSNorm
     post_norm: RMSNorm
-    heads: int
-    kv_heads: int
+    in_args: tuple  # attention_in's arguments after x (and before cos, sin): the norm's weight first
+    out_args: tuple  # attention_out_mlp's arguments after attn and x: o_proj's 4, then the norm's weight
     attention_in_op: Callable
     attention_out_mlp_op: Callable
 
     def runs(self, x: torch.Tensor, cos: torch.Tensor) -> bool:
         """Whether this step can take the native path (else the module path runs, with the same result)."""
+        qkv, o, gate_up, down = self.linears
+        m_qkv, m_o, m_gate_up, m_down = self.methods
+        w_in, w_post = self.input_norm.weight, self.post_norm.weight
         return (
             x.dtype == torch.float32
             and x.dim() == 2
             and x.is_contiguous()
             and cos.dtype == torch.float32
-            and all(layer.method is m for layer, m in zip(self.linears, self.methods, strict=True))
-            and not tracked(x, self.input_norm.weight, self.post_norm.weight)
+            and qkv.method is m_qkv
+            and o.method is m_o
+            and gate_up.method is m_gate_up
+            and down.method is m_down
+            and w_in is self.in_args[0]  # the norms' weights are the ones the arguments hold
+            and w_post is self.out_args[4]
+            and not tracked(x, w_in, w_post)
         )
 
     def attention_in(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """q [T, heads, D], k and v [T, kv_heads, D] (q and k rotated) from the layer's input x [T, hidden]."""
-        norm, qkv = self.input_norm, self.linears[0].method.native  # type: ignore[attr-defined]
-        return self.attention_in_op(x, norm.weight, norm.eps, *qkv, self.heads, self.kv_heads, cos, sin)
+        return self.attention_in_op(x, *self.in_args, cos, sin)
 
     def attention_out_mlp(self, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The layer's output from the attention's [T, heads * D] and the layer's input x (the residual)."""
-        _, o, gate_up, down = (layer.method.native for layer in self.linears)  # type: ignore[attr-defined]
-        norm = self.post_norm
-        return self.attention_out_mlp_op(attn, x, *o, norm.weight, norm.eps, *gate_up, *down)
+        return self.attention_out_mlp_op(attn, x, *self.out_args)
 
 
 def native_block(
@@ -89,7 +94,10 @@ def native_block(
     p = rotary.params
     if p.interleaved or p.rotary_dim != head_dim:
         return None
-    methods = tuple(layer.method for layer in linears)
+    methods = (qkv.method, o.method, mlp.gate_up_proj.method, mlp.down_proj.method)
+    packed = [layer.method.native for layer in linears]  # type: ignore[union-attr]  (checked above)
+    in_args = (input_norm.weight, input_norm.eps, *packed[0], heads, kv_heads)
+    out_args = (*packed[1], post_norm.weight, post_norm.eps, *packed[2], *packed[3])
     return NativeDecoderBlock(
-        linears, methods, input_norm, post_norm, heads, kv_heads, native.attention_in, native.attention_out_mlp
+        linears, methods, input_norm, post_norm, in_args, out_args, native.attention_in, native.attention_out_mlp
     )

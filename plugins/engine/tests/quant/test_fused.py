@@ -48,8 +48,8 @@ def test_the_native_path_gives_the_module_paths_bits(tiny_llama, mode, backend):
 
 
 def test_no_native_path_where_a_condition_fails(tiny_llama):
-    """Float linears: no native block; a bf16 or non-contiguous input, autograd, or a layer re-quantized after the
-    block was built: the module path."""
+    """Float linears: no native block; a bf16 or non-contiguous input, autograd, a norm weight replaced or a layer
+    re-quantized after the block was built: the module path."""
     plain = LLM(tiny_llama, progress=False)
     _logits(plain.model, "SDPA", steps=0)
     assert all(layer.native is None for layer in _layers(plain))
@@ -64,6 +64,11 @@ def test_no_native_path_where_a_condition_fails(tiny_llama):
     assert not block.runs(x.t().contiguous().t(), cos)  # not contiguous
     with torch.enable_grad():
         assert not block.runs(x.requires_grad_(), cos)
+    saved = layer.post_attention_layernorm.weight
+    layer.post_attention_layernorm.weight = torch.nn.Parameter(saved.detach().clone(), requires_grad=False)
+    assert not block.runs(x.detach(), cos)  # a norm weight replaced: the arguments would hold the old one
+    layer.post_attention_layernorm.weight = saved
+    assert block.runs(x.detach(), cos)
     down = layer.mlp.down_proj
     set_quantized_weight(down, quantize(down.dequantized_weight(), 4, 32), kernel="int4_group")
     assert not block.runs(x.detach(), cos)  # its linears changed: the module path runs the new kernel
