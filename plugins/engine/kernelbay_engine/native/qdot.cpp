@@ -9,8 +9,8 @@
 // the dot of the weights the codes stand for with the activations rounded to int8: the only approximation.
 //
 // Packed layout (kernelbay_engine.quant.kernels.NativeDotKernel builds it): blocks in pairs (a row's block count
-// padded to even with zero blocks); 4-bit: 32 bytes a pair, byte i = u[2j, i] | u[2j + 1, i] << 4; 8-bit: 64 bytes a
-// pair, block 2j then 2j + 1. d and m fp16 [N, blocks].
+// padded to even with a zero block); 4-bit: 32 bytes a pair, byte i = u[2j, i] | u[2j + 1, i] << 4; 8-bit: 64 bytes
+// a pair, block 2j then 2j + 1. d and m fp16 [N, K / 32] (K exactly: the padding block has none).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -89,7 +89,7 @@ KB_TARGET inline __m512i load_pair(const uint8_t* codes) {
 // Output rows [n0, n1) of `tile` activation rows: per weight row, per chunk of 16 blocks, the pairs' int32 dots
 // scaled by d * s (lanes 0-7 the pair's first block, 8-15 its second) and the offsets' m * s * sum(q).
 template <int Bits, int Tile>
-KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t blocks,
+KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t blocks, int64_t real,
                         const QuantizedRows& xq, int64_t r0, int64_t n0, int64_t n1, int64_t out_stride, float* y) {
   constexpr int64_t pair_bytes = Bits == 8 ? 2 * kBlock : kBlock;
   const int64_t row_bytes = blocks / 2 * pair_bytes;
@@ -99,15 +99,16 @@ KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t*
   const int64_t xs = xq.stride_blocks;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* wrow = codes + n * row_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(d + (n + 8) * blocks), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(m + (n + 8) * blocks), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(d + (n + 8) * real), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(m + (n + 8) * real), _MM_HINT_T0);
     __m512 acc[2][Tile], offs[Tile];  // two accumulators a row: consecutive pairs' FMAs do not wait on each other
     for (int t = 0; t < Tile; ++t) acc[0][t] = acc[1][t] = offs[t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < blocks; c += kChunk) {
       const int64_t nb = blocks - c < kChunk ? blocks - c : kChunk;
-      const __mmask16 mask = static_cast<__mmask16>((1u << nb) - 1u);
-      const __m512 dv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, d + n * blocks + c));
-      const __m512 mv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, m + n * blocks + c));
+      const int64_t scaled = real - c < nb ? real - c : nb;  // the padding block has no scale: lane 0
+      const __mmask16 mask = static_cast<__mmask16>((1u << scaled) - 1u);
+      const __m512 dv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, d + n * real + c));
+      const __m512 mv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, m + n * real + c));
       __m512 ds[Tile];
       for (int t = 0; t < Tile; ++t) {
         const int64_t base = (r0 + t) * xs + c;
@@ -154,14 +155,15 @@ KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t*
 }
 
 template <int Bits>
-void dot_all(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t blocks, const QuantizedRows& xq,
+void dot_all(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t blocks, int64_t real,
+             const QuantizedRows& xq,
              int64_t rows, int64_t n, float* y) {
   // ~16 output rows a task at least: a call's parallel region costs a few us, a row of a small layer ~0.1 us
   at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
     int64_t r = 0;
-    for (; r + kTile <= rows; r += kTile) dot_rows<Bits, kTile>(codes, d, m, blocks, xq, r, n0, n1, n, y);
-    for (; r + 2 <= rows; r += 2) dot_rows<Bits, 2>(codes, d, m, blocks, xq, r, n0, n1, n, y);
-    for (; r < rows; ++r) dot_rows<Bits, 1>(codes, d, m, blocks, xq, r, n0, n1, n, y);
+    for (; r + kTile <= rows; r += kTile) dot_rows<Bits, kTile>(codes, d, m, blocks, real, xq, r, n0, n1, n, y);
+    for (; r + 2 <= rows; r += 2) dot_rows<Bits, 2>(codes, d, m, blocks, real, xq, r, n0, n1, n, y);
+    for (; r < rows; ++r) dot_rows<Bits, 1>(codes, d, m, blocks, real, xq, r, n0, n1, n, y);
   });
 }
 
@@ -173,8 +175,7 @@ bool qdot_supported() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
 }
 
-// y [M, N] float32 = x [M, K] float32 times the packed weight (see the layout above); `blocks`: the padded block
-// count a row holds (even, >= K / 32).
+// y [M, N] float32 = x [M, K] float32 times the packed weight (see the layout above).
 at::Tensor qdot(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m, int64_t bits) {
   TORCH_CHECK(qdot_supported(), "qdot: this CPU lacks AVX-512 VNNI");
   TORCH_CHECK(bits == 4 || bits == 8, "qdot: bits must be 4 or 8, got ", bits);
@@ -182,11 +183,10 @@ at::Tensor qdot(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& 
   TORCH_CHECK(codes.scalar_type() == at::kByte && codes.dim() == 2 && codes.is_contiguous(), "qdot: codes must be uint8 [N, bytes]");
   TORCH_CHECK(d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf && d.dim() == 2 && d.is_contiguous() &&
                   m.is_contiguous() && m.sizes() == d.sizes() && d.size(0) == codes.size(0),
-              "qdot: d and m must be contiguous float16 [N, blocks]");
-  const int64_t rows = x.size(0), k = x.size(1), n = codes.size(0), blocks = d.size(1);
+              "qdot: d and m must be contiguous float16 [N, K / 32]");
+  const int64_t rows = x.size(0), k = x.size(1), n = codes.size(0), real = d.size(1), blocks = real + real % 2;
   TORCH_CHECK(k % kBlock == 0, "qdot: K = ", k, " is not a multiple of ", kBlock);
-  TORCH_CHECK(blocks % 2 == 0 && blocks >= k / kBlock && blocks - k / kBlock < 2, "qdot: ", blocks,
-              " blocks a row do not fit K = ", k);
+  TORCH_CHECK(k == real * kBlock, "qdot: x has K = ", k, ", the weight ", real * kBlock);
   TORCH_CHECK(codes.size(1) == blocks * kBlock * bits / 8, "qdot: codes hold ", codes.size(1), " bytes a row, ",
               blocks * kBlock * bits / 8, " expected");
   at::Tensor y = at::empty({rows, n}, x.options());
@@ -197,9 +197,9 @@ at::Tensor qdot(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& 
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
   if (bits == 4) {
-    dot_all<4>(codes.data_ptr<uint8_t>(), dp, mp, blocks, xq, rows, n, y.data_ptr<float>());
+    dot_all<4>(codes.data_ptr<uint8_t>(), dp, mp, blocks, real, xq, rows, n, y.data_ptr<float>());
   } else {
-    dot_all<8>(codes.data_ptr<uint8_t>(), dp, mp, blocks, xq, rows, n, y.data_ptr<float>());
+    dot_all<8>(codes.data_ptr<uint8_t>(), dp, mp, blocks, real, xq, rows, n, y.data_ptr<float>());
   }
   return y;
 }

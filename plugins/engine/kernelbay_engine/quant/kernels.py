@@ -246,22 +246,25 @@ class NativeDotKernel(LinearKernel):
         codes, d, m = _dot_layout(weight)
         qdot, bits = native.ops().qdot, weight.bits  # type: ignore[union-attr]  (is_available said it loads)
         nbytes = codes.numel() + d.numel() * 2 + m.numel() * 2
-        return Packed(lambda x: qdot(x, codes, d, m, bits), nbytes, (codes, d, m, bits))
+
+        def run(x: torch.Tensor) -> torch.Tensor:  # qdot reads rows in place: a strided view is copied first
+            return qdot(x if x.is_contiguous() else x.contiguous(), codes, d, m, bits)
+
+        return Packed(run, nbytes, (codes, d, m, bits))
 
 
 def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """qdot.cpp's layout: unsigned codes u (w = d * u + m per block of 32), blocks in pairs (the block count padded
-    to even with zero blocks); 4-bit pairs as 32 bytes (byte i = u[2j, i] | u[2j + 1, i] << 4), 8-bit as 64."""
+    """qdot.cpp's layout: unsigned codes u (w = d * u + m per block of 32, d and m fp16 [N, K / 32]), blocks in pairs
+    (the codes padded to an even block count with a zero block); 4-bit pairs as 32 bytes (byte i = u[2j, i] |
+    u[2j + 1, i] << 4), 8-bit as 64."""
     n, k = w.q.shape
     blocks = k // DOT_BLOCK
     padded = blocks + blocks % 2
-    scale = w.scale.repeat_interleave(w.group_size // DOT_BLOCK, dim=1)
-    offset = (
-        w.zero.repeat_interleave(w.group_size // DOT_BLOCK, dim=1) - 8 * scale if w.zero is not None else -128 * scale
-    )
-    d = torch.zeros(n, padded, dtype=torch.float16)
-    m = torch.zeros(n, padded, dtype=torch.float16)
-    d[:, :blocks], m[:, :blocks] = scale, offset
+    per_block = w.group_size // DOT_BLOCK
+    scale = w.scale.repeat_interleave(per_block, dim=1)
+    # 4-bit: (u - 8) * scale + zero; 8-bit: u = q + 128, so q * scale = u * scale - 128 * scale
+    offset = w.zero.repeat_interleave(per_block, dim=1) - 8 * scale if w.zero is not None else -128 * scale
+    d, m = scale.to(torch.float16), offset.to(torch.float16)
     if not (torch.isfinite(d).all() and torch.isfinite(m).all()):
         raise ConfigError(
             f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "

@@ -152,19 +152,29 @@ def test_int8_dot_propagates_nan_and_inf_and_takes_empty_batches():
 
 @needs_dot
 def test_int8_dot_refuses_what_it_cannot_run():
-    """The op's checks name the problem; scales beyond float16 are a ConfigError naming the other kernels."""
+    """The op's checks name the problem (a K differing from the weight's by a block included); the layer's run
+    copies a strided view first; scales beyond float16 are a ConfigError naming the other kernels."""
     from kernelbay_engine import native
 
     qdot = native.ops().qdot
     codes, d = torch.zeros(4, 32, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.float16)
     with pytest.raises(RuntimeError, match="x must be contiguous float32"):
         qdot(torch.zeros(1, 64, dtype=torch.bfloat16), codes, d, d, 4)
+    with pytest.raises(RuntimeError, match="x must be contiguous float32"):
+        qdot(torch.zeros(64, 2).t(), codes, d, d, 4)
     with pytest.raises(RuntimeError, match="K = 48 is not a multiple of 32"):
         qdot(torch.zeros(1, 48), codes, d, d, 4)
+    for k in (32, 96):  # one block fewer or more than the weight's two: never a silent padding
+        with pytest.raises(RuntimeError, match=f"x has K = {k}, the weight 64"):
+            qdot(torch.zeros(1, k), codes, d, d, 4)
     with pytest.raises(RuntimeError, match="codes hold 32 bytes a row, 64 expected"):
         qdot(torch.zeros(1, 64), codes, d, d, 8)
     with pytest.raises(RuntimeError, match="bits must be 4 or 8"):
         qdot(torch.zeros(1, 64), codes, d, d, 3)
+    weight = quantize(torch.randn(8, 64), 4, 32)
+    run = NativeDotKernel.pack(weight).run
+    wide = torch.randn(3, 128)
+    torch.testing.assert_close(run(wide[:, ::2]), run(wide[:, ::2].contiguous()), rtol=0, atol=0)  # a strided view
     huge = quantize(torch.randn(4, 64) * 1e7, 8, 32)
     with pytest.raises(ConfigError, match=r"beyond float16's range[\s\S]*int8_channel, int4_group"):
         NativeDotKernel.pack(huge)
