@@ -329,3 +329,18 @@ def test_a_weight_of_the_wrong_shape_is_refused():
     gen = torch.Generator().manual_seed(3)
     with pytest.raises(ConfigError, match=r"quantized weight is \[48, 64\], the layer needs \[32, 64\]"):
         set_quantized_weight(_layer(32, 64), _codes("q4_0", 48, 64, gen))
+
+
+@needs_dot
+def test_int8_dot_from_concurrent_threads_gives_each_its_own_result():
+    """Callers on several Python threads at once (the server's workers): each call's quantized activations are its
+    own, so every result equals the same call made alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gen = torch.Generator().manual_seed(11)
+    run = NativeDotKernel.pack(quantize(torch.randn(256, 192, generator=gen), 4, 32)).run
+    inputs = [torch.randn(1 + i % 5, 192, generator=gen) for i in range(32)]
+    alone = [run(x) for x in inputs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(run, inputs))
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
