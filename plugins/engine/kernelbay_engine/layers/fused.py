@@ -5,7 +5,7 @@ layer the module path makes ~21 (norm, qkv projection, RoPE split, output projec
 gate_up, silu * up, down with the residual, and the module calls around them). When every linear of a layer runs
 int8_dot and the layer is the plain pre-norm shape (Llama, Mistral, Qwen2 without bias, SmolLM...), the native ops
 `attention_in` (norm, qkv, RoPE) and `attention_out_mlp` (o_proj + residual, norm, gate_up, silu * up, down +
-residual) make the same calls in the same order from C++: the same bits (tests/test_fused.py), ~15 Python-level
+residual) make the same calls in the same order from C++: the same bits (tests/quant/test_fused.py), ~15 Python-level
 calls a layer fewer. The attention itself stays the layer's backend call.
 
 A family builds one with `native_block(...)` (None where any condition fails) and checks `block.runs(x, cos)`
