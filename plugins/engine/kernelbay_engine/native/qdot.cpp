@@ -28,9 +28,7 @@ constexpr int64_t kChunk = 16;  // blocks whose scales one zmm holds
 constexpr int64_t kTile = 4;    // activation rows sharing one read of the weights
 constexpr int64_t kQuadOrder[4] = {0, 2, 1, 3};
 
-#ifndef KB_AHEAD
-#define KB_AHEAD 2048  // bytes of codes prefetched ahead: measured best of 512-4096 on a 2-core EPYC (1.9x over none)
-#endif
+constexpr int64_t kAhead = 2048;  // bytes of codes prefetched ahead: best of 512-4096 on a 2-core EPYC (1.9x over none)
 #define KB_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 
 // The activations quantized: q [rows, blocks_padded * 32] int8, s and s * sum(q) [rows, blocks_padded], zero past
@@ -120,7 +118,7 @@ KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t*
         const __m512i nibbles = _mm512_set1_epi8(0x0F);
         for (; j + 4 <= nb; j += 4) {
           const uint8_t* quad = wrow + (c + j) / 2 * pair_bytes;
-          _mm_prefetch(reinterpret_cast<const char*>(quad) + KB_AHEAD, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(quad) + kAhead, _MM_HINT_T0);
           const __m512i v = _mm512_loadu_si512(quad);
           const __m512i w02 = _mm512_and_si512(v, nibbles);
           const __m512i w13 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibbles);
@@ -138,7 +136,7 @@ KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t*
       }
       for (; j < nb; j += 2) {
         const uint8_t* pair = wrow + (c + j) / 2 * pair_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(pair) + KB_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pair) + kAhead, _MM_HINT_T0);
         const __m512i w = load_pair<Bits>(pair);
         const __m512i lanes = _mm512_add_epi32(first_lanes, _mm512_set1_epi32(static_cast<int>(j)));
         for (int t = 0; t < Tile; ++t) {
@@ -156,8 +154,7 @@ KB_TARGET void dot_rows(const uint8_t* codes, const uint16_t* d, const uint16_t*
 
 template <int Bits>
 void dot_all(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t blocks, int64_t real,
-             const QuantizedRows& xq,
-             int64_t rows, int64_t n, float* y) {
+             const QuantizedRows& xq, int64_t rows, int64_t n, float* y) {
   // ~16 output rows a task at least: a call's parallel region costs a few us, a row of a small layer ~0.1 us
   at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
     int64_t r = 0;
@@ -170,9 +167,12 @@ void dot_all(const uint8_t* codes, const uint16_t* d, const uint16_t* m, int64_t
 }  // namespace
 
 bool qdot_supported() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  static const bool supported = [] {  // asked once: qdot checks it on every call
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  }();
+  return supported;
 }
 
 // y [M, N] float32 = x [M, K] float32 times the packed weight (see the layout above).

@@ -3,6 +3,8 @@ bits of the module path; where a condition fails the module path runs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -39,8 +41,14 @@ def test_the_native_path_gives_the_module_paths_bits(tiny_llama, mode, backend):
     over a mixed-length prefill and decode steps."""
     llm = LLM(tiny_llama, progress=False, quantization=mode)
     layers = _layers(llm)
+    calls = []
+    for layer in layers:  # every layer builds its block, and each step runs it (counted)
+        block = layer._native_block()
+        assert block is not None
+        counted = lambda *args, op=block.attention_in_op: calls.append(1) or op(*args)  # noqa: E731
+        layer.native = dataclasses.replace(block, attention_in_op=counted)
     fused = _logits(llm.model, backend)
-    assert all(layer.native not in (None, True) for layer in layers)  # built on the first step, for every layer
+    assert len(calls) == len(layers) * len(fused)  # the prefill and every decode step took the native path
     for layer in layers:
         layer.native = None  # the module path
     for a, b in zip(fused, _logits(llm.model, backend), strict=True):
