@@ -1,12 +1,13 @@
 """`NativeDecoderBlock`: a pre-norm decoder layer's work around its attention in two native calls.
 
-A decode step of a small quantized model is bound by its Python-level calls as much as by its kernels: per
-layer the module path makes ~21 (norm, qkv projection, RoPE split, output projection with the residual, norm,
-gate_up, silu * up, down with the residual, and the module calls around them). When every linear of a layer runs
-int8_dot and the layer is the plain pre-norm shape (Llama, Mistral, Qwen2 without bias, SmolLM...), the native ops
-`attention_in` (norm, qkv, RoPE) and `attention_out_mlp` (o_proj + residual, norm, gate_up, silu * up, down +
-residual) make the same calls in the same order from C++: the same bits (tests/quant/test_fused.py), ~15 Python-level
-calls a layer fewer. The attention itself stays the layer's backend call.
+A decode step of a small model is bound by its Python-level calls as much as by its kernels: per layer the
+module path makes ~21 (norm, qkv projection, RoPE split, output projection with the residual, norm, gate_up,
+silu * up, down with the residual, and the module calls around them). When every linear of a layer runs a native
+kernel (int8_dot's codes or fdot's float32 panels: `method.native`) and the layer is the plain pre-norm shape
+(Llama, Mistral, Qwen2 without bias, SmolLM...), the native ops `attention_in` (norm, qkv, RoPE) and
+`attention_out_mlp` (o_proj + residual, norm, gate_up, silu * up, down + residual) make the same calls in the same
+order from C++: the same bits (tests/quant/test_fused.py), ~15 Python-level calls a layer fewer. The attention
+itself stays the layer's backend call.
 
 A family builds one with `native_block(...)` (None where any condition fails) and checks `block.runs(x, cos)`
 each step: the linears' kernels unchanged since, float32 contiguous input, no autograd or torch.compile trace.
@@ -36,7 +37,7 @@ class NativeDecoderBlock:
     input_norm: RMSNorm
     post_norm: RMSNorm
     in_args: tuple  # attention_in's arguments after x (and before cos, sin): the norm's weight first
-    out_args: tuple  # attention_out_mlp's arguments after attn and x: o_proj's 4, then the norm's weight
+    out_args: tuple  # attention_out_mlp's arguments after attn and x: o_proj's 5, then the norm's weight
     attention_in_op: Callable
     attention_out_mlp_op: Callable
 
@@ -55,7 +56,7 @@ class NativeDecoderBlock:
             and gate_up.method is m_gate_up
             and down.method is m_down
             and w_in is self.in_args[0]  # the norms' weights are the ones the arguments hold
-            and w_post is self.out_args[4]
+            and w_post is self.out_args[5]
             and not tracked(x, w_in, w_post)
         )
 
@@ -80,8 +81,8 @@ def native_block(
     head_dim: int,
 ) -> NativeDecoderBlock | None:
     """The native path of a pre-norm layer (x + attn(norm(x)), then + mlp(norm(x))), or None where it cannot run:
-    native ops unavailable, a linear not on int8_dot or with a bias, a norm with a unit offset or not float32, a
-    non-silu MLP, interleaved or partial RoPE."""
+    native ops unavailable, a linear on neither int8_dot nor fdot or with a bias, a norm with a unit offset or not
+    float32, a non-silu MLP, interleaved or partial RoPE."""
     native = ops()
     linears = (qkv, o, mlp.gate_up_proj, mlp.down_proj)
     if native is None or mlp.act_fn is not F.silu:

@@ -1,10 +1,16 @@
-"""CPU weight prepacking: oneDNN's blocked weight layout for the linear layers where it is faster.
+"""CPU weight prepacking: the linear layers' weights in a layout their product streams faster.
+
+Two packed forms: `fdot` (float32: kernelbay_engine.native's fdot.cpp, the weight as column panels of 16 outputs
+read by AVX-512 FMA, one sequential stream a panel; below) and `onednn` (oneDNN's blocked layout; float32, and
+bfloat16 where the CPU has native bf16). fdot at 1 / 8 / 64 rows ran SmolLM2-135M's 30 layers in 10.2 / 8.2 / 40 ms
+against oneDNN's 12.8 / 13.2 / 47 (benchmarks/quant_kernels.py --sections fp32); oneDNN is what bf16 weights get,
+and what any weight gets without the native ops.
 
 MKL's `F.linear` runs the few-row products of decoding far below this CPU's GEMM peak (an LM head
 `[8, 512] x [512, 32000]` reached ~12 GFLOP/s where a square GEMM reaches ~85). oneDNN with the
 weight reordered once into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, the
 format inductor's CPU freezing pass uses; vLLM's CPU path does the same with its own oneDNN
-binding) ran the same product 2-3x faster. Packing is decided per layer shape by timing both forms
+binding) ran the same product 2-3x faster. Packing is decided per layer shape by timing dense and each form
 at the row counts the engine will run (weight evicted from cache first), and the dense weight is
 released afterwards, so weights are held once. Measured on a 206 MB fp32 model: steady RSS +29 MiB
 (allocator and oneDNN caches), and a transient +150 MiB while timing (a 64 MiB cache-flush buffer
@@ -14,7 +20,8 @@ it dense), so it is packed as a second copy and the embedding keeps the dense ta
 dtype bytes). bfloat16 weights are packed too where the CPU has native bf16 (avx512_bf16 / amx_bf16).
 
     report = prepack_linear_weights(model, rows=(1, 8))       # "auto": measured per shape
-    report = prepack_linear_weights(model, rows=(1,), policy="always")
+    report = prepack_linear_weights(model, rows=(1,), policy="always")  # the first form of `forms` each layer takes
+    report = prepack_linear_weights(model, rows=(1,), policy="always", forms=("onednn",))
 
 A model whose own code reads a layer's weight tensor (rather than calling the layer) lists that
 layer's path in a `prepack_exclude` class attribute, so it stays dense.
@@ -34,8 +41,10 @@ from torch import nn
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.layers.matmul import linear as dense_linear
 from kernelbay_engine.models.quant import LinearMethod, UnquantizedLinearMethod
+from kernelbay_engine.native import tracked
 
 POLICIES = ("auto", "always", "never")
+FORMS = ("fdot", "onednn")  # the packed forms, in the order "always" prefers them
 # Below this many weight elements a matmul costs microseconds and its form does not matter.
 MIN_AUTO_NUMEL = 1 << 18
 _TRIALS = 5
@@ -85,17 +94,66 @@ class PackedLinearMethod(LinearMethod):
         return "PackedLinearMethod(onednn)"
 
 
+class PanelLinearMethod(LinearMethod):
+    """Applies a float32 weight held as fdot.cpp's panels (kernelbay_engine.native): AVX-512 FMA, float32 in and
+    out. Each output is the FMA chain over K in order, so a row's result does not depend on its batch."""
+
+    def __init__(self, weight: torch.Tensor):
+        from kernelbay_engine import native
+
+        ops = native.ops()
+        if ops is None or not ops.fdot_supported():
+            raise RuntimeError(f"the fdot form needs the native ops on an AVX-512 CPU: {fdot_available()[1]}")
+        self.out_features, self.in_features = weight.shape
+        self.panels = ops.fdot_pack(weight.detach())
+        self._fdot = ops.fdot
+        # what native code calling fdot itself takes (layers/fused.py): qdot's (codes, d, m, bits, n) shape
+        self.native = (self.panels, _UNUSED, _UNUSED, 32, self.out_features)
+
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        raise RuntimeError("PanelLinearMethod is set by prepack_linear_weights on loaded layers only")
+
+    def param_names(self, layer: Linear) -> tuple[str, ...]:
+        return ("bias",) if layer.has_bias else ()
+
+    def weight(self, layer: Linear, index=None) -> torch.Tensor:
+        if index is not None:
+            raise ValueError("a packed weight has no expert dimension")
+        return self.panels.transpose(1, 2).reshape(-1, self.in_features)[: self.out_features]  # a fresh copy
+
+    def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        bias = layer.bias if layer.has_bias else None
+        if tracked(x):  # autograd or a torch.compile trace needs aten's graph: the same product, unpacked
+            return dense_linear(x, self.weight(layer), bias)
+        if x.dtype != torch.float32:
+            raise TypeError(f"{self!r} multiplies float32 inputs; got {x.dtype} (cast the input, or load in float32)")
+        flat = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        y = self._fdot(flat if flat.is_contiguous() else flat.contiguous(), self.panels, self.out_features)
+        if bias is not None:
+            y += bias
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
+
+    def __repr__(self) -> str:
+        return "PanelLinearMethod(fdot)"
+
+
+_UNUSED = torch.empty(0)
+
+
 @dataclass
 class PrepackReport:
-    """What `prepack_linear_weights` did: packed layer paths, and why every other candidate was not packed."""
+    """What `prepack_linear_weights` did: packed layer paths and their forms, and why every other candidate was not
+    packed."""
 
     packed: list[str] = field(default_factory=list)
+    forms: dict[str, str] = field(default_factory=dict)  # path -> "fdot" / "onednn"
     skipped: dict[str, str] = field(default_factory=dict)
-    timings_ms: dict[tuple, tuple[float, float]] = field(default_factory=dict)
-    """(out, in, bias) -> (dense ms, packed ms) summed over the measured row counts."""
+    timings_ms: dict[tuple, dict[str, float]] = field(default_factory=dict)
+    """(out, in, bias) -> {"dense": ms, form: ms...} summed over the measured row counts."""
 
 
 def prepacking_available() -> tuple[bool, str]:
+    """Whether oneDNN's form can run (the `onednn` form)."""
     if not torch.backends.mkldnn.is_available():
         return False, "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)"
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
@@ -103,49 +161,82 @@ def prepacking_available() -> tuple[bool, str]:
     return True, "oneDNN available"
 
 
-def prepack_linear_weights(model: nn.Module, *, rows: Sequence[int], policy: str = "auto") -> PrepackReport:
-    """Pack the plain 2-D CPU weights of `model`'s `Linear` layers where `policy` says so.
+def fdot_available() -> tuple[bool, str]:
+    """Whether fdot's form can run: the native ops loaded, on a CPU with AVX-512 F and FMA."""
+    from kernelbay_engine import native
 
-    rows: the row counts the model will run (e.g. 1 and the decode batch); "auto" packs a layer when
-    packed is faster summed over them, or within PACKED_MARGIN of dense. Call after the weights are loaded; a packed
-    layer cannot load again.
+    ops = native.ops()
+    if ops is None:
+        return False, native.status()
+    if not ops.fdot_supported():
+        return False, "the CPU lacks AVX-512 F / FMA"
+    return True, "native fdot available"
+
+
+def form_available(name: str) -> tuple[bool, str]:
+    """Whether the packed form `name` (one of FORMS) can run here, and why not."""
+    return {"fdot": fdot_available, "onednn": prepacking_available}[name]()
+
+
+def prepack_linear_weights(
+    model: nn.Module, *, rows: Sequence[int], policy: str = "auto", forms: Sequence[str] = FORMS
+) -> PrepackReport:
+    """Pack the plain 2-D CPU weights of `model`'s `Linear` layers where `policy` says so, in one of `forms`.
+
+    rows: the row counts the model will run (e.g. 1 and the decode batch); "auto" packs a layer in the form fastest
+    summed over them, unless dense is faster than it by more than PACKED_MARGIN; "always" in the first of `forms` the
+    layer can take. Call after the weights are loaded; a packed layer cannot load again.
     """
     if policy not in POLICIES:
         raise ValueError(f"prepack policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown or not forms:
+        raise ValueError(f"prepack forms must be some of {', '.join(FORMS)}; got {tuple(forms)!r}")
     report = PrepackReport()
     if policy == "never":
         return report
-    ok, reason = prepacking_available()
+    available = {name: form_available(name) for name in forms}
     shared = _shared_parameters(model)
     shared.discard(id(getattr(getattr(model, "lm_head", None), "weight", None)))  # packed as a copy: see above
     kept = tuple(getattr(model, "prepack_exclude", ()))
-    candidates = []  # (path, layer, shape key) of every eligible layer
+    candidates = []  # (path, layer, shape key, the forms it can take) of every eligible layer
     for path, layer in model.named_modules():
         if isinstance(layer, Linear):
-            why_not = reason if not ok else _ineligible(layer, shared)
+            why_not = _ineligible(layer, shared)
+            takes = _forms_for(layer, available) if why_not is None else []
+            if why_not is None and not takes:
+                why_not = "; ".join(f"{name}: {_refusal(name, layer, available)}" for name in forms)
             if why_not is None and path in kept:
                 why_not = "the model reads this weight itself (listed in its prepack_exclude)"
             if why_not is None:
-                candidates.append((path, layer, (layer.out_features, layer.in_features, layer.has_bias)))
+                candidates.append((path, layer, (layer.out_features, layer.in_features, layer.has_bias), takes))
             else:
                 report.skipped[path] = why_not
     decisions = _decide_shapes(candidates, rows, policy, report)  # every timing before any packing
-    for path, layer, key in candidates:
-        why_not = decisions[key] if isinstance(decisions[key], str) else _pack(layer)
+    for path, layer, key, _ in candidates:
+        decision = decisions[key]
+        why_not = decision.reason if decision.form is None else _pack(layer, decision.form)
         if why_not is None:
             report.packed.append(path)
+            report.forms[path] = decision.form  # type: ignore[assignment]  (packed: a form)
         else:
             report.skipped[path] = why_not
     return report
 
 
-def _decide_shapes(candidates, rows, policy: str, report: PrepackReport) -> dict[tuple, bool | str]:
+@dataclass(frozen=True)
+class _Decision:
+    form: str | None  # None: stays dense, for `reason`
+    reason: str = ""
+
+
+def _decide_shapes(candidates, rows, policy: str, report: PrepackReport) -> dict[tuple, _Decision]:
     """One decision per distinct (out, in, bias), timed on the first layer of that shape."""
-    decisions: dict[tuple, bool | str] = {}
+    decisions: dict[tuple, _Decision] = {}
     flush = torch.ones(_FLUSH_BYTES // 4) if policy == "auto" and candidates else None
-    for _, layer, key in candidates:
+    for _, layer, key, takes in candidates:
         if key not in decisions:
-            decisions[key] = _decide(layer, rows, policy, report, flush)
+            decisions[key] = _decide(layer, takes, rows, policy, report, flush)
     return decisions
 
 
@@ -162,51 +253,100 @@ def _ineligible(layer: Linear, shared: set[int]) -> str | None:
     w = layer.weight
     if w.device.type != "cpu" or w.is_meta:
         return f"weight is on {w.device}, packing is for CPU"
-    if w.dtype not in _packed_dtypes():
-        return f"weight dtype {w.dtype}: packing is used for {' and '.join(map(str, _packed_dtypes()))} only"
     if id(w) in shared:
         return "weight is shared with another module (tied), so it stays dense"
     return None
 
 
-def _packed_dtypes() -> tuple[torch.dtype, ...]:
+def _forms_for(layer: Linear, available: dict[str, tuple[bool, str]]) -> list[str]:
+    return [name for name, (ok, _) in available.items() if ok and layer.weight.dtype in _FORM_DTYPES[name]()]
+
+
+def _refusal(name: str, layer: Linear, available: dict[str, tuple[bool, str]]) -> str:
+    ok, reason = available[name]
+    if not ok:
+        return reason
+    dtypes = " and ".join(map(str, _FORM_DTYPES[name]()))
+    return f"weight dtype {layer.weight.dtype}: this form packs {dtypes} only"
+
+
+def _onednn_dtypes() -> tuple[torch.dtype, ...]:
     from kernelbay_engine.quant.kernels import BF16_FEATURES, cpu_flags
 
     return (torch.float32, torch.bfloat16) if cpu_flags() & set(BF16_FEATURES) else (torch.float32,)
 
 
+_FORM_DTYPES = {"fdot": lambda: (torch.float32,), "onednn": _onednn_dtypes}
+
+
 def _decide(
-    layer: Linear, rows: Sequence[int], policy: str, report: PrepackReport, flush: torch.Tensor | None
-) -> bool | str:
+    layer: Linear, takes: list[str], rows: Sequence[int], policy: str, report: PrepackReport, flush
+) -> _Decision:
     if policy == "always":
-        return True
+        return _Decision(takes[0])
     if layer.weight.numel() < MIN_AUTO_NUMEL:
-        return f"weight has {layer.weight.numel()} elements, below {MIN_AUTO_NUMEL}: too small to matter"
-    try:
-        packed = _reorder(layer.weight)
-    except RuntimeError as exc:
-        return f"oneDNN cannot pack it here: {exc}"
+        small = f"weight has {layer.weight.numel()} elements, below {MIN_AUTO_NUMEL}: too small to matter"
+        return _Decision(None, small)
     bias = layer.bias if layer.has_bias else None
-    dense_ms = packed_ms = 0.0
+    products = {"dense": partial(_dense_product, layer.weight, bias)}
+    refused = []
+    for name in takes:
+        try:
+            products[name] = _FORM_PRODUCT[name](layer.weight, bias)
+        except RuntimeError as exc:
+            refused.append(f"{name} cannot pack it here: {exc}")
+    ms = dict.fromkeys(products, 0.0)
     for n in sorted(set(rows)):
         x = torch.randn(n, layer.in_features, dtype=layer.weight.dtype)
-        dense_ms += _best_ms(partial(dense_linear, x, layer.weight, bias), flush)
-        packed_ms += _best_ms(partial(torch.ops.mkldnn._linear_pointwise, x, packed, bias, "none", [], ""), flush)
-    report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = (dense_ms, packed_ms)
-    if packed_ms < dense_ms * PACKED_MARGIN:
-        return True
-    return (
-        f"measured slower packed ({packed_ms:.3f} ms) than dense ({dense_ms:.3f} ms) at rows {tuple(rows)}, "
-        f"beyond the {PACKED_MARGIN:.2f}x margin packing gets"
+        for name, product in products.items():
+            ms[name] += _best_ms(partial(product, x), flush)
+    report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = ms
+    packed = [name for name in products if name != "dense"]
+    if not packed:
+        return _Decision(None, "; ".join(refused))
+    best = min(packed, key=ms.__getitem__)
+    if ms[best] < ms["dense"] * PACKED_MARGIN:
+        return _Decision(best)
+    return _Decision(
+        None,
+        f"measured slower packed ({best}: {ms[best]:.3f} ms) than dense ({ms['dense']:.3f} ms) at rows {tuple(rows)}, "
+        f"beyond the {PACKED_MARGIN:.2f}x margin packing gets",
     )
 
 
-def _pack(layer: Linear) -> str | None:
+def _dense_product(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    return dense_linear(x, weight, bias)
+
+
+def _onednn_product(weight: torch.Tensor, bias: torch.Tensor | None):
+    packed = _reorder(weight)
+    return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _fdot_product(weight: torch.Tensor, bias: torch.Tensor | None):
+    method, layer = PanelLinearMethod(weight), _BiasOnly(bias)
+    return lambda x: method.apply(layer, x)  # type: ignore[arg-type]  (apply reads has_bias and bias only)
+
+
+@dataclass
+class _BiasOnly:
+    bias: torch.Tensor | None
+
+    @property
+    def has_bias(self) -> bool:
+        return self.bias is not None
+
+
+_FORM_PRODUCT = {"fdot": _fdot_product, "onednn": _onednn_product}
+_FORM_METHOD = {"fdot": PanelLinearMethod, "onednn": lambda w: PackedLinearMethod(_reorder(w))}
+
+
+def _pack(layer: Linear, form: str) -> str | None:
     try:
-        packed = _reorder(layer.weight)
+        method = _FORM_METHOD[form](layer.weight)
     except RuntimeError as exc:
-        return f"oneDNN cannot pack it here: {exc}"
-    layer.method = PackedLinearMethod(packed)
+        return f"{form} cannot pack it here: {exc}"
+    layer.method = method
     del layer.weight  # the dense copy goes: weights are held once (a tied table stays the embedding's)
     return None
 

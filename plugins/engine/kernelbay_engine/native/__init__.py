@@ -1,4 +1,4 @@
-"""kernelbay-engine's native CPU ops (ops.cpp), compiled with torch's C++ extension builder on first use.
+"""kernelbay-engine's native CPU ops (ops.cpp, the linears qdot.cpp and fdot.cpp), built by torch on first use.
 
 A decode step of a small model dispatches ~1,000 aten calls, and a composite such as `rms_norm` is ~8 of
 them: inside a step (the weights streaming through the caches) it costs ~14 us where the same arithmetic
@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 
 ENV = "KERNELBAY_NATIVE"  # "0": never build or load the native ops
-SOURCES = [str(Path(__file__).with_name(name)) for name in ("ops.cpp", "qdot.cpp")]
+SOURCES = [str(Path(__file__).with_name(name)) for name in ("ops.cpp", "qdot.cpp", "fdot.cpp")]
 _NAME = "kernelbay_engine_native"
 BUILDING = "kernelbay-engine: building its native CPU ops (once per machine and torch version, ~30 s)..."
 _lock = threading.Lock()
@@ -69,7 +69,7 @@ def _load() -> tuple[ModuleType | None, str]:
         notice.daemon = True
         notice.start()
         try:
-            # -fopenmp: at::parallel_for in qdot.cpp runs on torch's OpenMP threads (without it: one thread)
+            # -fopenmp: qdot.cpp and fdot.cpp run at::parallel_for on torch's OpenMP threads (without it: one thread)
             flags = ["-O3", "-ffp-contract=off", "-fopenmp"]
             return load(_NAME, SOURCES, extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False), ""
         finally:

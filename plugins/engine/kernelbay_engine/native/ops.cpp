@@ -4,9 +4,12 @@
 
 #include <cmath>
 
-namespace kernelbay {  // qdot.cpp
-bool qdot_supported();
+namespace kernelbay {
+bool qdot_supported();  // qdot.cpp
 at::Tensor qdot(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m, int64_t bits);
+bool fdot_supported();  // fdot.cpp
+at::Tensor fdot_pack(const at::Tensor& w);
+at::Tensor fdot(const at::Tensor& x, const at::Tensor& panels, int64_t n);
 }  // namespace kernelbay
 
 namespace {
@@ -167,27 +170,38 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return out;
 }
 
+// A linear as native code runs it: (weight, d, m, bits, n) -- qdot's codes and fp16 scales and offsets with bits 4
+// or 8, or fdot's float32 panels with bits 32 (d and m unused) -- for N = n outputs.
+struct NativeLinear {
+  at::Tensor weight, d, m;
+  int64_t bits, n;
+  at::Tensor operator()(const at::Tensor& x) const {
+    TORCH_CHECK(bits == 32 || weight.size(0) == n, "native linear: codes for ", weight.size(0), " rows, not ", n);
+    return bits == 32 ? kernelbay::fdot(x, weight, n) : kernelbay::qdot(x, weight, d, m, bits);
+  }
+};
+
 // A pre-norm decoder layer's decode path on each side of its attention, for a layer whose four linears all run
-// int8_dot (kernelbay_engine.layers.fused): the calls the module path makes, in its order -- rms_norm, qdot,
-// qkv_rope; then x + qdot(o), rms_norm, qdot(gate_up), silu_mul, + qdot(down) -- so the same bits, in two native
-// calls instead of ~15 Python-level ones a layer.
+// native kernels (kernelbay_engine.layers.fused): the calls the module path makes, in its order -- rms_norm, the qkv
+// linear, qkv_rope; then x + o(attn), rms_norm, gate_up, silu_mul, + down -- so the same bits, in two native calls
+// instead of ~15 Python-level ones a layer.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_in(const at::Tensor& x, const at::Tensor& norm, double eps,
-                                                            const at::Tensor& codes, const at::Tensor& d,
-                                                            const at::Tensor& m, int64_t bits, int64_t heads,
-                                                            int64_t kv_heads, const at::Tensor& cos,
+                                                            const at::Tensor& w, const at::Tensor& d,
+                                                            const at::Tensor& m, int64_t bits, int64_t n,
+                                                            int64_t heads, int64_t kv_heads, const at::Tensor& cos,
                                                             const at::Tensor& sin) {
-  const at::Tensor qkv = kernelbay::qdot(rms_norm(x, norm, eps, false), codes, d, m, bits);
+  const at::Tensor qkv = NativeLinear{w, d, m, bits, n}(rms_norm(x, norm, eps, false));
   return qkv_rope(qkv, heads, kv_heads, cos, sin);
 }
 
-at::Tensor attention_out_mlp(const at::Tensor& attn, const at::Tensor& x, const at::Tensor& o_codes,
-                             const at::Tensor& o_d, const at::Tensor& o_m, int64_t o_bits, const at::Tensor& norm,
-                             double eps, const at::Tensor& gu_codes, const at::Tensor& gu_d, const at::Tensor& gu_m,
-                             int64_t gu_bits, const at::Tensor& dn_codes, const at::Tensor& dn_d,
-                             const at::Tensor& dn_m, int64_t dn_bits) {
-  const at::Tensor h = x + kernelbay::qdot(attn, o_codes, o_d, o_m, o_bits);
-  const at::Tensor gate_up = kernelbay::qdot(rms_norm(h, norm, eps, false), gu_codes, gu_d, gu_m, gu_bits);
-  return h + kernelbay::qdot(silu_mul(gate_up), dn_codes, dn_d, dn_m, dn_bits);
+at::Tensor attention_out_mlp(const at::Tensor& attn, const at::Tensor& x, const at::Tensor& o_w, const at::Tensor& o_d,
+                             const at::Tensor& o_m, int64_t o_bits, int64_t o_n, const at::Tensor& norm, double eps,
+                             const at::Tensor& gu_w, const at::Tensor& gu_d, const at::Tensor& gu_m, int64_t gu_bits,
+                             int64_t gu_n, const at::Tensor& dn_w, const at::Tensor& dn_d, const at::Tensor& dn_m,
+                             int64_t dn_bits, int64_t dn_n) {
+  const at::Tensor h = x + NativeLinear{o_w, o_d, o_m, o_bits, o_n}(attn);
+  const at::Tensor gate_up = NativeLinear{gu_w, gu_d, gu_m, gu_bits, gu_n}(rms_norm(h, norm, eps, false));
+  return h + NativeLinear{dn_w, dn_d, dn_m, dn_bits, dn_n}(silu_mul(gate_up));
 }
 
 }  // namespace
@@ -199,7 +213,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
   m.def("qdot_supported", &kernelbay::qdot_supported, "whether this CPU runs qdot (AVX-512 VNNI)");
   m.def("qdot", &kernelbay::qdot, "float32 x [M, K] times a packed 4/8-bit weight, int8 activations (qdot.cpp)");
-  m.def("attention_in", &attention_in, "a decoder layer's norm, int8_dot qkv and RoPE (one call)");
-  m.def("attention_out_mlp", &attention_out_mlp, "a decoder layer's o_proj, residual, norm and int8_dot MLP (one call)");
+  m.def("fdot_supported", &kernelbay::fdot_supported, "whether this CPU runs fdot (AVX-512 F and FMA)");
+  m.def("fdot_pack", &kernelbay::fdot_pack, "a float32 weight [N, K] as fdot's panels [ceil(N / 16), K, 16]");
+  m.def("fdot", &kernelbay::fdot, "float32 x [M, K] times a weight in fdot's panels, n outputs (fdot.cpp)");
+  m.def("attention_in", &attention_in, "a decoder layer's norm, native qkv linear and RoPE (one call)");
+  m.def("attention_out_mlp", &attention_out_mlp, "a decoder layer's o_proj, residual, norm and native MLP (one call)");
   m.def("rope", &rope, "float32 RoPE of [T, N, D] by [T, D] tables, every dim rotating (one call)");
 }

@@ -44,7 +44,7 @@ class Packed:
     run: Callable[[torch.Tensor], torch.Tensor]
     nbytes: int
     native: tuple | None = None
-    """int8_dot: (codes, d, m, bits), what native code calling qdot itself takes (kernelbay_engine.layers.fused)."""
+    """int8_dot: (codes, d, m, bits, out_features), what native code calling qdot itself takes (layers/fused.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +250,7 @@ class NativeDotKernel(LinearKernel):
         def run(x: torch.Tensor) -> torch.Tensor:  # qdot reads rows in place: a strided view is copied first
             return qdot(x if x.is_contiguous() else x.contiguous(), codes, d, m, bits)
 
-        return Packed(run, nbytes, (codes, d, m, bits))
+        return Packed(run, nbytes, (codes, d, m, bits, weight.out_features))
 
 
 def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""oneDNN weight prepacking: packed layers compute F.linear, hold their weight once, and keep transformers parity."""
+"""Weight prepacking (fdot's panels, oneDNN's blocked layout): packed layers compute F.linear, hold their weight once,
+and keep transformers parity."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ from tests._dispatch import dispatched
 from tests.models._parity import compare_generation
 
 pytestmark = pytest.mark.skipif(not prepack.prepacking_available()[0], reason=prepack.prepacking_available()[1])
+METHODS = {"fdot": prepack.PanelLinearMethod, "onednn": prepack.PackedLinearMethod}
+
+
+@pytest.fixture(params=prepack.FORMS)
+def form(request) -> str:
+    ok, reason = prepack.form_available(request.param)
+    if not ok:
+        pytest.skip(reason)
+    return request.param
 
 
 def _layer(out_features: int, in_features: int, *, bias: bool = False) -> Linear:
@@ -34,41 +44,45 @@ class _Model(torch.nn.Module):
             setattr(self, name, layer)
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_packed_layer_computes_f_linear_for_any_row_count_and_rank(bias):
-    """0, 1, 8 and 300 rows, 2-D and 3-D inputs, a transposed input: all equal F.linear with the original weight."""
-    layer = _layer(384, 256, bias=bias)
+@pytest.mark.parametrize(("bias", "out_features", "in_features"), [(False, 384, 256), (True, 384, 256), (True, 37, 19)])
+def test_packed_layer_computes_f_linear_for_any_row_count_and_rank(form, bias, out_features, in_features):
+    """0, 1, 8 and 300 rows, 2-D and 3-D inputs, a transposed input, odd shapes (a partial panel, K not a multiple of
+    16): all equal F.linear with the original weight."""
+    layer = _layer(out_features, in_features, bias=bias)
     weight, b = layer.weight.detach().clone(), (layer.bias.detach().clone() if bias else None)
-    report = prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always")
-    assert report.packed == ["proj"] and isinstance(layer.method, prepack.PackedLinearMethod)
-    inputs = [torch.randn(n, 256) for n in (0, 1, 8, 300)] + [torch.randn(2, 5, 256), torch.randn(256, 7).t()]
+    report = prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=(form,))
+    assert report.packed == ["proj"] and report.forms == {"proj": form}
+    assert isinstance(layer.method, METHODS[form])
+    k = in_features
+    inputs = [torch.randn(n, k) for n in (0, 1, 8, 300)] + [torch.randn(2, 5, k), torch.randn(k, 7).t()]
     with torch.inference_mode():
         for x in inputs:
             torch.testing.assert_close(layer(x), F.linear(x, weight, b), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_residual_added_by_a_packed_layer_is_the_same_sum(bias):
+def test_a_residual_added_by_a_packed_layer_is_the_same_sum(form, bias):
     """layer(x, residual) (oneDNN's fused add post-op where it applies) == residual + layer(x), bit for bit, and
     the residual is left as it was."""
     layer = _layer(384, 256, bias=bias)
-    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always")
+    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=(form,))
     with torch.inference_mode():
         for n in (0, 1, 8, 300):
             x, residual = torch.randn(n, 256), torch.randn(n, 384)
             before = residual.clone()
             assert torch.equal(layer(x, residual), residual + layer(x))
             assert torch.equal(residual, before)
-            fused = dispatched(layer, x, residual) == ["mkldnn._linear_pointwise.binary"]  # one call, no add
-            assert fused == (not bias)
+            if form == "onednn":
+                fused = dispatched(layer, x, residual) == ["mkldnn._linear_pointwise.binary"]  # one call, no add
+                assert fused == (not bias)
 
 
-def test_packing_releases_the_dense_weight_but_can_still_give_it():
+def test_packing_releases_the_dense_weight_but_can_still_give_it(form):
     """The dense parameter is gone (weights held once); dequantized_weight() rebuilds it exactly."""
-    layer = _layer(64, 32, bias=True)
+    layer = _layer(70, 32, bias=True)
     original = layer.weight.detach().clone()
     model = _Model(proj=layer)
-    prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
     assert [name for name, _ in model.named_parameters()] == ["proj.bias"]
     assert torch.equal(layer.dequantized_weight(), original)
     assert layer.method.param_names(layer) == ("bias",)
@@ -95,9 +109,9 @@ def test_ineligible_layers_are_left_dense_with_a_reason():
     assert report.packed == []
     assert "shared with another module" in report.skipped["head"]
     assert "per-expert" in report.skipped["experts"]
-    assert "weight dtype torch.float16: packing is used for torch.float32" in report.skipped["half"]
+    assert "weight dtype torch.float16: this form packs torch.float32" in report.skipped["half"]
     assert "Fp8BlockLinearMethod" in report.skipped["fp8"]
-    assert all(not isinstance(m.method, prepack.PackedLinearMethod) for m in (tied, experts, half, fp8))
+    assert all(not isinstance(m.method, tuple(METHODS.values())) for m in (tied, experts, half, fp8))
 
 
 def test_a_model_keeps_the_layers_it_reads_itself_dense():
@@ -110,19 +124,23 @@ def test_a_model_keeps_the_layers_it_reads_itself_dense():
 
 
 def test_auto_times_each_shape_once_and_skips_small_weights():
-    """'auto' measures each distinct (out, in, bias) once, packs unless dense was faster by more than the margin,
-    and explains the rest."""
+    """'auto' measures each distinct (out, in, bias) once in every form, packs in the fastest unless dense was faster
+    by more than the margin, and explains the rest."""
     big_a, big_b, small = _layer(1024, 512), _layer(1024, 512), _layer(32, 32)
     model = _Model(a=big_a, b=big_b, small=small)
+    available = [f for f in prepack.FORMS if prepack.form_available(f)[0]]
     report = prepack.prepack_linear_weights(model, rows=(1, 8), policy="auto")
     assert list(report.timings_ms) == [(1024, 512, False)]
-    dense_ms, packed_ms = report.timings_ms[(1024, 512, False)]
-    assert dense_ms > 0 and packed_ms > 0
+    ms = report.timings_ms[(1024, 512, False)]
+    assert sorted(ms) == sorted(["dense", *available]) and all(t > 0 for t in ms.values())
     assert "too small to matter" in report.skipped["small"]
-    decided_packed = packed_ms < dense_ms * prepack.PACKED_MARGIN
+    best = min(available, key=ms.__getitem__)
+    decided_packed = ms[best] < ms["dense"] * prepack.PACKED_MARGIN
     assert ("a" in report.packed) == ("b" in report.packed) == decided_packed
-    if not decided_packed:
-        assert "measured slower packed" in report.skipped["a"]
+    if decided_packed:
+        assert report.forms == {"a": best, "b": best}
+    else:
+        assert f"measured slower packed ({best}" in report.skipped["a"]
 
 
 def test_never_packs_nothing_and_unknown_policies_are_refused():
@@ -131,14 +149,59 @@ def test_never_packs_nothing_and_unknown_policies_are_refused():
     assert type(layer.method) is UnquantizedLinearMethod
     with pytest.raises(ValueError, match="prepack policy must be one of auto, always, never; got 'fast'"):
         prepack.prepack_linear_weights(_Model(a=layer), rows=(1,), policy="fast")
+    with pytest.raises(ValueError, match=r"prepack forms must be some of fdot, onednn; got \('mkl',\)"):
+        prepack.prepack_linear_weights(_Model(a=layer), rows=(1,), forms=("mkl",))
+    assert type(layer.method) is UnquantizedLinearMethod
 
 
 @pytest.mark.parametrize("name", ["llama2_bias", "deepseek_v2_lite"])
-def test_prepacked_models_keep_transformers_parity(tiny_checkpoints, name):
+def test_prepacked_models_keep_transformers_parity(tiny_checkpoints, form, name):
     """Every plain linear packed (attention with biases; MLA's kv_b_proj, dense and shared-expert MLPs): same bar."""
     folder, hf_model = tiny_checkpoints.get(name)
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
     assert report.packed, report.skipped
     runner = ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA")
     compare_generation(hf_model, runner, f"{name} prepacked")
+
+
+def test_an_fdot_row_has_the_same_bits_in_any_batch():
+    """fdot's outputs are each one FMA chain over K: a row alone, in a batch of 3, 8 or 13 (every row tile) and on
+    either thread gives the same bits."""
+    if not prepack.fdot_available()[0]:
+        pytest.skip(prepack.fdot_available()[1])
+    layer = _layer(200, 72)
+    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=("fdot",))
+    x = torch.randn(13, 72)
+    with torch.inference_mode():
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(13)])
+        for n in (3, 8, 13):
+            assert torch.equal(layer(x[:n]), alone[:n])
+
+
+def test_fdot_refuses_other_dtypes_and_gives_autograd_the_aten_product():
+    """A bfloat16 input is a TypeError naming the fix (no silent cast); with autograd the product is aten's, so
+    gradients flow to the input."""
+    if not prepack.fdot_available()[0]:
+        pytest.skip(prepack.fdot_available()[1])
+    layer = _layer(48, 32, bias=True)
+    weight = layer.weight.detach().clone()
+    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=("fdot",))
+    with pytest.raises(TypeError, match=r"multiplies float32 inputs; got torch\.bfloat16"):
+        layer(torch.randn(2, 32, dtype=torch.bfloat16))
+    x = torch.randn(4, 32, requires_grad=True)
+    layer(x).sum().backward()
+    torch.testing.assert_close(x.grad, weight.sum(0).expand(4, 32))
+
+
+def test_fdot_unavailable_says_why_and_onednn_packs(monkeypatch):
+    """Without the native ops the fdot form is refused with native.status()'s reason and 'always' takes oneDNN's."""
+    from kernelbay_engine import native
+
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "disabled by KERNELBAY_NATIVE=0"})
+    assert prepack.fdot_available() == (False, "native CPU ops not in use: disabled by KERNELBAY_NATIVE=0")
+    layer, alone = _layer(64, 32), _layer(64, 32)
+    report = prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always")
+    assert report.forms == {"proj": "onednn"}
+    report = prepack.prepack_linear_weights(_Model(proj=alone), rows=(1,), policy="always", forms=("fdot",))
+    assert report.skipped == {"proj": "fdot: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0"}

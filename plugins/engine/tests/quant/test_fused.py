@@ -1,5 +1,5 @@
-"""layers/fused.py: a decoder layer on int8_dot runs its norm / projections / RoPE / MLP in two native calls, with the
-bits of the module path; where a condition fails the module path runs."""
+"""layers/fused.py: a decoder layer on int8_dot or fdot runs its norm / projections / RoPE / MLP in two native calls,
+with the bits of the module path; where a condition fails the module path runs."""
 
 from __future__ import annotations
 
@@ -35,11 +35,14 @@ def _logits(model, backend: str, steps: int = 4) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("backend", ["SDPA", "VANILLA"])
-@pytest.mark.parametrize("mode", ["int4", "int8"])
+@pytest.mark.parametrize("mode", ["int4", "int8", "fp32"])
 def test_the_native_path_gives_the_module_paths_bits(tiny_llama, mode, backend):
-    """Every layer of a quantized tiny Llama takes the native path; its logits equal the module path's bit for bit,
-    over a mixed-length prefill and decode steps."""
-    llm = LLM(tiny_llama, progress=False, quantization=mode)
+    """Every layer of a tiny Llama quantized (int8_dot) or float32 with its weights packed as fdot's panels takes the
+    native path; its logits equal the module path's bit for bit, over a mixed-length prefill and decode steps."""
+    options = {"prepack_weights": "always"} if mode == "fp32" else {"quantization": mode}
+    llm = LLM(tiny_llama, progress=False, **options)
+    if mode == "fp32":
+        assert all(form == "fdot" for form in llm.prepack_report.forms.values()), llm.prepack_report.skipped
     layers = _layers(llm)
     calls = []
     for layer in layers:  # every layer builds its block, and each step runs it (counted)
@@ -56,7 +59,7 @@ def test_the_native_path_gives_the_module_paths_bits(tiny_llama, mode, backend):
 
 
 def test_no_native_path_where_a_condition_fails(tiny_llama):
-    """Float linears: no native block; a bf16 or non-contiguous input, autograd, a norm weight replaced or a layer
+    """Float linears left dense: no native block; a bf16 or non-contiguous input, autograd, a norm weight replaced or a layer
     re-quantized after the block was built: the module path."""
     plain = LLM(tiny_llama, progress=False)
     _logits(plain.model, "SDPA", steps=0)

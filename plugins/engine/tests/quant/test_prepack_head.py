@@ -1,4 +1,5 @@
-"""oneDNN prepacking of the tied LM head (a packed copy; the embedding keeps the table) and of bf16 weights."""
+"""Prepacking of the tied LM head (a packed copy in either form; the embedding keeps the table) and of bf16 weights
+(oneDNN's form only)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ class _Tied(torch.nn.Module):
         self.lm_head.weight = self.embed.weight
 
 
-def test_the_tied_lm_head_is_packed_and_the_embedding_keeps_its_table():
+@pytest.mark.parametrize("form", prepack.FORMS)
+def test_the_tied_lm_head_is_packed_and_the_embedding_keeps_its_table(form):
     """policy 'always': lm_head packed (same logits), the embedding's weight still the dense table."""
+    if not prepack.form_available(form)[0]:
+        pytest.skip(prepack.form_available(form)[1])
     model = _Tied(96, 32)
     table = model.embed.weight.detach().clone()
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
-    assert report.packed == ["lm_head"]
-    assert isinstance(model.lm_head.method, prepack.PackedLinearMethod)
+    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
+    assert report.packed == ["lm_head"] and report.forms == {"lm_head": form}
     assert torch.equal(model.embed.weight, table)
     x = torch.randn(3, 32)
     with torch.inference_mode():
@@ -42,7 +45,8 @@ def test_bf16_weights_are_packed_where_the_cpu_has_bf16():
     dense = layer.weight.detach().clone()
     model = torch.nn.Module()
     model.proj = layer
-    assert prepack.prepack_linear_weights(model, rows=(1,), policy="always").packed == ["proj"]
+    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    assert report.forms == {"proj": "onednn"}  # fdot packs float32 only
     x = torch.randn(5, 64, dtype=torch.bfloat16)
     with torch.inference_mode():
         torch.testing.assert_close(layer(x).float(), (x @ dense.t()).float(), rtol=2e-2, atol=5e-2)
