@@ -334,8 +334,8 @@ def kernel_steps(threads: int, rows: int, bandwidth: float) -> list[str]:
     torch.set_num_threads(threads)
     lines = []
     for label, dtype, bits in (
-        ("fp32 packed", torch.float32, None),
-        ("bf16 packed", torch.bfloat16, None),
+        ("fp32 prepacked (fdot)", torch.float32, None),
+        ("bf16 prepacked (oneDNN)", torch.bfloat16, None),
         ("int8_channel", torch.float32, 8),
         ("int4_group", torch.float32, 4),
     ):

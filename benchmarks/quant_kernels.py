@@ -1,7 +1,7 @@
 """The quantized linear kernels alone, on SmolLM2-135M's shapes: what each candidate form costs (issue #15).
 
     .venv/bin/python benchmarks/quant_kernels.py [--threads 2] [--rows 1 8]
-        [--sections dtype groups head kernels embedding]
+        [--sections dtype groups head kernels fp32 embedding]
 
 Sections (each a markdown table; "% of bw" is the bytes a pass reads over its time, against the read bandwidth
 measured as benchmarks/cpu_decode.py measures it: torch sum over 1 GiB with the same threads):
@@ -13,10 +13,13 @@ measured as benchmarks/cpu_decode.py measures it: torch sum over 1 GiB with the 
   one for the file) and 64 (for the cost of the scale loads only; the kernel's 128 / 256 do not divide K = 576),
   int8 per-channel, and torch's `_dyn_quant_matmul_4bit` (int8 activations) on one layer.
 - head: the tied LM head [49152, 576] in each form a mode gives it: Q8_0 on int8_group (the file's codes),
-  int8 per-channel (`--quantization int8`), int4 groups of 32, bf16 and fp32 oneDNN-packed.
+  int8 per-channel (`--quantization int8`), int4 groups of 32, bf16 oneDNN-packed, fp32 oneDNN-packed and fdot.
 - kernels: the engine's layers on each kernel that runs them, requested by name: int8_dot (int8 activations,
   AVX-512 VNNI, kernelbay_engine.native) against torch's op for the same codes (int4_group, int8_group,
   int8_channel), one pass over the 30 layers' linears and the LM head.
+- fp32: the float32 model's forms of one weight, as `layers/prepack.py` chooses among them: dense (MKL's
+  `F.linear`), oneDNN-packed and fdot's panels (AVX-512 FMA, kernelbay_engine.native), one pass over the 30
+  layers' linears and the LM head.
 - embedding: the token lookup from the fp32 table against the Q8_0 codes (`kernelbay_engine.quant`'s
   quantized table: rows dequantized as gathered), for 1, 8 and 256 tokens.
 
@@ -86,20 +89,23 @@ def dyn_quant_raw(n: int, k: int, group: int):
 
 # -- engine layers -------------------------------------------------------------------------------------
 TORCH_KERNEL = {"Q8_0 int8_group": "int8_group", "int8 per-channel": "int8_channel", "int4 g32": "int4_group"}
+FLOAT_FORMS = {"fp32 dense": None, "fp32 oneDNN": "onednn", "fp32 fdot": "fdot", "bf16 oneDNN": "onednn"}
 
 
 def engine_layer(n: int, k: int, form: str, kernel: str | None = None) -> tuple[Linear, int]:
     """A `Linear` in one of the forms the engine gives a layer (on `kernel`, default the form's torch kernel), and
     the bytes one product reads."""
     layer = Linear(k, n)
-    dtype = torch.bfloat16 if form == "bf16 packed" else torch.float32
+    dtype = torch.bfloat16 if form.startswith("bf16") else torch.float32
     layer.create_weights(UnquantizedLinearMethod(), dtype)
     torch.nn.init.normal_(layer.weight, std=0.02)
-    if form.endswith("packed"):
+    if form in FLOAT_FORMS:
         nbytes = layer.weight.nbytes
         holder = torch.nn.Module()
         holder.add_module("l", layer)
-        prepack_linear_weights(holder, rows=(1,), policy="always")
+        if FLOAT_FORMS[form] is not None:
+            report = prepack_linear_weights(holder, rows=(1,), policy="always", forms=(FLOAT_FORMS[form],))
+            assert report.packed, report.skipped
         return layer, nbytes
     weight = {
         "Q8_0 int8_group": lambda w: _q8_0_of(w),
@@ -173,9 +179,9 @@ def section_groups(rows: int, repeat: int, bandwidth: float) -> list[str]:
 def section_head(rows: int, repeat: int, bandwidth: float) -> list[str]:
     n, k = HEAD
     lines = ["", f"LM head [{n}, {k}] ({rows} rows, fp32 in and out, as the engine calls it)", *HEADER]
-    for form in ("Q8_0 int8_group", "int8 per-channel", "int4 g32", "bf16 packed", "fp32 packed"):
+    for form in ("Q8_0 int8_group", "int8 per-channel", "int4 g32", "bf16 oneDNN", "fp32 oneDNN", "fp32 fdot"):
         layer, nbytes = engine_layer(n, k, form)
-        x = torch.randn(rows, k, dtype=torch.bfloat16 if form == "bf16 packed" else torch.float32)
+        x = torch.randn(rows, k, dtype=torch.bfloat16 if form.startswith("bf16") else torch.float32)
         lines.append(row(form, rows, best_of(lambda layer=layer, x=x: layer(x), repeat), nbytes, bandwidth))
         del layer
     return lines
@@ -194,6 +200,20 @@ def section_kernels(rows: int, repeat: int, bandwidth: float) -> list[str]:
             x = torch.randn(rows, HEAD[1])
             seconds = best_of(lambda head=head, x=x: head(x), repeat)
             lines.append(row(f"{form} codes on {kernel}, LM head", rows, seconds, nbytes, bandwidth))
+    return lines
+
+
+def section_fp32(rows: int, repeat: int, bandwidth: float) -> list[str]:
+    lines = ["", f"float32 weights in each form ({rows} rows, fp32 in and out, as the engine calls it)", *HEADER]
+    for form in ("fp32 dense", "fp32 oneDNN", "fp32 fdot"):
+        layers = [(engine_layer(n, k, form), k) for n, k in LAYERS]
+        seconds = _pass([(lay, k) for (lay, _), k in layers], rows, repeat)
+        lines.append(row(f"{form}, 30 layers", rows, seconds, sum(b for (_, b), _ in layers), bandwidth))
+        del layers
+        head, nbytes = engine_layer(*HEAD, form)
+        x = torch.randn(rows, HEAD[1])
+        lines.append(row(f"{form}, LM head", rows, best_of(lambda head=head, x=x: head(x), repeat), nbytes, bandwidth))
+        del head
     return lines
 
 
@@ -220,6 +240,7 @@ SECTIONS = {
     "groups": section_groups,
     "head": section_head,
     "kernels": section_kernels,
+    "fp32": section_fp32,
     "embedding": section_embedding,
 }
 

@@ -288,20 +288,19 @@ def _decide(
         small = f"weight has {layer.weight.numel()} elements, below {MIN_AUTO_NUMEL}: too small to matter"
         return _Decision(None, small)
     bias = layer.bias if layer.has_bias else None
-    products = {"dense": partial(_dense_product, layer.weight, bias)}
+    xs = [torch.randn(n, layer.in_features, dtype=layer.weight.dtype) for n in sorted(set(rows))]
+    ms = {"dense": sum(_best_ms(partial(_dense_product, layer.weight, bias, x), flush) for x in xs)}
     refused = []
-    for name in takes:
+    for name in takes:  # one trial copy at a time: a large weight (the LM head) is held at most twice
         try:
-            products[name] = _FORM_PRODUCT[name](layer.weight, bias)
+            product = _FORM_PRODUCT[name](layer.weight, bias)
         except RuntimeError as exc:
             refused.append(f"{name} cannot pack it here: {exc}")
-    ms = dict.fromkeys(products, 0.0)
-    for n in sorted(set(rows)):
-        x = torch.randn(n, layer.in_features, dtype=layer.weight.dtype)
-        for name, product in products.items():
-            ms[name] += _best_ms(partial(product, x), flush)
+            continue
+        ms[name] = sum(_best_ms(partial(product, x), flush) for x in xs)
+        del product
     report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = ms
-    packed = [name for name in products if name != "dense"]
+    packed = [name for name in ms if name != "dense"]
     if not packed:
         return _Decision(None, "; ".join(refused))
     best = min(packed, key=ms.__getitem__)

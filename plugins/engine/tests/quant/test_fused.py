@@ -59,8 +59,8 @@ def test_the_native_path_gives_the_module_paths_bits(tiny_llama, mode, backend):
 
 
 def test_no_native_path_where_a_condition_fails(tiny_llama):
-    """Float linears left dense: no native block; a bf16 or non-contiguous input, autograd, a norm weight replaced or a layer
-    re-quantized after the block was built: the module path."""
+    """Float linears left dense: no native block; a bf16 or non-contiguous input, autograd, a norm weight replaced or
+    a layer re-quantized after the block was built: the module path."""
     plain = LLM(tiny_llama, progress=False)
     _logits(plain.model, "SDPA", steps=0)
     assert all(layer.native is None for layer in _layers(plain))
