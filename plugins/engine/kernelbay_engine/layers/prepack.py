@@ -1,10 +1,11 @@
 """CPU weight prepacking: the linear layers' weights in a layout their product streams faster.
 
 Two packed forms: `fdot` (float32: kernelbay_engine.native's fdot.cpp, the weight as column panels of 16 outputs
-read by AVX-512 FMA, one sequential stream a panel; below) and `onednn` (oneDNN's blocked layout; float32, and
-bfloat16 where the CPU has native bf16). fdot at 1 / 8 / 64 rows ran SmolLM2-135M's 30 layers in 10.2 / 8.2 / 40 ms
-against oneDNN's 12.8 / 13.2 / 47 (benchmarks/quant_kernels.py --sections fp32); oneDNN is what bf16 weights get,
-and what any weight gets without the native ops.
+read by AVX-512 FMA, one sequential stream a panel) and `onednn` (oneDNN's blocked layout; float32, and bfloat16
+where the CPU has native bf16). SmolLM2-135M's 30 layers at 1 / 8 rows: fdot 10.9 / 10.8 ms, oneDNN 13.8 / 16.5,
+`F.linear` 28.5 / 40.1 (benchmarks/quant_kernels.py --sections fp32); at 64 rows the load-time timing still
+picked fdot for every layer shape but the LM head. oneDNN is what bf16 weights get, and any weight without the
+native ops.
 
 MKL's `F.linear` runs the few-row products of decoding far below this CPU's GEMM peak (an LM head
 `[8, 512] x [512, 32000]` reached ~12 GFLOP/s where a square GEMM reaches ~85). oneDNN with the
