@@ -54,6 +54,11 @@ _TRIALS = 5
 # 576x1536 layers timed within noise of dense alone (0.10 vs 0.10 ms), and a load that left them dense ran
 # its decode step at 21.4 ms against 17.0-19.5 ms packed.
 PACKED_MARGIN = 1.15
+# A later form of FORMS is chosen over an earlier one only when faster by more than this: fdot's layers also take
+# the fused decoder halves (layers/fused.py: a layer with one linear on another form loses them all), which the
+# product's timing alone does not see. SmolLM2-135M fp32, batch 1, in one process: 17.3 ms a step with the halves,
+# 19.4 on the module path over the same fdot layers; a load had timed oneDNN a little faster on one shape.
+FORM_MARGIN = 1.15
 # Timed calls start with the weight out of cache, as in a model whose weights exceed the last-level
 # cache (the case where the form matters): a buffer this large is read before each call.
 _FLUSH_BYTES = 64 << 20
@@ -185,7 +190,8 @@ def prepack_linear_weights(
     """Pack the plain 2-D CPU weights of `model`'s `Linear` layers where `policy` says so, in one of `forms`.
 
     rows: the row counts the model will run (e.g. 1 and the decode batch); "auto" packs a layer in the form fastest
-    summed over them, unless dense is faster than it by more than PACKED_MARGIN; "always" in the first of `forms` the
+    summed over them (the first of `forms` unless another beats it by FORM_MARGIN), unless dense is faster than it by
+    more than PACKED_MARGIN; "always" in the first of `forms` the
     layer can take. Call after the weights are loaded; a packed layer cannot load again.
     """
     if policy not in POLICIES:
@@ -304,7 +310,10 @@ def _decide(
     packed = [name for name in ms if name != "dense"]
     if not packed:
         return _Decision(None, "; ".join(refused))
-    best = min(packed, key=ms.__getitem__)
+    best = packed[0]  # the preferred form, unless a later one is faster by more than FORM_MARGIN
+    for name in packed[1:]:
+        if ms[name] * FORM_MARGIN < ms[best]:
+            best = name
     if ms[best] < ms["dense"] * PACKED_MARGIN:
         return _Decision(best)
     return _Decision(
