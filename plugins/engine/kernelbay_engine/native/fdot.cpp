@@ -10,8 +10,10 @@
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace kernelbay {
 namespace {
@@ -58,6 +60,22 @@ void panel_tile(const float* x, const float* w, int64_t rows, int64_t k, int64_t
   for (; r < rows; ++r) tile<1, Panels>(x, w, k, p0, r, n, y);
 }
 
+// Memory for a large weight on 2 MiB pages where the kernel grants them (transparent huge pages in "madvise" mode):
+// a weight streamed from memory every step then costs a TLB miss per 2 MiB rather than per 4 KiB, and the
+// prefetchers' 4 KiB page limit stops mattering. SmolLM2-135M's 30 layers at one row: 7.9 ms best / 8.8 median
+// against 9.0 / 9.8 on 4 KiB pages. Only advice: where refused, the same memory on 4 KiB pages.
+constexpr size_t kHugePage = size_t{2} << 20;
+
+at::Tensor empty_on_huge_pages(at::IntArrayRef sizes) {
+  int64_t numel = 1;
+  for (const int64_t size : sizes) numel *= size;
+  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+  void* memory = nullptr;
+  if (bytes < kHugePage || posix_memalign(&memory, kHugePage, bytes) != 0) return at::empty(sizes, at::kFloat);
+  madvise(memory, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // before the first touch: faulted in as 2 MiB
+  return at::from_blob(memory, sizes, [](void* p) { std::free(p); }, at::TensorOptions().dtype(at::kFloat));
+}
+
 }  // namespace
 
 bool fdot_supported() {
@@ -74,7 +92,7 @@ at::Tensor fdot_pack(const at::Tensor& weight) {
   TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.dim() == 2, "fdot_pack: w must be float32 [N, K]");
   const at::Tensor w = weight.contiguous();
   const int64_t n = w.size(0), k = w.size(1), count = (n + kLanes - 1) / kLanes;
-  at::Tensor panels = at::empty({count, k, kLanes}, w.options());
+  at::Tensor panels = empty_on_huge_pages({count, k, kLanes});
   const float* src = w.data_ptr<float>();
   float* dst = panels.data_ptr<float>();
   at::parallel_for(0, count, 1, [&](int64_t p0, int64_t p1) {
