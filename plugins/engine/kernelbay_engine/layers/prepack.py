@@ -64,16 +64,12 @@ FORM_MARGIN = 1.15
 _FLUSH_BYTES = 64 << 20
 
 
-class PackedLinearMethod(LinearMethod):
-    """Applies a plain weight held in oneDNN's blocked layout (an opaque mkldnn tensor)."""
-
-    def __init__(self, packed: torch.Tensor):
-        self.packed = packed
-        ops = torch.ops.mkldnn._linear_pointwise  # the overloads, not the packet: it resolves one per call
-        self._linear, self._linear_add = ops.default, ops.binary
+class _PrepackedMethod(LinearMethod):
+    """A plain weight held in a packed form: set on loaded layers by prepack_linear_weights, holding no parameter
+    but the bias; `dense()` gives the [out, in] weight back."""
 
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
-        raise RuntimeError("PackedLinearMethod is set by prepack_linear_weights on loaded layers only")
+        raise RuntimeError(f"{type(self).__name__} is set by prepack_linear_weights on loaded layers only")
 
     def param_names(self, layer: Linear) -> tuple[str, ...]:
         return ("bias",) if layer.has_bias else ()
@@ -81,7 +77,22 @@ class PackedLinearMethod(LinearMethod):
     def weight(self, layer: Linear, index=None) -> torch.Tensor:
         if index is not None:
             raise ValueError("a packed weight has no expert dimension")
-        return self.packed.to_dense()  # rare (tests, code reading weights): a fresh [out, in] copy
+        return self.dense()  # rare (tests, code reading weights): a fresh [out, in] copy
+
+    def dense(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class PackedLinearMethod(_PrepackedMethod):
+    """Applies a plain weight held in oneDNN's blocked layout (an opaque mkldnn tensor)."""
+
+    def __init__(self, packed: torch.Tensor):
+        self.packed = packed
+        ops = torch.ops.mkldnn._linear_pointwise  # the overloads, not the packet: it resolves one per call
+        self._linear, self._linear_add = ops.default, ops.binary
+
+    def dense(self) -> torch.Tensor:
+        return self.packed.to_dense()
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         bias = layer.bias if layer.has_bias else None
@@ -100,7 +111,7 @@ class PackedLinearMethod(LinearMethod):
         return "PackedLinearMethod(onednn)"
 
 
-class PanelLinearMethod(LinearMethod):
+class PanelLinearMethod(_PrepackedMethod):
     """Applies a float32 weight held as fdot.cpp's panels (kernelbay_engine.native): AVX-512 FMA, float32 in and
     out. Each output is the FMA chain over K in order, so a row's result does not depend on its batch."""
 
@@ -116,16 +127,8 @@ class PanelLinearMethod(LinearMethod):
         # what native code calling fdot itself takes (layers/fused.py): qdot's (codes, d, m, bits, n) shape
         self.native = (self.panels, _UNUSED, _UNUSED, 32, self.out_features)
 
-    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
-        raise RuntimeError("PanelLinearMethod is set by prepack_linear_weights on loaded layers only")
-
-    def param_names(self, layer: Linear) -> tuple[str, ...]:
-        return ("bias",) if layer.has_bias else ()
-
-    def weight(self, layer: Linear, index=None) -> torch.Tensor:
-        if index is not None:
-            raise ValueError("a packed weight has no expert dimension")
-        return self.panels.transpose(1, 2).reshape(-1, self.in_features)[: self.out_features]  # a fresh copy
+    def dense(self) -> torch.Tensor:
+        return self.panels.transpose(1, 2).reshape(-1, self.in_features)[: self.out_features]
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         bias = layer.bias if layer.has_bias else None
