@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -45,7 +45,7 @@ from kernelbay_engine.models.quant import LinearMethod, UnquantizedLinearMethod
 from kernelbay_engine.native import tracked
 
 POLICIES = ("auto", "always", "never")
-FORMS = ("fdot", "onednn")  # the packed forms, in the order "always" prefers them
+FORMS = ("fdot", "onednn")  # the packed forms (_FORMS), in the order "always" prefers them
 # Below this many weight elements a matmul costs microseconds and its form does not matter.
 MIN_AUTO_NUMEL = 1 << 18
 _TRIALS = 5
@@ -118,9 +118,11 @@ class PanelLinearMethod(_PrepackedMethod):
     def __init__(self, weight: torch.Tensor):
         from kernelbay_engine import native
 
+        ok, reason = fdot_available()
+        if not ok:
+            raise RuntimeError(f"the fdot form needs the native ops on an AVX-512 CPU: {reason}")
         ops = native.ops()
-        if ops is None or not ops.fdot_supported():
-            raise RuntimeError(f"the fdot form needs the native ops on an AVX-512 CPU: {fdot_available()[1]}")
+        assert ops is not None  # fdot_available loaded it
         self.out_features, self.in_features = weight.shape
         self.panels = ops.fdot_pack(weight.detach())
         self._fdot = ops.fdot
@@ -184,7 +186,7 @@ def fdot_available() -> tuple[bool, str]:
 
 def form_available(name: str) -> tuple[bool, str]:
     """Whether the packed form `name` (one of FORMS) can run here, and why not."""
-    return {"fdot": fdot_available, "onednn": prepacking_available}[name]()
+    return _FORMS[name].available()
 
 
 def prepack_linear_weights(
@@ -194,8 +196,8 @@ def prepack_linear_weights(
 
     rows: the row counts the model will run (e.g. 1 and the decode batch); "auto" packs a layer in the form fastest
     summed over them (the first of `forms` unless another beats it by FORM_MARGIN), unless dense is faster than it by
-    more than PACKED_MARGIN; "always" in the first of `forms` the
-    layer can take. Call after the weights are loaded; a packed layer cannot load again.
+    more than PACKED_MARGIN; "always" in the first of `forms` the layer can take. Call after the weights are loaded;
+    a packed layer cannot load again.
     """
     if policy not in POLICIES:
         raise ValueError(f"prepack policy must be one of {', '.join(POLICIES)}; got {policy!r}")
@@ -269,14 +271,14 @@ def _ineligible(layer: Linear, shared: set[int]) -> str | None:
 
 
 def _forms_for(layer: Linear, available: dict[str, tuple[bool, str]]) -> list[str]:
-    return [name for name, (ok, _) in available.items() if ok and layer.weight.dtype in _FORM_DTYPES[name]()]
+    return [name for name, (ok, _) in available.items() if ok and layer.weight.dtype in _FORMS[name].dtypes()]
 
 
 def _refusal(name: str, layer: Linear, available: dict[str, tuple[bool, str]]) -> str:
     ok, reason = available[name]
     if not ok:
         return reason
-    dtypes = " and ".join(map(str, _FORM_DTYPES[name]()))
+    dtypes = " and ".join(map(str, _FORMS[name].dtypes()))
     return f"weight dtype {layer.weight.dtype}: this form packs {dtypes} only"
 
 
@@ -284,9 +286,6 @@ def _onednn_dtypes() -> tuple[torch.dtype, ...]:
     from kernelbay_engine.quant.kernels import BF16_FEATURES, cpu_flags
 
     return (torch.float32, torch.bfloat16) if cpu_flags() & set(BF16_FEATURES) else (torch.float32,)
-
-
-_FORM_DTYPES = {"fdot": lambda: (torch.float32,), "onednn": _onednn_dtypes}
 
 
 def _decide(
@@ -301,14 +300,15 @@ def _decide(
     xs = [torch.randn(n, layer.in_features, dtype=layer.weight.dtype) for n in sorted(set(rows))]
     ms = {"dense": sum(_best_ms(partial(_dense_product, layer.weight, bias, x), flush) for x in xs)}
     refused = []
+    trial_layer = _BiasOnly(bias)
     for name in takes:  # one trial copy at a time: a large weight (the LM head) is held at most twice
         try:
-            product = _FORM_PRODUCT[name](layer.weight, bias)
+            trial = _FORMS[name].method(layer.weight)
         except RuntimeError as exc:
             refused.append(f"{name} cannot pack it here: {exc}")
             continue
-        ms[name] = sum(_best_ms(partial(product, x), flush) for x in xs)
-        del product
+        ms[name] = sum(_best_ms(partial(trial.apply, trial_layer, x), flush) for x in xs)  # type: ignore[arg-type,misc]
+        del trial
     report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = ms
     packed = [name for name in ms if name != "dense"]
     if not packed:
@@ -330,18 +330,10 @@ def _dense_product(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Ten
     return dense_linear(x, weight, bias)
 
 
-def _onednn_product(weight: torch.Tensor, bias: torch.Tensor | None):
-    packed = _reorder(weight)
-    return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-
-def _fdot_product(weight: torch.Tensor, bias: torch.Tensor | None):
-    method, layer = PanelLinearMethod(weight), _BiasOnly(bias)
-    return lambda x: method.apply(layer, x)  # type: ignore[arg-type]  (apply reads has_bias and bias only)
-
-
 @dataclass
 class _BiasOnly:
+    """What a method's apply reads of its layer, for the timing trials."""
+
     bias: torch.Tensor | None
 
     @property
@@ -349,13 +341,22 @@ class _BiasOnly:
         return self.bias is not None
 
 
-_FORM_PRODUCT = {"fdot": _fdot_product, "onednn": _onednn_product}
-_FORM_METHOD = {"fdot": PanelLinearMethod, "onednn": lambda w: PackedLinearMethod(_reorder(w))}
+@dataclass(frozen=True)
+class _Form:
+    available: Callable[[], tuple[bool, str]]
+    dtypes: Callable[[], tuple[torch.dtype, ...]]
+    method: Callable[[torch.Tensor], _PrepackedMethod]  # the packed method of a dense [out, in] weight
+
+
+_FORMS = {
+    "fdot": _Form(fdot_available, lambda: (torch.float32,), PanelLinearMethod),
+    "onednn": _Form(prepacking_available, _onednn_dtypes, lambda w: PackedLinearMethod(_reorder(w))),
+}
 
 
 def _pack(layer: Linear, form: str) -> str | None:
     try:
-        method = _FORM_METHOD[form](layer.weight)
+        method = _FORMS[form].method(layer.weight)
     except RuntimeError as exc:
         return f"{form} cannot pack it here: {exc}"
     layer.method = method

@@ -22,7 +22,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;   // outputs a panel
 constexpr int64_t kPanels = 2;   // panels a tile: with 8 rows, 16 accumulators
-constexpr int64_t kAhead = 64;   // panel rows (64 bytes each) prefetched ahead of each stream: best of 8-64
+constexpr int64_t kAhead = 64;   // panel rows (64 bytes each) prefetched ahead of each stream: 8-128 tried
 
 template <int Rows, int Panels>
 KB_FMA_TARGET void tile(const float* x, const float* w, int64_t k, int64_t p0, int64_t r0, int64_t n, float* y) {
@@ -62,8 +62,8 @@ void panel_tile(const float* x, const float* w, int64_t rows, int64_t k, int64_t
 
 // Memory for a large weight on 2 MiB pages where the kernel grants them (transparent huge pages in "madvise" mode):
 // a weight streamed from memory every step then costs a TLB miss per 2 MiB rather than per 4 KiB, and the
-// prefetchers' 4 KiB page limit stops mattering. SmolLM2-135M's 30 layers at one row: 7.9 ms best / 8.8 median
-// against 9.0 / 9.8 on 4 KiB pages. Only advice: where refused, the same memory on 4 KiB pages.
+// prefetchers' 4 KiB page limit stops mattering. SmolLM2-135M's 30 layers at one row, a scratch A/B on the same
+// panels: 7.9 ms best / 8.8 median against 9.0 / 9.8 on 4 KiB pages. Only advice: where refused, the same memory on 4 KiB pages.
 constexpr size_t kHugePage = size_t{2} << 20;
 
 at::Tensor empty_on_huge_pages(at::IntArrayRef sizes) {
