@@ -1,12 +1,14 @@
 """Start-up cost of the plugin host with 20 plugin distributions x 50 architectures installed.
 
-    .venv/bin/python benchmarks/startup.py [--plugins 20] [--archs 50] [--repeat 21]
+    .venv/bin/python benchmarks/startup.py [--plugins 20] [--archs 50] [--one-module 2000] [--repeat 21]
 
 Generates real installed distributions (dist-info with METADATA and entry_points.txt) into a
 temporary site directory, then times, interleaved in one run against a bare `python -c pass`:
 `import kernelbay`, `kernelbay plugins --json` listing every architecture, and resolving one
-architecture (checking that exactly one provider module is imported). Reports medians, with
-bytecode caching on (as after any normal install) and one warm-up run per case.
+architecture (checking that exactly one provider module is imported). A second site holds one
+distribution whose one module registers `--one-module` architectures: resolving one of them
+imports it, so that case times the registry taking that many registrations at once. Reports
+medians, with bytecode caching on (as after any normal install) and one warm-up run per case.
 """
 
 from __future__ import annotations
@@ -52,18 +54,21 @@ from kernelbay import resolve
 resolve("model", "Bench07Arch13ForCausalLM")
 print(",".join(sorted(m for m in sys.modules if m.startswith("kbbench_") and m.count(".") == 1)))
 """
+RESOLVE_ONE_MODULE = 'from kernelbay import resolve; resolve("model", "Bench99Arch13ForCausalLM")'
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plugins", type=int, default=20)
     parser.add_argument("--archs", type=int, default=50)
+    parser.add_argument("--one-module", type=int, default=2000, help="architectures one provider module registers")
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp_one:
         site = Path(tmp)
         for i in range(args.plugins):
             write_distribution(site, i, args.archs)
+        write_distribution(Path(tmp_one), 99, args.one_module)
         # Bytecode caches on, as in any normal install (this machine's shell sets PYTHONDONTWRITEBYTECODE,
         # which would make every run recompile kernelbay's sources); the warm-up below writes them.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(site)}
@@ -82,17 +87,20 @@ def main() -> None:
             "`import kernelbay`": [py, "-c", "import kernelbay"],
             f"`kernelbay plugins --json` ({listed} archs)": [py, "-m", "kernelbay.cli", "plugins", "--json"],
         }
-        for cmd in cases.values():
-            time_command(cmd, env)  # warm-up: page cache and __pycache__
+        one_module = f"resolving one of {args.one_module} archs one module registers"
+        envs = dict.fromkeys(cases, env) | {one_module: env | {"PYTHONPATH": tmp_one}}
+        cases[one_module] = [py, "-c", RESOLVE_ONE_MODULE]
+        for name, cmd in cases.items():
+            time_command(cmd, envs[name])  # warm-up: page cache and __pycache__
         samples = {k: [] for k in cases}
         for _ in range(args.repeat):  # interleaved so machine noise hits every case alike
             for name, cmd in cases.items():
-                samples[name].append(time_command(cmd, env))
+                samples[name].append(time_command(cmd, envs[name]))
         bare = statistics.median(samples["bare `python -c pass`"])
         print(f"{args.plugins} distributions x {args.archs} architectures; median of {args.repeat} runs")
         for name, xs in samples.items():
             med = statistics.median(xs)
-            print(f"  {name:<45} {med:7.1f} ms   (+{med - bare:6.1f} ms over bare)")
+            print(f"  {name:<52} {med:7.1f} ms   (+{med - bare:6.1f} ms over bare)")
         print(f"  resolving Bench07Arch13ForCausalLM imported provider modules: {imported}")
 
 

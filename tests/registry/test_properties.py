@@ -89,3 +89,25 @@ def test_rebuild_equals_live_state_after_any_sequence(sequence):
         replayed.record(r.provider, [(r.kind, r.name, r.target)])
     reg.rebuild()
     assert _slots(reg) == live == _slots(replayed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops, st.integers(0, 2))
+def test_slots_by_key_stay_in_step_with_the_log(sequence, variants):
+    """Slots are read from the log grouped by key; after any sequence (a provider claiming a name again with
+    another target included) they equal what the log itself gives, slot for slot, and one key alone reads the
+    same slot."""
+    reg = _empty_registry()
+    for step, (op, provider, name) in enumerate(sequence):
+        if op == "register":
+            target = f"{provider.module}:{name}{step % (variants + 1)}"
+            reg.record(provider, [("model", name, target)])
+        elif op == "unregister":
+            reg.unregister_provider(provider.module)
+        else:
+            reg.rebuild()
+    from_log = reg._slots(claims=reg.log())
+    assert reg._slots() == from_log
+    for key, slot in from_log.items():
+        assert reg._slots(key) == {key: slot}
+    assert all(reg._slots(("model", name)) == {} for name in NAMES if ("model", name) not in from_log)

@@ -58,6 +58,8 @@ class Discovery:
         self.unknown_filter_names: list[str] = []
         self.env_problems: list[str] = []  # malformed KERNELBAY_* values, in words
         self._by_group: dict[str, list[EntryPointRecord]] | None = None
+        self._by_name: dict[tuple[str, str], list[EntryPointRecord]] | None = None
+        self._modules: set[str] | None = None
 
     def in_group(self, group: str) -> list[EntryPointRecord]:
         if self._by_group is None:
@@ -65,6 +67,20 @@ class Discovery:
             for e in self.entries:
                 self._by_group.setdefault(e.group, []).append(e)
         return self._by_group.get(group, [])
+
+    def named(self, group: str, name: str) -> list[EntryPointRecord]:
+        """The entry points called `name` in `group` (resolving each of 1,000 names stays linear)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for e in self.entries:
+                self._by_name.setdefault((e.group, e.name), []).append(e)
+        return self._by_name.get((group, name), [])
+
+    def names_module(self, module: str) -> bool:
+        """Whether an entry point names `module` (asked once per registration a provider's import makes)."""
+        if self._modules is None:
+            self._modules = {e.module for e in self.entries}
+        return module in self._modules
 
     def findings(self) -> list[str]:
         out = list(self.env_problems)

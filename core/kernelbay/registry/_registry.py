@@ -57,6 +57,7 @@ class Registry:
         self._discovery = discovery
         self._indexed = False
         self._log: dict[str, list[Registration]] = {}  # provider module -> its registrations; slots derive from it
+        self._claims: dict[tuple[str, str], list[Registration]] = {}  # the log by slot key, kept in step with it
         self._objects: dict[str, object] = {}  # target -> the object registered (a local class has no import path)
         self._resolved: dict[tuple[str, str], object] = {}
         self._broken: dict[str, BrokenProvider] = {}
@@ -79,7 +80,7 @@ class Registry:
             return self._discovery
 
     def index_entries(self, kind: str, name: str) -> list[EntryPointRecord]:
-        return [e for e in self.discovery().in_group(INDEX_GROUP[kind]) if e.name == name]
+        return self.discovery().named(INDEX_GROUP[kind], name)
 
     def names(self, kind: str) -> list[str]:
         """Every name known for `kind` (index + registered), without importing anything."""
@@ -105,7 +106,7 @@ class Registry:
         frame = frames[-1] if frames and _top(frames[-1].provider.module) == _top(owner) else None
         if frame is not None:
             outer = frame.provider
-            sibling = owner != outer.module and any(e.module == owner for e in self.discovery().entries)
+            sibling = owner != outer.module and self.discovery().names_module(owner)
             return frame, outer._replace(module=owner) if sibling else outer
         for info in sorted(self.discovery().plugins.values(), key=lambda info: info.refused is not None):
             if _top(owner) in {_top(m) for m in info.modules}:
@@ -161,8 +162,10 @@ class Registry:
     def _commit(self, provider: Provider, regs: list[Registration]) -> None:
         entries = self._log.setdefault(provider.module, [])
         for reg in regs:
-            if reg not in entries:
+            claims = self._claims.setdefault(reg.key, [])
+            if reg not in claims:  # a key's claims, not the whole log: one provider's 2,000 names stay linear
                 entries.append(reg)
+                claims.append(reg)
                 trace("register %s %r -> %s by %s", reg.kind, reg.name, reg.target, provider.describe())
         self._unloaded.discard(provider.module)
         for key in {r.key for r in regs}:
@@ -188,10 +191,13 @@ class Registry:
     ) -> dict[tuple[str, str], Slot]:
         """Slots (or the one slot `only`) as the precedence rule derives them from `claims`, the log by default:
         never stored, the log is the state. A key whose claims leave no winner and no conflict has no slot."""
-        by_key: dict[tuple[str, str], list[Registration]] = {}
-        for reg in (r for regs in self._log.values() for r in regs) if claims is None else claims:
-            if only is None or reg.key == only:
-                by_key.setdefault(reg.key, []).append(reg)
+        if claims is None:  # the log's claims by key (each provider's in its order, all `decide` reads of order)
+            by_key = self._claims if only is None else {only: self._claims.get(only, [])}
+        else:
+            by_key = {}
+            for reg in claims:
+                if only is None or reg.key == only:
+                    by_key.setdefault(reg.key, []).append(reg)
         slots = {key: decide(*key, regs, self._prefs) for key, regs in by_key.items()}
         return {key: slot for key, slot in slots.items() if slot.winner is not None or slot.conflict}
 
@@ -422,6 +428,12 @@ class Registry:
         """Remove a provider's registrations; the slots it held go back to whoever else claims them."""
         with self._lock:
             removed = self._log.pop(module, [])
+            for key in {r.key for r in removed}:
+                kept = [r for r in self._claims[key] if r.provider.module != module]
+                if kept:
+                    self._claims[key] = kept
+                else:
+                    del self._claims[key]
             self._unloaded.add(module)
             # an unregistered custom dir can be loaded again: forget its path and its imported modules
             for path in [p for p, m in self.custom_paths.items() if m == module]:
@@ -475,12 +487,15 @@ class Registry:
 _IMPORT_TIME: dict[str, list[tuple[Registration, object | None]]] = {}
 
 
+_REMEMBERED: set[tuple[Registration, int]] = set()  # (registration, id of its object): what _IMPORT_TIME holds
+
+
 def _remember_import_time(regs: list[Registration], objects: dict[str, object]) -> None:
     for reg in regs:
-        entries = _IMPORT_TIME.setdefault(reg.provider.module, [])
-        item = (reg, objects.get(reg.target))
-        if item not in entries:
-            entries.append(item)
+        obj = objects.get(reg.target)
+        if (reg, id(obj)) not in _REMEMBERED:  # the objects stay referenced here, so their ids are not reused
+            _REMEMBERED.add((reg, id(obj)))
+            _IMPORT_TIME.setdefault(reg.provider.module, []).append((reg, obj))
 
 
 def _check_origin(origin: str) -> str:
