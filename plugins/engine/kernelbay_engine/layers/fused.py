@@ -96,7 +96,7 @@ def native_block(
     if p.interleaved or p.rotary_dim != head_dim:
         return None
     methods = (qkv.method, o.method, mlp.gate_up_proj.method, mlp.down_proj.method)
-    packed = [layer.method.native for layer in linears]  # type: ignore[union-attr]  (checked above)
+    packed = [layer.method.native for layer in linears]  # type: ignore[union-attr]  # checked above
     in_args = (input_norm.weight, input_norm.eps, *packed[0], heads, kv_heads)
     out_args = (*packed[1], post_norm.weight, post_norm.eps, *packed[2], *packed[3])
     return NativeDecoderBlock(

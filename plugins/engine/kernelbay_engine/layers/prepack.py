@@ -230,7 +230,7 @@ def prepack_linear_weights(
         why_not = decision.reason if decision.form is None else _pack(layer, decision.form)
         if why_not is None:
             report.packed.append(path)
-            report.forms[path] = decision.form  # type: ignore[assignment]  (packed: a form)
+            report.forms[path] = decision.form  # type: ignore[assignment]  # packed: a form
         else:
             report.skipped[path] = why_not
     return report

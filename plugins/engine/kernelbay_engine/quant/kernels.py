@@ -244,7 +244,7 @@ class NativeDotKernel(LinearKernel):
         from kernelbay_engine import native
 
         codes, d, m = _dot_layout(weight)
-        qdot, bits = native.ops().qdot, weight.bits  # type: ignore[union-attr]  (is_available said it loads)
+        qdot, bits = native.ops().qdot, weight.bits  # type: ignore[union-attr]  # is_available said it loads
         nbytes = codes.numel() + d.numel() * 2 + m.numel() * 2
 
         def run(x: torch.Tensor) -> torch.Tensor:  # qdot reads rows in place: a strided view is copied first
