@@ -191,8 +191,10 @@ class Registry:
     ) -> dict[tuple[str, str], Slot]:
         """Slots (or the one slot `only`) as the precedence rule derives them from `claims`, the log by default:
         never stored, the log is the state. A key whose claims leave no winner and no conflict has no slot."""
-        if claims is None:  # the log's claims by key (each provider's in its order, all `decide` reads of order)
-            by_key = self._claims if only is None else {only: self._claims.get(only, [])}
+        by_key: dict[tuple[str, str], list[Registration]]
+        if claims is None:  # the log's claims by key (each provider's in its order, all `decide` reads of order);
+            # a copy: a reader outside the lock must not see the dict change size while it iterates
+            by_key = dict(self._claims) if only is None else {only: self._claims.get(only, [])}
         else:
             by_key = {}
             for reg in claims:
