@@ -82,20 +82,22 @@ def main() -> None:
         imported = subprocess.run(
             [py, "-c", RESOLVE], env=env, check=True, capture_output=True, text=True
         ).stdout.strip()
-        cases = {
-            "bare `python -c pass`": [py, "-c", "pass"],
-            "`import kernelbay`": [py, "-c", "import kernelbay"],
-            f"`kernelbay plugins --json` ({listed} archs)": [py, "-m", "kernelbay.cli", "plugins", "--json"],
+        one_site = env | {"PYTHONPATH": tmp_one}
+        cases = {  # name -> (command, environment)
+            "bare `python -c pass`": ([py, "-c", "pass"], env),
+            "`import kernelbay`": ([py, "-c", "import kernelbay"], env),
+            f"`kernelbay plugins --json` ({listed} archs)": ([py, "-m", "kernelbay.cli", "plugins", "--json"], env),
+            f"resolving one of {args.one_module} archs one module registers": (
+                [py, "-c", RESOLVE_ONE_MODULE],
+                one_site,
+            ),
         }
-        one_module = f"resolving one of {args.one_module} archs one module registers"
-        envs = dict.fromkeys(cases, env) | {one_module: env | {"PYTHONPATH": tmp_one}}
-        cases[one_module] = [py, "-c", RESOLVE_ONE_MODULE]
-        for name, cmd in cases.items():
-            time_command(cmd, envs[name])  # warm-up: page cache and __pycache__
+        for cmd, cmd_env in cases.values():
+            time_command(cmd, cmd_env)  # warm-up: page cache and __pycache__
         samples = {k: [] for k in cases}
         for _ in range(args.repeat):  # interleaved so machine noise hits every case alike
-            for name, cmd in cases.items():
-                samples[name].append(time_command(cmd, envs[name]))
+            for name, (cmd, cmd_env) in cases.items():
+                samples[name].append(time_command(cmd, cmd_env))
         bare = statistics.median(samples["bare `python -c pass`"])
         print(f"{args.plugins} distributions x {args.archs} architectures; median of {args.repeat} runs")
         for name, xs in samples.items():

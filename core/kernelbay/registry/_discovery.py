@@ -57,29 +57,37 @@ class Discovery:
         self.entries: list[EntryPointRecord] = []
         self.unknown_filter_names: list[str] = []
         self.env_problems: list[str] = []  # malformed KERNELBAY_* values, in words
-        self._by_group: dict[str, list[EntryPointRecord]] | None = None
-        self._by_name: dict[tuple[str, str], list[EntryPointRecord]] | None = None
-        self._modules: set[str] | None = None
+        # the entries indexed on first use, so that resolving each of 1,000 names, or each registration a
+        # provider's import makes, stays linear
+        self._by_group: dict[str, list[EntryPointRecord]] = {}
+        self._by_name: dict[tuple[str, str], list[EntryPointRecord]] = {}
+        self._modules: set[str] = set()
+        self._indexed = False
+
+    def _index(self) -> None:
+        if self._indexed:
+            return
+        by_group: dict[str, list[EntryPointRecord]] = {}
+        by_name: dict[tuple[str, str], list[EntryPointRecord]] = {}
+        for e in self.entries:
+            by_group.setdefault(e.group, []).append(e)
+            by_name.setdefault((e.group, e.name), []).append(e)
+        # built whole, then published: a reader in another thread sees no index or all of it
+        self._by_group, self._by_name, self._modules = by_group, by_name, {e.module for e in self.entries}
+        self._indexed = True
 
     def in_group(self, group: str) -> list[EntryPointRecord]:
-        if self._by_group is None:
-            self._by_group = {}
-            for e in self.entries:
-                self._by_group.setdefault(e.group, []).append(e)
+        self._index()
         return self._by_group.get(group, [])
 
     def named(self, group: str, name: str) -> list[EntryPointRecord]:
-        """The entry points called `name` in `group` (resolving each of 1,000 names stays linear)."""
-        if self._by_name is None:
-            self._by_name = {}
-            for e in self.entries:
-                self._by_name.setdefault((e.group, e.name), []).append(e)
+        """The entry points called `name` in `group`."""
+        self._index()
         return self._by_name.get((group, name), [])
 
     def names_module(self, module: str) -> bool:
-        """Whether an entry point names `module` (asked once per registration a provider's import makes)."""
-        if self._modules is None:
-            self._modules = {e.module for e in self.entries}
+        """Whether an entry point names `module`."""
+        self._index()
         return module in self._modules
 
     def findings(self) -> list[str]:
