@@ -45,7 +45,7 @@ which, folder = sys.argv[1], sys.argv[2]
 # Baseline: libraries imported, config parsed, model code imported -- everything but the weights.
 if which.startswith("kernelbay"):
     from kernelbay import resolve
-    from kernelbay.config import ModelConfig
+    from kernelbay_engine.config import ModelConfig
     from kernelbay_engine import AutoModelForCausalLM
     import kernelbay.attention
     resolve("model", ModelConfig.from_pretrained(folder).architecture)

@@ -7,13 +7,13 @@ Table of contents (everything heavy is imported on first use, never by `import k
   `load_custom_module_dirs` (`kernelbay.registry` for the log, provenance, rebuild, export);
 - errors: `KernelbayError`, `RegistrationConflict`, `UnknownNameError`, `PluginImportError`,
   `ConfigError`, `NoTarget` (`kernelbay.errors`);
-- configs: `ModelConfig` (`kernelbay.config`); architectures by name: `from kernelbay.models import X`;
+- architectures by name: `from kernelbay.models import X`;
 - attention: `AttentionBackend`, `select_attention_backend` (`kernelbay.attention`);
 - MoE kernels: `MoEBackend`, `select_moe_backend` (`kernelbay.moe`);
 - the conformance kit: `kernelbay.testing`, `kernelbay check-backend NAME`.
 
-The runtime (`LLM`, `SamplingParams`, `AutoModelForCausalLM`, layers, loading) is the separate
-distribution kernelbay-engine: `from kernelbay_engine import LLM, SamplingParams`.
+The runtime (`LLM`, `SamplingParams`, `AutoModelForCausalLM`, config resolution, layers, loading, `run` and
+`explain`) is the separate distribution kernelbay-engine: `from kernelbay_engine import LLM, SamplingParams`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ _LAZY = {
         ),
         "kernelbay.registry",
     ),
-    "ModelConfig": "kernelbay.config",
     "AttentionBackend": "kernelbay.attention",
     "select_attention_backend": "kernelbay.attention",
     "MoEBackend": "kernelbay.moe",
@@ -51,7 +50,10 @@ _LAZY = {
 
 
 # Names the runtime distribution provides: asking the core for them says where they live.
-_RUNTIME = frozenset({"LLM", "SamplingParams", "AutoModelForCausalLM"})
+_RUNTIME = {
+    **dict.fromkeys(("LLM", "SamplingParams", "AutoModelForCausalLM"), "kernelbay_engine"),
+    "ModelConfig": "kernelbay_engine.config",
+}
 _lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY)
 
 
@@ -59,7 +61,7 @@ def __getattr__(name: str):
     if name in _RUNTIME:
         raise AttributeError(
             f"kernelbay is the contract only; {name} is the runtime's: pip install kernelbay-engine, "
-            f"then `from kernelbay_engine import {name}`"
+            f"then `from {_RUNTIME[name]} import {name}`"
         )
     return _lazy_getattr(name)
 

@@ -1,7 +1,9 @@
-"""pluggy hooks for what is not a slot: config validation rules, model-type (family) config rules.
+"""pluggy hooks for what is not a slot: the core hosts them, the distribution that calls a hook declares it.
 
-Plugins implement `register_*(register)` callbacks; the core owns collection and provenance.
-Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call, not at import::
+Plugins implement `register_*(register)` callbacks; the core owns collection and provenance. The core declares
+`register_config_rules`; a distribution declares its own with `declare_hooks(Specs)` (kernelbay-engine:
+`register_model_type_rules`). Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call,
+not at import::
 
     from kernelbay.hooks import hookimpl
 
@@ -33,17 +35,6 @@ class HookSpecs:
     def register_config_rules(self, register):
         """Call `register(rule)`; `rule(options) -> list[str]` returns every violation it finds."""
 
-    @hookspec
-    def register_model_type_rules(self, register):
-        """Call `register(model_types, **rules)`: how configs of those model_types resolve what config.json
-        leaves implicit (rule points: `kernelbay.config.RULE_POINTS`)."""
-
-    @hookspec
-    def register_explain_sections(self, register):
-        """Call `register(name, section)`; `section(config, options) -> dict | None` becomes `explain`'s
-        `sections[name]` (`options`: memory, quantization, backend, kv_cache_dtype, moe_backend, model_impl, and
-        the slot resolved: kind, name); its `lines` are the text's."""
-
 
 # A hook plugin that failed to import: listed (doctor, a warning), never fatal.
 BrokenHookPlugin = namedtuple("BrokenHookPlugin", "name distribution cause")
@@ -53,6 +44,7 @@ _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
 _broken: list[BrokenHookPlugin] = []
 _providers: dict[str, Provider] = {}  # hook plugin name -> its entry point's provider
+_declared: set[type] = set()  # hook specification classes declared by distributions (declare_hooks)
 
 
 def _load_entry_point_plugins(pm: pluggy.PluginManager) -> None:
@@ -81,6 +73,16 @@ def plugin_manager() -> pluggy.PluginManager:
             _load_entry_point_plugins(pm)
             _manager = pm
         return _manager
+
+
+def declare_hooks(specs: type) -> None:
+    """Add a distribution's hook specifications (a class of `@hookspec` methods) to the process's manager, once:
+    implementations are then checked against them. The distribution calling a hook declares it before."""
+    pm = plugin_manager()
+    with _lock:
+        if specs not in _declared:
+            pm.add_hookspecs(specs)
+            _declared.add(specs)
 
 
 def broken_hook_plugins() -> list[BrokenHookPlugin]:
@@ -125,5 +127,6 @@ def reset_hooks() -> None:
     global _manager
     with _lock:
         _manager = None
+        _declared.clear()
         _broken.clear()
         _providers.clear()

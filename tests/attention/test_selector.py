@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pytest
 
@@ -13,7 +12,6 @@ from kernelbay.attention import (
     NoCapableBackend,
     select_attention_backend,
     select_for_layer_groups,
-    select_for_model,
 )
 from kernelbay.errors import UnknownNameError
 from kernelbay.registry import register_attention_backend
@@ -175,42 +173,3 @@ def test_requested_backend_must_fit_every_group(fresh_registry):
         select_for_layer_groups({"full": FULL, "softcap": SOFTCAP}, requested="SDPA", platform=FakePlatform("SDPA"))
 
 
-@dataclass(frozen=True)
-class StandInConfig:
-    """The ModelConfig fields from_model_config reads (see the shared contract)."""
-
-    head_dim: int = 256
-    dtype: str = "bfloat16"
-    mla: object = None
-    attn_logit_softcapping: float | None = 50.0
-    layer_kinds: tuple = (("sliding_attention", (0, 2)), ("full_attention", (1, 3)), ("no_attention", (4,)))
-
-    def layer_groups(self):
-        return list(self.layer_kinds)
-
-
-def test_requirements_from_model_config():
-    """Kinds, soft-cap, MLA head size and sparse kinds come from the config; no_attention is refused."""
-    req = AttentionRequirements.from_model_config(StandInConfig(), "sliding_attention", kv_cache_dtype="fp8")
-    assert (req.head_size, req.dtype, req.kv_cache_dtype, req.sliding_window, req.logit_softcap) == (
-        256,
-        "bfloat16",
-        "fp8_e4m3",
-        True,
-        True,
-    )
-    mla = StandInConfig(
-        mla=type("G", (), {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64})(), attn_logit_softcapping=None
-    )
-    req = AttentionRequirements.from_model_config(mla, "indexed_attention")
-    assert (req.head_size, req.use_mla, req.sparse_mode) == (192, True, "dsa")
-    assert hash(req) == hash(AttentionRequirements.from_model_config(mla, "indexed_attention"))
-    with pytest.raises(ValueError, match="no_attention layers have no attention backend"):
-        AttentionRequirements.from_model_config(StandInConfig(), "no_attention")
-
-
-def test_select_for_model_skips_cacheless_layers(fresh_registry):
-    """A Gemma-2-like config gets one backend for both its groups; the no_attention group is skipped."""
-    sel = select_for_model(StandInConfig(), platform=FakePlatform("SDPA", "VANILLA"))
-    assert [name for name, _ in sel.groups] == ["sliding_attention", "full_attention"]
-    assert sel.shared and sel.backend_for("full_attention").backend_name == "VANILLA"

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from kernelbay.cli import main
-from kernelbay.explain import compact_layers
+from kernelbay_engine.explain.document import compact_layers
 from tests._explain_schema import keys, validate
 
 from .conftest import CONFIGS, REPO, run_cli
@@ -82,9 +82,9 @@ def test_kv_dtype_changes_the_budget():
 def test_unsupported_architecture_matches_the_api_error():
     """The CLI prints the same message AutoModelForCausalLM raises, and exits 6 (native implementations only:
     the transformers fallback would serve this architecture)."""
-    from kernelbay.config import ModelConfig
     from kernelbay.errors import UnknownNameError
     from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.config import ModelConfig
 
     folder = CONFIGS / "phi-3-small-8k-instruct"
     with pytest.raises(UnknownNameError) as api:
@@ -162,18 +162,19 @@ def test_tokens_that_fit_counts_whole_blocks():
     assert "kv_memory" not in json.loads(explain_in_process(str(CONFIGS / "gemma-2-2b"), "--json")[1])["sections"]
 
 
-def test_an_option_no_installed_section_answers_is_refused():
-    """Without kernelbay-engine's explain sections, --memory and --quantization are errors, not ignored."""
-    from kernelbay.hooks import plugin_manager, reset_hooks
+def test_explain_without_the_engine_names_the_distribution(monkeypatch):
+    """With kernelbay-engine left out, `kernelbay explain` is an error naming the distribution to install."""
+    from kernelbay.registry import default_registry, reset_registry
 
-    plugin_manager().unregister(name="engine-explain")
+    monkeypatch.setenv("KERNELBAY_DISABLE_PLUGINS", "kernelbay-engine")
+    previous = default_registry()
+    reset_registry()  # discovery reads the variable
     try:
-        for option in (("--memory", "1"), ("--quantization", "int8")):
-            code, _, err = explain_in_process(str(CONFIGS / "gemma-2-2b"), *option)
-            assert code == 1 and f"{option[0]} is answered by the" in err and "install kernelbay-engine" in err, err
-        assert explain_in_process(str(CONFIGS / "gemma-2-2b"))[0] == 0
+        code, _, err = explain_in_process(str(CONFIGS / "gemma-2-2b"))
     finally:
-        reset_hooks()
+        reset_registry(previous)
+    assert code == 1 and "`kernelbay explain` is provided by kernelbay-engine" in err, err
+    assert "pip install kernelbay-engine" in err
 
 
 def test_text_output_shows_how_defaults_and_quirks_were_resolved():

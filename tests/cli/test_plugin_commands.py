@@ -107,14 +107,36 @@ def test_a_broken_plugin_command_fails_only_itself_naming_the_cause(site):
     assert _main(site, "plugins", "--json").returncode == 0
 
 
+def _command_dist(folder: Path, name: str, command: str, module: str) -> None:
+    """A metadata-only distribution `name` 1.0 declaring `command = module:add` in `folder`."""
+    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f'[kernelbay.commands]\n{command} = "{module}:add"\n')
+
+
 def test_a_plugin_cannot_take_a_core_command(tmp_path, site):
-    """A plugin declaring `explain` is ignored with a line on stderr; the core's explain still answers."""
-    shadow = tmp_path / "kb_shadow-1.0.dist-info"
-    shadow.mkdir()
-    (shadow / "METADATA").write_text("Metadata-Version: 2.1\nName: kb-shadow\nVersion: 1.0\n")
-    (shadow / "entry_points.txt").write_text('[kernelbay.commands]\nexplain = "kb_shadow:add"\n')
-    env_site = f"{tmp_path}{os.pathsep}{site}"
-    done = _main(Path(env_site), "explain", "--help")
+    """A plugin declaring `doctor` is ignored with a line on stderr; the core's doctor still answers."""
+    _command_dist(tmp_path, "kb-shadow", "doctor", "kb_shadow")
+    done = _main(Path(f"{tmp_path}{os.pathsep}{site}"), "doctor", "--help")
     assert done.returncode == 0
-    assert "kb-shadow 1.0 declares the command 'explain', which is the core's own" in done.stderr
-    assert "config.json is needed" in done.stdout
+    assert "kb-shadow 1.0 declares the command 'doctor', which is the core's own" in done.stderr
+    assert "usage: kernelbay doctor" in done.stdout
+
+
+def test_an_external_command_displaces_the_engines_visibly(tmp_path, site):
+    """An external plugin's `explain` takes the command from kernelbay-engine, with a line naming both."""
+    (tmp_path / "kb_explain.py").write_text("def add(parser):\n    return lambda args: print('ours') or 0\n")
+    _command_dist(tmp_path, "kb-explain", "explain", "kb_explain")
+    done = _main(Path(f"{tmp_path}{os.pathsep}{site}"), "explain")
+    assert done.returncode == 0 and done.stdout.startswith("ours"), done.stdout + done.stderr
+    assert "the command 'explain' of kb-explain 1.0 (external) displaces kernelbay-engine" in done.stderr
+
+
+def test_two_external_commands_of_one_name_conflict(tmp_path, site):
+    """Two external plugins declaring `explain`: running it is an error naming both, never a silent last-wins."""
+    _command_dist(tmp_path, "kb-one", "explain", "kb_one")
+    _command_dist(tmp_path, "kb-two", "explain", "kb_two")
+    done = _main(Path(f"{tmp_path}{os.pathsep}{site}"), "explain")
+    assert done.returncode == 1 and "declared by kb-one 1.0 and kb-two 1.0" in done.stderr, done.stderr
+    assert _main(Path(f"{tmp_path}{os.pathsep}{site}"), "plugins").returncode == 0  # only that command fails

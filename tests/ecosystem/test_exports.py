@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("kernelbay.attention", "kernelbay.config", "kernelbay.moe", "kernelbay.registry")
+PACKAGES = ("kernelbay.attention", "kernelbay_engine.config", "kernelbay.moe", "kernelbay.registry")
 
 
 def _literal_all(module) -> list[str]:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kernelbay.errors import ConfigError
-from kernelbay.explain import explain_model
+from kernelbay_engine.explain import explain_model
 from tests._paths import REAL_CONFIGS as CONFIGS
 
 PATTERNS = ("mixtral*", "qwen1.5-moe*", "qwen3-*a3b*", "qwen3-235b*", "deepseek*", "gpt-oss*")

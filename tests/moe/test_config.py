@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError
+from kernelbay_engine.config import ModelConfig
 from tests._paths import REAL_CONFIGS as CONFIGS
 
 # (folder, experts, top-k, expert width, MoE layers, shared width, routing, renormalised, activation,

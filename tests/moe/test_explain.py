@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelbay.explain import explain_model, render_text
+from kernelbay_engine.explain import explain_model, render_text
 from tests._explain_schema import validate
 from tests._paths import REAL_CONFIGS as CONFIGS
 from tests.cli.test_explain import explain_in_process

@@ -4,7 +4,17 @@ and option validation. docs/guides/attention-backend-plugin.md is the vendor's r
 
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
 from ._capabilities import ANY, BACKEND_ENV, AttentionRequirements
-from ._geometry import SPARSE_DSA, SPARSE_NONE, AttentionGeometry, AttentionType, IndexerSpec, KVLayout, MLASpec
+from ._geometry import (
+    SPARSE_BLOCKSPARSE,
+    SPARSE_DSA,
+    SPARSE_NONE,
+    AttentionGeometry,
+    AttentionType,
+    IndexerSpec,
+    KVLayout,
+    LayerKind,
+    MLASpec,
+)
 from ._kv_spec import KVCacheSpec, zeroed
 from ._metadata import AttentionMetadata, StepRequest, build_metadata
 from ._selector import (
@@ -16,7 +26,6 @@ from ._selector import (
     clear_selection_cache,
     select_attention_backend,
     select_for_layer_groups,
-    select_for_model,
 )
 from ._validation import AttentionOptions, NoOptions, validate_options
 
@@ -36,10 +45,12 @@ __all__ = [
     "IndexerSpec",
     "KVCacheSpec",
     "KVLayout",
+    "LayerKind",
     "LayerGroupSelection",
     "MLASpec",
     "NoCapableBackend",
     "NoOptions",
+    "SPARSE_BLOCKSPARSE",
     "SPARSE_DSA",
     "SPARSE_NONE",
     "SelectionResult",
@@ -50,7 +61,6 @@ __all__ = [
     "create_attention",
     "select_attention_backend",
     "select_for_layer_groups",
-    "select_for_model",
     "validate_options",
     "zeroed",
 ]

@@ -181,30 +181,6 @@ class AttentionRequirements(Requirements):
             **runtime,
         )
 
-    @classmethod
-    def from_model_config(
-        cls,
-        cfg,
-        layer_kind: str | AttentionType,
-        kv_cache_dtype: str | None = "auto",
-        dtype: str | None = None,
-        **runtime,
-    ) -> AttentionRequirements:
-        """Requirements of the `layer_kind` layers of a resolved `kernelbay.config.ModelConfig`."""
-        kind, sparse = _kind_and_sparse(str(getattr(layer_kind, "value", layer_kind)))
-        runtime.setdefault("sparse_mode", sparse)
-        mla = getattr(cfg, "mla", None)
-        return cls(
-            head_size=mla.qk_nope_head_dim + mla.qk_rope_head_dim if mla is not None else cfg.head_dim,
-            dtype=dtype or cfg.dtype,
-            kv_cache_dtype=kv_cache_dtype or "auto",
-            attn_type=kind,
-            use_mla=mla is not None,
-            logit_softcap=getattr(cfg, "attn_logit_softcapping", None) is not None,
-            sinks=getattr(cfg, "attention_sinks", False),
-            **runtime,
-        )
-
 
 _PARSERS = (
     ("dtype", normalize_dtype),
@@ -213,16 +189,6 @@ _PARSERS = (
     ("kv_layout", KVLayout.parse),
 )
 _OPTIONAL = {"kv_layout", "block_size"}  # None: not insisted on
-# Config layer kinds that are a sparse mode of full attention rather than a mask shape.
-_SPARSE_KINDS = {"blocksparse_attention": "blocksparse", "indexed_attention": SPARSE_DSA}
-
-
-def _kind_and_sparse(layer_kind: str) -> tuple[AttentionType, str]:
-    if layer_kind == "no_attention":
-        raise ValueError("no_attention layers have no attention backend; skip them when selecting")
-    if layer_kind in _SPARSE_KINDS:
-        return AttentionType.FULL, _SPARSE_KINDS[layer_kind]
-    return AttentionType.parse(layer_kind), SPARSE_NONE
 
 
 # The attention backend's table (AttentionBackend.CHECKS), geometry first.

@@ -1,5 +1,5 @@
 """The resolved shape of one attention layer, validated once at construction, and the small vocabularies of
-the protocol: layer kinds, KV layouts, sparse modes (dtypes: kernelbay.dtypes)."""
+the protocol: layer kinds and mask types, KV layouts, sparse modes (dtypes: kernelbay.dtypes)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,50 @@ class AttentionType(str, enum.Enum):
             raise ValueError(f"unknown attention type {value!r}; use one of: {known}") from None
 
 
+class LayerKind(str, enum.Enum):
+    """What one layer of a model runs: the one vocabulary of layer kinds (`ModelConfig.layer_types`, selection
+    groups, `explain`). The first four are also mask shapes (`AttentionType`); the others map onto one."""
+
+    FULL = "full_attention"
+    SLIDING = "sliding_attention"
+    CHUNKED = "chunked_attention"
+    ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
+    BLOCKSPARSE = "blocksparse_attention"  # Phi-3-small: local + strided blocks over a full KV cache
+    INDEXED = "indexed_attention"  # DeepSeek V3.2: MLA over the top-k tokens a lightning indexer picks
+    NO_ATTENTION = "no_attention"  # no attention, no KV cache (Nemotron-NAS no-op / linear blocks)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | LayerKind) -> LayerKind:
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(t.value for t in cls)
+            raise ValueError(f"unknown layer kind {value!r}; use one of: {known}") from None
+
+    @property
+    def has_attention(self) -> bool:
+        """False for layers no attention backend serves."""
+        return self is not LayerKind.NO_ATTENTION
+
+    @property
+    def has_kv_cache(self) -> bool:
+        return self not in (LayerKind.NO_ATTENTION, LayerKind.ENCODER)
+
+    @property
+    def attention_type(self) -> AttentionType:
+        """The mask its attention applies (block-sparse and indexed layers: full attention, sparsely)."""
+        if not self.has_attention:
+            raise ValueError(f"{self.value} layers have no attention")
+        return AttentionType(self.value) if self.value in _MASKS else AttentionType.FULL
+
+    @property
+    def sparse_mode(self) -> str:
+        return _SPARSE_MODES.get(self, SPARSE_NONE)
+
+
 class KVLayout(str, enum.Enum):
     """How one cache block stores its tokens: NHD = [block_size, kv_heads, head_dim], HND = [kv_heads, block_size,
     head_dim]."""
@@ -49,6 +93,9 @@ class KVLayout(str, enum.Enum):
 
 SPARSE_NONE = "none"
 SPARSE_DSA = "dsa"  # DeepSeek sparse attention: each query attends to the top-k keys its indexer picked
+SPARSE_BLOCKSPARSE = "blocksparse"  # Phi-3-small's local + strided blocks
+_MASKS = frozenset(t.value for t in AttentionType)
+_SPARSE_MODES = {LayerKind.BLOCKSPARSE: SPARSE_BLOCKSPARSE, LayerKind.INDEXED: SPARSE_DSA}
 
 
 class _Spec:
@@ -178,9 +225,9 @@ class AttentionGeometry:
         return None
 
     @property
-    def layer_kind(self) -> str:
-        """The config layer kind (`ModelConfig.layer_types`) this geometry serves: its selection group."""
-        return "indexed_attention" if self.indexer is not None else self.attn_type.value
+    def layer_kind(self) -> LayerKind:
+        """The layer kind (`ModelConfig.layer_types`) this geometry serves: its selection group."""
+        return LayerKind.INDEXED if self.indexer is not None else LayerKind(self.attn_type.value)
 
     v_head_dim = property(lambda self: self.mla.v_head_dim if self.mla else self.head_dim)
     num_queries_per_kv = property(lambda self: self.num_heads // self.num_kv_heads)

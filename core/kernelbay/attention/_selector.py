@@ -1,7 +1,8 @@
 """The selector: a kernel per layer group (attention backends, MoE kernels), with a reason for every candidate.
 
 One selection path and one cache: `select_attention_backend` is the one-group case of
-`select_for_layer_groups`, and `select_for_model` builds the groups from a resolved ModelConfig."""
+`select_for_layer_groups`. Its only input is requirement records (the engine builds them from a model's
+config); it knows nothing of model configs."""
 
 from __future__ import annotations
 
@@ -118,23 +119,6 @@ def select_for_layer_groups(
     items = tuple((name, req if req.platform else req.with_platform(plat.name)) for name, req in groups.items())
     priority = tuple(getattr(plat, KERNEL_KINDS[kind][2])())
     return _select_groups(items, _requested_name(requested, kind), plat.name, priority, tuple(names(kind)), kind)
-
-
-def select_for_model(
-    cfg,
-    kv_cache_dtype: str | None = "auto",
-    requested: str | None = None,
-    platform=None,
-    dtype: str | None = None,
-    **runtime,
-) -> LayerGroupSelection:
-    """Per-group selection for a resolved ModelConfig (`cfg.layer_groups()`), skipping no-attention layers."""
-    groups = {
-        kind: AttentionRequirements.from_model_config(cfg, kind, kv_cache_dtype=kv_cache_dtype, dtype=dtype, **runtime)
-        for kind, _layers in cfg.layer_groups()
-        if kind != "no_attention"
-    }
-    return select_for_layer_groups(groups, requested=requested, platform=platform)
 
 
 def clear_selection_cache() -> None:

@@ -1,5 +1,5 @@
-"""`kernelbay` command line: the core's plugins, doctor, explain and check-backend, plus every subcommand
-an installed plugin adds through the `kernelbay.commands` entry-point group (`run` from kernelbay-engine).
+"""`kernelbay` command line: the core's plugins, doctor and check-backend, plus every subcommand an installed
+plugin adds through the `kernelbay.commands` entry-point group (`run`, `explain` from kernelbay-engine).
 
 A plugin command is `name = "module:function"`; `function(parser)` adds its arguments to the command's
 parser and returns its handler, `handler(args) -> exit code`. The host gives every command `--trace` and
@@ -18,16 +18,19 @@ from .._version import __version__
 COMMANDS = {
     "plugins": ("kernelbay.cli._plugins", "installed plugins, slots with provenance, broken plugins, the log"),
     "doctor": ("kernelbay.cli._doctor", "check that every plugin registers what it advertises"),
-    "explain": ("kernelbay.cli._explain", "config -> architecture -> provider -> per-layer backend, with reasons"),
     "check-backend": ("kernelbay.cli._check_backend", "run the conformance kit against one attention backend"),
 }
+# The runtime's commands and the distribution that provides them: named when it is not installed.
+RUNTIME_COMMANDS = dict.fromkeys(("run", "explain", "serve"), "kernelbay-engine")
 
 
 def plugin_commands() -> dict:
-    """Installed plugin subcommands by name (entry-point records; nothing imported)."""
-    from kernelbay.registry import default_registry
+    """Installed plugin subcommands by name (entry-point records; nothing imported). A command is a slot too:
+    an external plugin's displaces a first-party one (said on stderr), two external ones are a conflict that
+    fails only that command; none may take a core command."""
+    from kernelbay.registry import Origin, default_registry
 
-    found = {}
+    claims: dict[str, list] = {}
     for entry in default_registry().discovery().in_group("kernelbay.commands"):
         if entry.name in COMMANDS:
             print(
@@ -36,8 +39,40 @@ def plugin_commands() -> dict:
                 file=sys.stderr,
             )
             continue
-        found[entry.name] = entry
-    return found
+        claims.setdefault(entry.name, []).append(entry)
+    return {name: _command_winner(name, entries, Origin) for name, entries in claims.items()}
+
+
+def _command_winner(name: str, entries: list, origin):
+    external = [e for e in entries if e.origin not in (origin.BUILTIN, origin.FALLBACK)]
+    if len(external) > 1:
+        return CommandConflict(name, tuple(external))
+    if external and len(entries) > 1:
+        displaced = ", ".join(f"{e.distribution} {e.version}" for e in entries if e is not external[0])
+        print(
+            f"kernelbay: the command {name!r} of {external[0].distribution} {external[0].version} (external) "
+            f"displaces {displaced}",
+            file=sys.stderr,
+        )
+    return (external or entries)[0]
+
+
+class CommandConflict:
+    """Two external distributions declare one command: running it is an error naming both."""
+
+    def __init__(self, name: str, entries: tuple):
+        self.name, self.entries = name, entries
+        self.distribution = " and ".join(e.distribution for e in entries)
+        self.version = "(conflict)"
+
+    def error(self):
+        from kernelbay.errors import RegistrationConflict
+
+        who = " and ".join(f"{e.distribution} {e.version}" for e in self.entries)
+        return RegistrationConflict(
+            f"the command {self.name!r} is declared by {who}; uninstall one, or leave one out with "
+            f"KERNELBAY_DISABLE_PLUGINS=<distribution>"
+        )
 
 
 def _parser(plugins: dict) -> argparse.ArgumentParser:
@@ -49,6 +84,9 @@ def _parser(plugins: dict) -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_text, add_help=False)
     for name, entry in sorted(plugins.items()):
         sub.add_parser(name, help=f"(from {entry.distribution} {entry.version})", add_help=False)
+    for name, dist in RUNTIME_COMMANDS.items():
+        if name not in plugins:
+            sub.add_parser(name, help=f"(needs {dist}: not installed)", add_help=False)
     return parser
 
 
@@ -58,6 +96,13 @@ def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
         module = importlib.import_module(COMMANDS[name][0])
         module.add_arguments(parser)
         return module.run
+    if name not in plugins:
+        from kernelbay.errors import InputError
+
+        dist = RUNTIME_COMMANDS[name]
+        raise InputError(f"`kernelbay {name}` is provided by {dist}, which is not installed: pip install {dist}")
+    if isinstance(plugins[name], CommandConflict):
+        raise plugins[name].error()
     from kernelbay.registry._imports import load_attribute
 
     add_command = load_attribute(plugins[name].value, plugins[name].provider)  # a broken plugin fails only its own

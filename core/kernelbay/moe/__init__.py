@@ -1,20 +1,15 @@
 """Mixture-of-experts kernels: what an MoE layer computes, the `MoEBackend` protocol and its selection
 (DESIGN.md, "Kernels beyond attention"); backends come through the `kernelbay.moe_backends` entry points."""
 
-from ._backend import (
-    MoEBackend,
-    MoEContractError,
-    MoERequirements,
-    select_moe_backend,
-    select_moe_for_model,
-    stored_expert_format,
-)
+from ..attention._capabilities import MOE_BACKEND_ENV
+from ._backend import MoEBackend, MoEContractError, MoERequirements, select_moe_backend
 from ._geometry import ExpertWeights, MoEGeometry, dense_weights, dequantize_mxfp4, gated_activation
 from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS
 
 __all__ = [
     "ACTIVATIONS",
     "ExpertWeights",
+    "MOE_BACKEND_ENV",
     "MoEBackend",
     "MoEContractError",
     "MoEGeometry",
@@ -25,6 +20,4 @@ __all__ = [
     "dequantize_mxfp4",
     "gated_activation",
     "select_moe_backend",
-    "select_moe_for_model",
-    "stored_expert_format",
 ]

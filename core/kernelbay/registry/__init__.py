@@ -3,8 +3,18 @@
 import sys
 import threading
 
-from ._records import KINDS, Origin, Provider, Registration, Slot
-from ._registry import Registry
+from ._records import (
+    ANY_ARCHITECTURE,
+    FIRST_PARTY_PROVIDES,
+    KINDS,
+    Origin,
+    Preferences,
+    Provider,
+    Registration,
+    Slot,
+    decide,
+)
+from ._registry import MODEL_IMPLS, Registry
 
 _default: Registry | None = None
 _default_lock = threading.Lock()
@@ -100,6 +110,14 @@ def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
     return slot.to_dict() if slot else None
 
 
+def first_party_names(kind: str) -> dict[str, str]:
+    """Names of `kind` the first-party plugins provide -> the distribution, installed or not (for errors that
+    say what to install)."""
+    from ._records import FIRST_PARTY_PROVIDES
+
+    return dict(FIRST_PARTY_PROVIDES.get(kind, {}))
+
+
 def registered_slots(obj) -> list[tuple[str, str]]:
     """Every (kind, name) `obj` registered for in this process, including slots it lost since."""
     from ._registry import _IMPORT_TIME
@@ -109,14 +127,19 @@ def registered_slots(obj) -> list[tuple[str, str]]:
 
 # The exports: every public name above but the modules (the records, the doors, the process registry's API).
 __all__ = [
+    "ANY_ARCHITECTURE",
     "KINDS",
+    "MODEL_IMPLS",
     "Origin",
+    "Preferences",
     "Provider",
     "Registration",
     "Registry",
     "Slot",
+    "decide",
     "default_registry",
     "export_providers",
+    "first_party_names",
     "import_providers",
     "load_custom_module_dirs",
     "names",

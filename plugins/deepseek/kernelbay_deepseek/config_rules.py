@@ -1,6 +1,6 @@
 """What DeepSeek configs leave implicit, as kernelbay-deepseek's `register_model_type_rules` hook.
 
-Each rule reads a `kernelbay.config.ConfigView` and returns its answer, or None to leave the point to the
+Each rule reads a `kernelbay_engine.config.ConfigView` and returns its answer, or None to leave the point to the
 core's generic fields. Light to import (no torch, no transformers): hook modules load at the first config.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from kernelbay.config import INDEXED, IndexerSpec, LayerPlan
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
+from kernelbay_engine.config import INDEXED, IndexerSpec, LayerPlan
 
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 

@@ -6,7 +6,7 @@ import pytest
 
 from kernelbay.attention import BackendNotCapable
 from kernelbay.errors import ConfigError
-from kernelbay.explain import explain_model, render_text
+from kernelbay_engine.explain import explain_model, render_text
 from kernelbay_engine.runner import ModelRunner, StepRequest
 from tests._paths import REAL_CONFIGS
 from tests.models._parity import TOLERANCE, compare_generation, reference_logits, runner

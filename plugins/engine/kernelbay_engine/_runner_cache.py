@@ -19,11 +19,11 @@ from kernelbay.attention import (
     KVCacheSpec,
     KVLayout,
     LayerGroupSelection,
-    select_for_model,
     validate_options,
 )
 from kernelbay.errors import ConfigError
 from kernelbay_engine.attention import Attention
+from kernelbay_engine.selection import select_attention
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +120,7 @@ def plan_cache(
     check_options(
         config, model_dtype=model_dtype, block_size=block_size, kv_cache_dtype=kv_cache_dtype, options=options
     )
-    selection = select_for_model(
+    selection = select_attention(
         config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype, block_size=block_size
     )
     layout = _layout_for([result.backend_cls for _, result in selection.groups])

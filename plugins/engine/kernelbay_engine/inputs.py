@@ -19,7 +19,7 @@ def demo_model_folder() -> Path:
 
 def check_model_folder(path: str | Path) -> Path:
     """The folder (or weight file), once it exists and holds a config that parses; else a precise InputError."""
-    from kernelbay.config import read_config_json
+    from kernelbay_engine.config import read_config_json
 
     folder, _ = read_config_json(path)
     return folder

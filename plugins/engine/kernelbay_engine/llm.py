@@ -361,11 +361,11 @@ class LLM:
         """The folder's config, read once; an unknown or incapable backend fails before any weight is read.
 
         The selection is cached (one selector, one cache): the runner's identical request is a cache hit."""
-        from kernelbay.attention import select_for_model
-        from kernelbay.config import ModelConfig
+        from kernelbay_engine.config import ModelConfig
+        from kernelbay_engine.selection import select_attention
 
         config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_remote_code)
-        select_for_model(
+        select_attention(
             config,
             kv_cache_dtype=kv_cache_dtype,
             requested=attention_backend,
@@ -432,14 +432,14 @@ class LLM:
 
 def _select_moe(config, moe_backend: str | None, dtype) -> None:
     """An unknown or incapable MoE kernel fails before any weight is read (the selection is cached)."""
-    from kernelbay.moe import select_moe_for_model
     from kernelbay_engine.layers.moe import no_moe_layers
+    from kernelbay_engine.selection import select_moe
 
     if config.moe is None:
         if moe_backend:
             raise no_moe_layers(moe_backend, config.architecture)
         return
-    select_moe_for_model(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
+    select_moe(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
 
 
 def _check_prepack_policy(policy) -> None:

@@ -1,6 +1,6 @@
 """`ModelRunner`: runs a kernelbay model one packed step at a time over a paged KV cache.
 
-At construction the runner selects an attention backend per layer group (`select_for_model`: an
+At construction the runner selects an attention backend per layer group (`selection.select_attention`: an
 explicit name, else the first backend capable of every group) and the cache spec each layer's backend
 allocates; `bytes_per_block` prices one block across every layer, and `allocate_cache(num_blocks)`
 allocates one cache tensor per layer and binds it (`Attention.bind`). Each `step` takes any mix of

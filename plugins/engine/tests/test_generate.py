@@ -231,7 +231,7 @@ def test_chunked_prefill_gives_the_same_tokens(make_llm, prompt_ids, reference):
 def test_llm_reads_the_config_once_and_selects_once(tiny_llama, monkeypatch):
     """One config parse and one selector evaluation per LLM: the runner's selection is the cached one."""
     from kernelbay.attention import _selector, clear_selection_cache
-    from kernelbay.config import ModelConfig
+    from kernelbay_engine.config import ModelConfig
 
     reads = []
     real = ModelConfig.from_pretrained.__func__

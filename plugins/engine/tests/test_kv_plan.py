@@ -97,8 +97,8 @@ def test_the_scheduler_is_the_only_block_ledger(make_llm):
 def test_explain_promises_what_the_engine_holds(tiny_llama, make_llm, scaled_backend, budget):
     """explain's tokens_that_fit for a budget is exactly the engine's blocks x block_size for that budget, also
     for a backend whose spec prices a block above the config's bytes per token (scales, as acme's int8 cache)."""
-    from kernelbay.explain import explain_model
     from kernelbay_engine import LLM
+    from kernelbay_engine.explain import explain_model
 
     for backend in ("VANILLA", scaled_backend):
         llm = LLM(tiny_llama, progress=False, attention_backend=backend, kv_cache_memory=budget)

@@ -9,7 +9,7 @@ import pytest
 import transformers
 
 from kernelbay.cli import main
-from kernelbay.config import ModelConfig
+from kernelbay_engine.config import ModelConfig
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import write_gguf
 from tests.models._tiny import COMMON, Tiny

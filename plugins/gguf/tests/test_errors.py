@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from kernelbay.config import ModelConfig
 from kernelbay.errors import MalformedConfig, MissingConfigFile, UnsupportedArchitecture
+from kernelbay_engine.config import ModelConfig
 from kernelbay_engine.loading import CheckpointError, open_checkpoint
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import add_metadata, write_gguf

@@ -6,8 +6,8 @@ import pytest
 import transformers
 from gguf import GGMLQuantizationType as Q
 
-from kernelbay.config import ModelConfig
 from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.config import ModelConfig
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import K_QUANTS, transformers_from_gguf, write_gguf, write_random_k_quants
 from tests.models._parity import BACKENDS, compare_generation, runner

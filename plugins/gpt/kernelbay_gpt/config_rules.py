@@ -1,13 +1,13 @@
 """What GPT-family configs leave implicit, as kernelbay-gpt's `register_model_type_rules` hook.
 
-Each rule reads a `kernelbay.config.ConfigView` and returns its answer, or None to leave the point to the
+Each rule reads a `kernelbay_engine.config.ConfigView` and returns its answer, or None to leave the point to the
 core's generic fields. Light to import (no torch, no transformers): hook modules load at the first config.
 """
 
 from __future__ import annotations
 
-from kernelbay.config import FULL, LayerPlan
 from kernelbay.hooks import hookimpl
+from kernelbay_engine.config import FULL, LayerPlan
 
 FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import transformers
 
-from kernelbay.config import FULL, ModelConfig
+from kernelbay_engine.config import FULL, ModelConfig
 
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_layers=2, vocab_size=96, ffn_hidden_size=128, seq_length=64)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelbay.cli import main
-from kernelbay.config import ModelConfig
+from kernelbay_engine.config import ModelConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs"
 # folder -> (provider module, heads, KV heads, head_dim, position embedding, rotary dims or None, KV bytes/token)

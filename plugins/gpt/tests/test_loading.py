@@ -10,9 +10,9 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError
 from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.config import ModelConfig
 from kernelbay_engine.loading import CheckpointError
 from plugins.gpt.tests._tiny_gpt import TINY_GPT
 from tests.models._parity import compare_generation, runner

@@ -1,6 +1,6 @@
 """What Llama-like configs leave implicit, as kernelbay-llama's `register_model_type_rules` hook.
 
-Each rule reads a `kernelbay.config.ConfigView` and returns its answer, or None to leave the point to the
+Each rule reads a `kernelbay_engine.config.ConfigView` and returns its answer, or None to leave the point to the
 core's generic fields. Light to import (no torch, no transformers): hook modules load at the first config.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kernelbay.config import BLOCKSPARSE, CHUNKED, FULL, NO_ATTENTION, SLIDING, BlockSparseGeometry, LayerPlan
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
+from kernelbay_engine.config import BLOCKSPARSE, CHUNKED, FULL, NO_ATTENTION, SLIDING, BlockSparseGeometry, LayerPlan
 
 NO_ROPE_INTERVAL = 4  # Llama 4's default: every 4th layer is NoPE + full attention
 NAS_FFN_MULTIPLE = 256  # Nemotron-NAS FFN width: ffn_mult x 2/3 x hidden, rounded up to a multiple of this

@@ -24,9 +24,10 @@ from torch import nn
 
 from kernelbay import register_model
 from kernelbay.errors import ConfigError
-from kernelbay.moe import ExpertWeights, MoEGeometry, stored_expert_format
+from kernelbay.moe import ExpertWeights, MoEGeometry
 from kernelbay_engine.layers.moe import Routing, SparseMoE
 from kernelbay_engine.loading import NameRules
+from kernelbay_engine.selection import stored_expert_format
 
 from .family import LlamaFamilyForCausalLM, _hf
 from .layers import Features

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from kernelbay.attention import AttentionForwardArgs, AttentionMetadata
-from kernelbay.config import SLIDING
 from kernelbay_engine.attention import Attention
+from kernelbay_engine.config import SLIDING
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
 from kernelbay_engine.layers.fused import NativeDecoderBlock, native_block
 from kernelbay_engine.models.base import VocabEmbedding, rope_params

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kernelbay.cli import main
-from kernelbay.config import FULL, SLIDING, ModelConfig
 from kernelbay.errors import ConfigError
 from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.config import FULL, SLIDING, ModelConfig
 from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
 from tests.models._parity import BACKENDS, compare_generation, runner
 

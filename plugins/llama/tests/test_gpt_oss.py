@@ -12,10 +12,10 @@ import safetensors.torch
 import torch
 
 from kernelbay.attention import BackendNotCapable
-from kernelbay.config import FULL, SLIDING, ModelConfig
-from kernelbay.explain import explain_model
 from kernelbay.moe import dequantize_mxfp4
 from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
+from kernelbay_engine.config import FULL, SLIDING, ModelConfig
+from kernelbay_engine.explain import explain_model
 from kernelbay_engine.layers.moe import bind_moe_backends, moe_layers
 from kernelbay_engine.loading import load_weights, open_checkpoint
 from kernelbay_engine.runner import ModelRunner

@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 from kernelbay.errors import UnsupportedArchitecture
-from kernelbay.explain import explain_model
+from kernelbay_engine.explain import explain_model
 from tests.models._tiny import COMMON
 
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)

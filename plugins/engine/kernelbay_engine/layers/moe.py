@@ -15,12 +15,13 @@ Public interface:
   optionally scaled by `sigmoid(shared_expert_gate(x))`, Qwen2-MoE); `forward(x [T, H]) -> [T, H]` calls the bound
   MoE backend's `forward(x, topk_ids, topk_weights, weights)`. `SparseMoE.from_config(config, layer_idx, names=...)`
   builds the layer `config.moe` puts there (None where the FFN is dense).
-- `bind_moe_backends(model, requested=None)`: one kernel for the model's MoE layers, chosen by the core's
-  `select_moe_for_model` (a requested name, else KERNELBAY_MOE_BACKEND, else the platform's priority; unknown or
-  incapable names are the selector's errors), built from each layer's geometry, with `prepare_weights` run once
-  per layer. `AutoModelForCausalLM.from_pretrained` calls it after loading. A kernel that keeps the loaded tensors
-  (TORCH_MOE on dense weights) can be switched by calling it again; one that repacks them (TORCH_GROUPED_MOE's oneDNN
-  layout, any dequantization) holds the only copy, the loaded one is released, and switching needs a new load.
+- `bind_moe_backends(model, requested=None)`: one kernel for the model's MoE layers, chosen by
+  `kernelbay_engine.selection.select_moe` (a requested name, else KERNELBAY_MOE_BACKEND, else the platform's
+  priority; unknown or incapable names are the selector's errors), built from each layer's geometry, with
+  `prepare_weights` run once per layer. `AutoModelForCausalLM.from_pretrained` calls it after loading. A kernel
+  that keeps the loaded tensors (TORCH_MOE on dense weights) can be switched by calling it again; one that repacks
+  them (TORCH_GROUPED_MOE's oneDNN layout, any dequantization) holds the only copy, the loaded one is released, and
+  switching needs a new load.
   `moe_layers(model)` lists the bound layers; `no_moe_layers(name, arch)` is the error for a kernel named for a
   dense model.
 """
@@ -289,8 +290,8 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
     """Select one MoE kernel for `model`'s MoE layers and bind it to each of them; returns the `SelectionResult`
     (None for a model without MoE layers, where naming a kernel is an error)."""
     from kernelbay.dtypes import dtype_name
-    from kernelbay.moe import select_moe_for_model
     from kernelbay_engine.models.base import activation_dtype_device
+    from kernelbay_engine.selection import select_moe
 
     layers = moe_layers(model)
     if not layers:
@@ -298,7 +299,7 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
             raise no_moe_layers(requested, type(model).__name__)
         return None
     dtype = activation_dtype_device(model)[0]
-    chosen = select_moe_for_model(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
+    chosen = select_moe(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
     if chosen is None:
         raise ConfigError(
             f"{type(model).__name__} built MoE layers but its config resolved no mixture of experts (config.moe is "

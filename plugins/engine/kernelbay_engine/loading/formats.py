@@ -80,7 +80,7 @@ class SafetensorsFormat(CheckpointFormat):
 
 def format_for(path: Path) -> Any:
     """The weight-format class that opens `path`: a folder's is safetensors, a file's is named by its suffix."""
-    from kernelbay.config import weight_format_class
+    from kernelbay_engine.config import weight_format_class
 
     return weight_format_class(path)
 

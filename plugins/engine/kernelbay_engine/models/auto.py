@@ -79,8 +79,7 @@ def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
 
 def _announce_fallback(kind: str, name: str, impl) -> None:
     """The fallback provider never serves silently: one warning naming it and why it serves."""
-    from kernelbay.registry import default_registry, registered_slots
-    from kernelbay.registry._records import ANY_ARCHITECTURE
+    from kernelbay.registry import ANY_ARCHITECTURE, default_registry, registered_slots
 
     if (kind, ANY_ARCHITECTURE) not in registered_slots(impl):  # a native class: nothing to announce
         return
@@ -194,7 +193,7 @@ class AutoModelForCausalLM:
         selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`);
         `before_load(model)` runs on the model still on meta, before any weight is read (a weight format giving
         layers their quantized codes there: the loader then skips the weights a layer already holds)."""
-        from kernelbay.config import ModelConfig
+        from kernelbay_engine.config import ModelConfig
 
         if config is None:
             config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)

@@ -20,8 +20,8 @@ from kernelbay_engine.loading import NameRules
 
 if TYPE_CHECKING:
     from kernelbay.attention import AttentionMetadata
-    from kernelbay.config import ModelConfig
     from kernelbay_engine.attention import Attention
+    from kernelbay_engine.config import ModelConfig
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:

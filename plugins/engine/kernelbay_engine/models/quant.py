@@ -35,7 +35,7 @@ class WeightFormat:
 
     @classmethod
     def from_quant_config(cls, quant) -> WeightFormat:
-        """`quant`: a `kernelbay.config.QuantConfig` or None."""
+        """`quant`: a `kernelbay_engine.config.QuantConfig` or None."""
         if quant is None:
             return cls()
         if getattr(quant, "quant_method", None) == "mxfp4":  # GPT-OSS: only its experts, which load as stored

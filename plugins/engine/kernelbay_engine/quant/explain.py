@@ -1,6 +1,6 @@
 """`kernelbay explain MODEL --quantization int8|int4|gguf`: which kernel each linear would run, and why.
 
-Contributed through the core's `register_explain_sections` hook (by kernelbay_engine/explain.py): the
+The explain document's `linear_kernels` section (kernelbay_engine/explain/sections.py): the
 module tree is built on `meta` (nothing is loaded), each distinct linear (its name, shape, bit width and
 group) is put to the kernel selector, and every candidate's reason is listed, as for attention backends.
 """
@@ -8,7 +8,7 @@ group) is put to the kernel selector, and every candidate's reason is listed, as
 from __future__ import annotations
 
 from kernelbay.errors import ConfigError
-from kernelbay.explain import candidate_lines
+from kernelbay_engine.explain.document import candidate_lines
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
 from kernelbay_engine.quant.method import quant_mode

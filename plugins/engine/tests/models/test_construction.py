@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from kernelbay.config import ModelConfig
 from kernelbay.errors import ConfigError, NoTarget, UnknownNameError
 from kernelbay_engine import AutoModelForCausalLM
+from kernelbay_engine.config import ModelConfig
 from kernelbay_engine.models.meta import MetaInitMode, MetaInitUnsupported, build_module
 from tests._paths import REAL_CONFIGS
 
@@ -185,7 +185,7 @@ def test_every_real_config_of_a_supported_architecture_builds_on_meta(name):
     try:
         config = ModelConfig.from_pretrained(f"{SHARED}/{name}")
     except ConfigError as err:
-        pytest.skip(f"kernelbay.config refuses this config.json: {err}")
+        pytest.skip(f"kernelbay_engine.config refuses this config.json: {err}")
     try:
         model = AutoModelForCausalLM.from_config(config)
     except ConfigError as err:

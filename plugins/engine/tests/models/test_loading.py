@@ -171,7 +171,7 @@ def test_deepseek_experts_load_from_stacked_tensors(tiny_checkpoints, tmp_path):
 
 def test_loading_into_a_model_built_without_meta(llama):
     """When meta init is off (or fell back), weights load in place into the real parameters."""
-    from kernelbay.config import ModelConfig
+    from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.loading import load_weights, open_checkpoint
 
     model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(llama), meta=False)

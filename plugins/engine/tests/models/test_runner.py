@@ -137,8 +137,8 @@ def test_backend_selection_is_reported_and_incapable_request_refused(tiny_checkp
 
 def test_runner_refuses_unloaded_models_and_bad_options(model, tiny_checkpoints):
     """A model still on meta, an unknown KV dtype or an unknown backend option are refused up front."""
-    from kernelbay.config import ModelConfig
     from kernelbay.errors import ConfigError
+    from kernelbay_engine.config import ModelConfig
 
     config = ModelConfig.from_pretrained(tiny_checkpoints.get("mistral")[0])
     with pytest.raises(ValueError, match="weights are not loaded"):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from kernelbay.errors import ConfigError
-from kernelbay.explain import explain_model, render_text
+from kernelbay_engine.explain import explain_model, render_text
 from tests._explain_schema import validate
 from tests._kernels import DOT, INT4, INT8_CHANNEL
 

@@ -112,8 +112,8 @@ def test_an_unknown_quantization_is_refused_before_loading(tiny_llama):
 def test_a_linear_quantized_before_loading_is_skipped_by_the_load(tiny_llama):
     """A layer given a quantized weight on meta (GGUFFormat.load_quantized's order) holds it: the load plan skips
     its checkpoint tensors (a fused layer's parts by their own names) and fills everything else."""
-    from kernelbay.config import ModelConfig
     from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.loading import load_weights, open_checkpoint
     from kernelbay_engine.quant import set_quantized_weight
 

@@ -1,0 +1,151 @@
+"""Per-layer attention kind: a family rule's plan, else the generic fields every config may use."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kernelbay.attention import IndexerSpec
+from kernelbay.errors import ConfigError
+
+from ._fields import Fields
+from ._records import BlockSparseGeometry
+
+if TYPE_CHECKING:
+    from ._rules import FamilyRules
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"
+NO_ATTENTION = "no_attention"  # no attention, no KV cache (Nemotron-NAS no-op / linear blocks)
+BLOCKSPARSE = "blocksparse_attention"  # Phi-3-small: local + strided blocks, full KV cache
+INDEXED = "indexed_attention"  # DeepSeek V3.2: MLA over the top-k tokens a lightning indexer picks
+ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
+LAYER_KINDS = (FULL, SLIDING, CHUNKED, NO_ATTENTION, BLOCKSPARSE, INDEXED, ENCODER)
+CACHELESS_KINDS = frozenset({NO_ATTENTION, ENCODER})
+
+LEGACY_KINDS = {"attention": FULL}
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPlan:
+    """Which attention each layer runs: what a family's `layers` rule returns.
+
+    A window or chunk size left None is read from the config's `sliding_window` / `attention_chunk_size`.
+    """
+
+    kinds: tuple[str, ...]  # (num_hidden_layers,) one of LAYER_KINDS per layer
+    sliding_window: int | None = None  # tokens a SLIDING layer sees
+    attention_chunk_size: int | None = None  # chunk of a CHUNKED layer
+    kv_heads: tuple[int, ...] | None = None  # (num_hidden_layers,) when layers differ (Nemotron-NAS)
+    blocksparse: BlockSparseGeometry | None = None  # geometry of the BLOCKSPARSE layers
+    indexer: IndexerSpec | None = None  # the lightning indexer of the INDEXED (DSA) layers
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kinds, tuple):
+            raise ConfigError(f"layer kinds must be a tuple of {', '.join(LAYER_KINDS)}; got {self.kinds!r}.")
+        unknown = sorted(set(self.kinds) - set(LAYER_KINDS))
+        if unknown:
+            raise ConfigError(
+                f"layer kinds kernelbay does not know: {', '.join(unknown)}; known: {', '.join(LAYER_KINDS)}."
+            )
+        if self.kv_heads is not None and len(self.kv_heads) != len(self.kinds):
+            raise ConfigError(f"kv_heads has {len(self.kv_heads)} entries for {len(self.kinds)} layers.")
+        if (BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
+            raise ConfigError(
+                f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
+                "which a family rule gives), and only they take one."
+            )
+        if (INDEXED in self.kinds) != (self.indexer is not None):
+            raise ConfigError(
+                f"{INDEXED} layers need their indexer geometry (indexer=IndexerSpec(...), which a family "
+                "rule gives: install the family's plugin, e.g. kernelbay-deepseek), and only they take one."
+            )
+
+
+def resolve_layers(
+    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type | None
+) -> LayerPlan:
+    """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
+    plan = rules.ask("layers") or _generic_plan(f, n_layers, config_class)
+    return _drop_window_beyond_context(f, _with_sizes(f, plan), max_positions)
+
+
+def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
+    listed = f.get("layer_types")  # as written, else as the config class computed them
+    if listed is not None:  # an older spelling of a kind means today's (as transformers remaps it)
+        return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
+    chunk = _size_or_none(f, "attention_chunk_size", f.get_int("attention_chunk_size"))
+    if chunk and _applies(f, config_class, "attention_chunk_size", chunk, "chunked attention"):  # Llama4TextConfig
+        return LayerPlan((CHUNKED,) * n_layers)
+    return _sliding_plan(f, n_layers, config_class)
+
+
+def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
+    """Fill the window and chunk a plan leaves to the generic fields."""
+    window = (plan.sliding_window or _sliding_window(f)) if SLIDING in plan.kinds else None
+    chunk = (plan.attention_chunk_size or f.get_int("attention_chunk_size")) if CHUNKED in plan.kinds else None
+    return dataclasses.replace(plan, sliding_window=window, attention_chunk_size=chunk)
+
+
+def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
+    window = _sliding_window(f)
+    if window is None:
+        return LayerPlan((FULL,) * n_layers)
+    pattern = f.get_int("sliding_window_pattern")
+    if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
+        kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers))
+    elif _applies(f, config_class, "sliding_window", window, "sliding-window attention"):  # Mistral, Phi-3, ...
+        kinds = (SLIDING,) * n_layers  # every layer slides
+    else:
+        kinds = (FULL,) * n_layers
+    return LayerPlan(kinds, window if SLIDING in kinds else None)
+
+
+def _applies(f: Fields, config_class: type | None, parameter: str, value: int, what: str) -> bool:
+    """A transformers config class applies `sliding_window` / `attention_chunk_size` only if it takes it as a
+    parameter (MistralConfig does, LlamaConfig does not), as the model built from it would; a plugin's or the
+    folder's class is taken at its word. Ignored with a note otherwise."""
+    if config_class is None or not config_class.__module__.startswith("transformers."):
+        return True
+    try:
+        takes = parameter in inspect.signature(config_class).parameters
+    except (TypeError, ValueError):
+        return True
+    if not takes:
+        f.notes.append(f"{parameter}={value} ignored: {config_class.__name__} has no {what}")
+    return takes
+
+
+def _size_or_none(f: Fields, name: str, value: int | None) -> int | None:
+    """A window or chunk size: positive, or 0 / null for none (Qwen2-MoE parses "off" as 0)."""
+    if value is not None and value < 0:
+        raise ConfigError(f"{f.source}: {name} must be a positive integer (0 or null: none), got {value}.")
+    return value or None
+
+
+def _sliding_window(f: Fields) -> int | None:
+    """`sliding_window`, or `sliding_window_size` as some converted copies spell it (they must agree)."""
+    written = f.raw.get("sliding_window")
+    renamed = f.raw.get("sliding_window_size")
+    if written is not None and renamed is not None and written != renamed:
+        raise ConfigError(f"{f.source}: sliding_window={written} and sliding_window_size={renamed} disagree; keep one.")
+    if written is None and renamed is not None and not f.written("sliding_window"):
+        f.notes.append(f"sliding_window_size={renamed} read as sliding_window (a converted copy's spelling)")
+        return f.as_int("sliding_window_size", renamed)
+    if not f.written("sliding_window") and f.parsed.get("sliding_window") and f.raw:
+        f.notes.append(
+            f"sliding_window not in config.json: the config class default {f.parsed['sliding_window']} applies"
+        )
+    return _size_or_none(f, "sliding_window", f.get_int("sliding_window"))
+
+
+def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) -> LayerPlan:
+    """A window at least as long as the longest sequence is full attention (Phi-3.5's 262144)."""
+    if plan.sliding_window is None or plan.sliding_window < max_positions:
+        return plan
+    f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: full attention")
+    kinds = tuple(FULL if kind == SLIDING else kind for kind in plan.kinds)
+    return dataclasses.replace(plan, kinds=kinds, sliding_window=None)

@@ -1,0 +1,84 @@
+"""The explain document's `sections`: `kv_memory`, what `--memory` holds in the engine's KV-cache blocks, and
+`linear_kernels` (`--quantization`, quant/explain.py). Each answers None when its option is not given; both
+import torch only when asked for.
+"""
+
+from __future__ import annotations
+
+from kernelbay.errors import KernelbayError
+from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, MemorySizeError, parse_memory
+
+
+def _linear_kernels(config, options: dict) -> dict | None:
+    from kernelbay_engine.quant.explain import linear_kernels_section
+
+    return linear_kernels_section(config, options)
+
+
+def kv_memory_section(config, options: dict) -> dict | None:
+    """None without `--memory`; else the tokens it holds in whole blocks, as `LLM(kv_cache_memory=...)` does."""
+    from .document import human_bytes
+
+    if options.get("memory") is None:
+        return None
+    try:
+        budget = parse_memory(options["memory"])
+    except MemorySizeError as err:
+        raise MemorySizeError(f"--memory: {err}") from None
+    block = bytes_per_block(config, options.get("backend"), options.get("kv_cache_dtype", "auto"))
+    blocks = budget // block if block else 0
+    section = {
+        "memory_bytes": budget,
+        "block_size": DEFAULT_BLOCK_SIZE,
+        "bytes_per_block": block,
+        "tokens_that_fit": blocks * DEFAULT_BLOCK_SIZE,
+    }
+    priced = f"{blocks:,} blocks of {DEFAULT_BLOCK_SIZE} tokens, {human_bytes(block)} each" if block else "no KV cache"
+    section["lines"] = [f"kv memory    {human_bytes(budget)} holds {blocks * DEFAULT_BLOCK_SIZE:,} tokens ({priced})"]
+    return section
+
+
+def bytes_per_block(config, backend: str | None, kv_cache_dtype: str, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """One block across every layer, priced as the engine prices it: by the chosen backends' own cache specs
+    (`page_size_bytes`, scales and all); by the config's bytes per token where no backend is selected."""
+    from kernelbay_engine.selection import select_attention
+
+    per_layer = config.layer_kv_bytes_per_token(kv_cache_dtype)
+    try:
+        selection = select_attention(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
+    except KernelbayError:  # no backend can run it: explain's attention section says why
+        return sum(per_layer) * block_size
+    return sum(
+        _layer_page(config, i, selection, kv_cache_dtype, block_size, per_layer[i]) for i in range(len(per_layer))
+    )
+
+
+def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: int, config_bytes: int) -> int:
+    from kernelbay.attention import AttentionGeometry, LayerKind
+
+    kind = LayerKind(config.layer_types[index])
+    if config_bytes == 0:  # a layer without a cache
+        return 0
+    try:
+        geometry = AttentionGeometry(
+            index,
+            config.num_attention_heads,
+            config.head_dim,
+            config.layer_num_kv_heads[index],
+            1.0,  # the scale does not change the cache
+            kind.attention_type,  # DSA: full attention over the top-k
+            config.sliding_window if kind is LayerKind.SLIDING else None,
+            config.attention_chunk_size if kind is LayerKind.CHUNKED else None,
+            config.attn_logit_softcapping,
+            config.mla,
+            config.indexer if kind is LayerKind.INDEXED else None,
+        )
+        backend = selection.backend_for(kind).backend_cls
+        spec = backend.get_kv_cache_spec(geometry, config.dtype, kv_cache_dtype, block_size)
+        return int(spec.page_size_bytes)
+    except ValueError:  # a geometry the config cannot describe exactly: price it as the config does
+        return config_bytes * block_size
+
+
+# Section name -> `section(config, options) -> dict | None`, in the document's order.
+SECTIONS = {"kv_memory": kv_memory_section, "linear_kernels": _linear_kernels}
