@@ -113,7 +113,6 @@ def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
 def first_party_names(kind: str) -> dict[str, str]:
     """Names of `kind` the first-party plugins provide -> the distribution, installed or not (for errors that
     say what to install)."""
-    from ._records import FIRST_PARTY_PROVIDES
 
     return dict(FIRST_PARTY_PROVIDES.get(kind, {}))
 
