@@ -112,7 +112,7 @@ def _command_dist(folder: Path, name: str, command: str, module: str) -> None:
     info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f'[kernelbay.commands]\n{command} = "{module}:add"\n')
+    (info / "entry_points.txt").write_text(f"[kernelbay.commands]\n{command} = {module}:add\n")
 
 
 def test_a_plugin_cannot_take_a_core_command(tmp_path, site):

@@ -5,7 +5,6 @@ import threading
 
 from ._records import (
     ANY_ARCHITECTURE,
-    FIRST_PARTY_PROVIDES,
     KINDS,
     Origin,
     Preferences,
