@@ -59,7 +59,7 @@ def load_tree(core: Path = CORE) -> griffe.Module:
 
 def _add_lazy_exports(module: griffe.Module) -> None:
     """griffe reads no PEP 562 `__getattr__`: a package's `_LAZY` table (name -> defining module, see
-    kernelbay._lazy) is evaluated from its source and its names become aliases, exported as `__all__` says."""
+    kernelbay.lazy) is evaluated from its source and its names become aliases, exported as `__all__` says."""
     if "_LAZY" in module.members:
         table, scope = module["_LAZY"], {"__builtins__": {}, "dict": dict}
         exec(table.source, scope)

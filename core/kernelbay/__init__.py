@@ -18,8 +18,8 @@ The runtime (`LLM`, `SamplingParams`, `AutoModelForCausalLM`, config resolution,
 
 from __future__ import annotations
 
-from ._lazy import lazy_exports
 from ._version import __version__
+from .lazy import lazy_exports
 
 # name -> module that defines it. Nothing below is imported by `import kernelbay` itself: plugins
 # pay for the registry when they first use a decorator, users pay for torch when they first build a model.

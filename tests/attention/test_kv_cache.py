@@ -176,7 +176,7 @@ def test_freed_blocks_are_reused():
 @pytest.mark.parametrize("layout", list(KVLayout))
 def test_slots_written_land_in_their_block_for_both_layouts(layout):
     """A token written at its slot is found at (block, offset) in the layout's cache shape."""
-    from kernelbay.attention._cache_ops import read_plane, write_plane
+    from kernelbay.attention.cache_ops import read_plane, write_plane
 
     mgr = KVCacheManager(num_blocks=6, block_size=4, layout=layout)
     mgr.allocate("x", 1)
@@ -200,7 +200,7 @@ HEADS_FIRST = {KVLayout.NHD: (0, 3, 1, 2, 4), KVLayout.HND: (0, 2, 1, 3, 4)}
 def test_a_stride_order_changes_memory_not_what_slots_hold(layout, dtype):
     """A heads-first cache has the logical shape, heads outermost in memory, and the same slot contents:
     writes then gathers (with and without a reused buffer) match a default-order cache exactly."""
-    from kernelbay.attention._cache_ops import read_plane, write_plane
+    from kernelbay.attention.cache_ops import read_plane, write_plane
 
     spec = KVCacheSpec(3, 4, dtype, block_size=4, layout=layout)
     heads_first = replace(spec, stride_order=HEADS_FIRST[layout]).allocate(5)
@@ -228,7 +228,7 @@ def test_sdpa_stores_heads_first_so_a_run_is_contiguous_per_head():
     """SDPA's cache spec puts KV heads outermost: a request's run of blocks is, per head, one
     contiguous [tokens, head_dim] matrix (what its decode hands to scaled_dot_product_attention)."""
     from kernelbay.attention import create_attention
-    from kernelbay.attention._cache_ops import cache_views
+    from kernelbay.attention.cache_ops import cache_views
 
     layer = create_attention(0, num_heads=4, head_dim=8, num_kv_heads=2, backend="SDPA")
     spec = layer.kv_cache_spec("float32", 4)
@@ -265,3 +265,16 @@ def test_metadata_rejects_inconsistent_requests(requests, message):
     """A block table too short for its tokens (or an empty step) is refused with the fix."""
     with pytest.raises(ValueError, match=message):
         build_metadata(requests, block_size=16)
+
+
+def test_the_old_cache_ops_module_still_works_with_a_deprecation_warning():
+    """`kernelbay.attention._cache_ops` (the guides' spelling before cache_ops was public) keeps working, warning."""
+    import importlib
+    import sys
+
+    from kernelbay.attention import cache_ops
+
+    sys.modules.pop("kernelbay.attention._cache_ops", None)
+    with pytest.warns(DeprecationWarning, match="import kernelbay.attention.cache_ops"):
+        old = importlib.import_module("kernelbay.attention._cache_ops")
+    assert old.write_planes is cache_ops.write_planes and old.read_plane is cache_ops.read_plane

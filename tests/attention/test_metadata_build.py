@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from kernelbay.attention import build_metadata
-from kernelbay.attention._metadata import padded_slots
+from kernelbay.attention import build_metadata, padded_slots
 
 
 def _random_step(rng: random.Random, block_size: int) -> list[tuple[int, int, tuple[int, ...]]]:

@@ -13,6 +13,7 @@ from kernelbay.attention import (
     ANY,
     AttentionBackend,
     AttentionForwardArgs,
+    AttentionGeometry,
     AttentionRequirements,
     AttentionType,
     KVCacheSpec,
@@ -220,7 +221,7 @@ def test_unknown_geometry_argument_is_a_type_error():
 def test_attention_layer_binds_and_runs_like_the_backend():
     """The nn.Module layer binds a backend by name and gives the same output as driving the backend."""
     spec = SPECS["mixed_prefill_decode"]
-    layer = Attention(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, scale=spec.head_dim**-0.5)
+    layer = Attention(AttentionGeometry(0, spec.num_heads, spec.head_dim, spec.num_kv_heads, spec.head_dim**-0.5))
     with pytest.raises(RuntimeError, match="attention layer 0 \\(attention\\) is not bound"):
         layer(torch.zeros(1, 4, 64), torch.zeros(1, 2, 64), torch.zeros(1, 2, 64), None)
     backend = layer.bind("SDPA", KVCacheSpec(2, 64, "float32").allocate(4))
@@ -233,8 +234,8 @@ def test_attention_layer_binds_and_runs_like_the_backend():
 def test_layer_registry_keys_and_weakrefs():
     """Layers register by index with _0/_1 on collision, and a dropped layer disappears."""
     with collect_attention_layers() as registry:
-        a, b, c = (Attention(i, 2, 8, 2, scale=1.0) for i in (0, 1, 1))
-        extra = Attention(2, 2, 8, 2, scale=1.0)
+        a, b, c = (Attention(AttentionGeometry(i, 2, 8, 2, 1.0)) for i in (0, 1, 1))
+        extra = Attention(AttentionGeometry(2, 2, 8, 2, 1.0))
     assert list(registry.layers()) == ["0", "1_0", "1_1", "2"]
     del extra
     gc.collect()
@@ -258,8 +259,8 @@ def test_backend_customises_its_kv_cache_spec():
 
 
 def test_a_layers_geometry_record_is_built_once_and_shared_with_its_backend():
-    """The engine's Attention layer builds its AttentionGeometry; binding hands that record to the backend."""
-    layer = Attention(2, 4, 64, 2, scale=0.125, attn_type="sliding_attention", sliding_window=8)
+    """The engine's Attention layer holds the AttentionGeometry it is given; binding hands that record over."""
+    layer = Attention(AttentionGeometry(2, 4, 64, 2, 0.125, AttentionType.SLIDING, sliding_window=8))
     backend = layer.bind("VANILLA", KVCacheSpec(num_kv_heads=2, head_dim=64, dtype="float32").allocate(4))
     assert backend.geometry is layer.geometry
     assert create_attention(0, 4, 64, 2, backend="VANILLA").geometry.scale == 64**-0.5

@@ -171,5 +171,3 @@ def test_requested_backend_must_fit_every_group(fresh_registry):
     """A requested backend that fails one group names that group and the capability."""
     with pytest.raises(BackendNotCapable, match="layer group 'softcap': requested attention backend SDPA"):
         select_for_layer_groups({"full": FULL, "softcap": SOFTCAP}, requested="SDPA", platform=FakePlatform("SDPA"))
-
-

@@ -1,6 +1,7 @@
 """The attention contract: the `AttentionBackend` protocol and its records (geometry, requirements, metadata,
-forward args, the paged `KVCacheSpec`), construction (`create_attention`, `build_backend`), the one selector
-and option validation. docs/guides/attention-backend-plugin.md is the vendor's reference."""
+forward args, the paged `KVCacheSpec`; `cache_ops` reads and writes that cache), construction
+(`create_attention`, `build_backend`), the one selector and option validation.
+docs/guides/attention-backend-plugin.md is the vendor's reference."""
 
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
 from ._capabilities import ANY, BACKEND_ENV, AttentionRequirements
@@ -16,7 +17,7 @@ from ._geometry import (
     MLASpec,
 )
 from ._kv_spec import KVCacheSpec, zeroed
-from ._metadata import AttentionMetadata, StepRequest, build_metadata
+from ._metadata import AttentionMetadata, StepRequest, build_metadata, padded_slots, table_slots
 from ._selector import (
     BackendNotCapable,
     CandidateReport,
@@ -60,7 +61,9 @@ __all__ = [
     "clear_selection_cache",
     "create_attention",
     "select_attention_backend",
+    "padded_slots",
     "select_for_layer_groups",
+    "table_slots",
     "validate_options",
     "zeroed",
 ]

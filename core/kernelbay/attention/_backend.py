@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import torch
 
 from ..dtypes import normalize_kv_cache_dtype, storage_dtype, torch_dtype
-from . import _cache_ops as ops
+from . import cache_ops as ops
 from ._capabilities import (
     ATTENTION_CHECKS,
     ATTENTION_GEOMETRY,

@@ -4,7 +4,7 @@
 from ..attention._capabilities import MOE_BACKEND_ENV
 from ._backend import MoEBackend, MoEContractError, MoERequirements, select_moe_backend
 from ._geometry import ExpertWeights, MoEGeometry, dense_weights, dequantize_mxfp4, gated_activation
-from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS
+from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
 
 __all__ = [
     "ACTIVATIONS",
@@ -18,6 +18,7 @@ __all__ = [
     "WEIGHT_FORMATS",
     "dense_weights",
     "dequantize_mxfp4",
+    "canonical_activation",
     "gated_activation",
     "select_moe_backend",
 ]

@@ -12,7 +12,7 @@ module in every run.
 
 from __future__ import annotations
 
-from .._lazy import lazy_exports
+from ..lazy import lazy_exports
 
 _LAZY = {
     **dict.fromkeys(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from ..attention import AttentionGeometry, AttentionType
-from ..attention._cache_ops import FP8_MAX
+from ..attention.cache_ops import FP8_MAX
 from ..dtypes import dtype_name, storage_dtype, torch_dtype
 
 

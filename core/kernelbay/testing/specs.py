@@ -33,7 +33,7 @@ class BatchSpec:
     kv_cache_dtype: str = "auto"
     block_size: int = 16
     layout: str = "NHD"
-    attn_type: str = "full_attention"
+    attn_type: str = AttentionType.FULL
     sliding_window: int | None = None
     chunk_size: int | None = None
     logit_softcap: float | None = None
@@ -101,13 +101,13 @@ SPECS = {
     "head_80": BatchSpec("head_80", MIXED, head_dim=80),
     "head_128": BatchSpec("head_128", MIXED, head_dim=128),
     "head_256": BatchSpec("head_256", MIXED, head_dim=256),
-    "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type="sliding_attention", sliding_window=8),
-    "chunked": BatchSpec("chunked", (*MIXED, (3, 40)), attn_type="chunked_attention", chunk_size=16),
+    "sliding_window": BatchSpec("sliding_window", (*MIXED, (1, 70)), attn_type=AttentionType.SLIDING, sliding_window=8),
+    "chunked": BatchSpec("chunked", (*MIXED, (3, 40)), attn_type=AttentionType.CHUNKED, chunk_size=16),
     "softcap": BatchSpec("softcap", MIXED, logit_softcap=5.0),
     "sinks": BatchSpec("sinks", (*MIXED, (1, 70)), num_heads=8, num_kv_heads=2, sinks=True),
     "sinks_decode": BatchSpec("sinks_decode", ((1, 12), (1, 30), (1, 7)), sinks=True),
     "sinks_sliding": BatchSpec(
-        "sinks_sliding", (*MIXED, (1, 70)), attn_type="sliding_attention", sliding_window=8, sinks=True
+        "sinks_sliding", (*MIXED, (1, 70)), attn_type=AttentionType.SLIDING, sliding_window=8, sinks=True
     ),
     "fp8_kv": BatchSpec("fp8_kv", MIXED, kv_cache_dtype="fp8_e4m3"),
     "block_32": BatchSpec("block_32", (*MIXED, (1, 70)), block_size=32),
@@ -120,18 +120,18 @@ SPECS = {
         "runs_sliding_decode",
         ((1, 600), (1, 530)),
         contiguous_blocks=True,
-        attn_type="sliding_attention",
+        attn_type=AttentionType.SLIDING,
         sliding_window=64,
     ),
     "runs_chunked_decode": BatchSpec(
         "runs_chunked_decode",
         ((1, 600), (1, 530)),
         contiguous_blocks=True,
-        attn_type="chunked_attention",
+        attn_type=AttentionType.CHUNKED,
         chunk_size=256,
     ),
     "runs_mixed": BatchSpec("runs_mixed", MIXED, contiguous_blocks=True),
-    "encoder": BatchSpec("encoder", ((5, 0), (7, 0)), attn_type="encoder_attention"),
+    "encoder": BatchSpec("encoder", ((5, 0), (7, 0)), attn_type=AttentionType.ENCODER),
     "bf16": BatchSpec("bf16", MIXED, dtype="bfloat16"),
     "fp16": BatchSpec("fp16", MIXED, dtype="float16"),
 }

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
-from kernelbay_engine.config import INDEXED, IndexerSpec, LayerPlan
+from kernelbay_engine.config import IndexerSpec, LayerPlan
 
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
@@ -61,7 +62,7 @@ def v32_layers(config) -> LayerPlan | None:
     this also reads layer_types written as "deepseek_sparse_attention"."""
     if config.get("index_topk") is None:
         return None
-    return LayerPlan((INDEXED,) * config.num_hidden_layers, indexer=_indexer(config))
+    return LayerPlan((LayerKind.INDEXED,) * config.num_hidden_layers, indexer=_indexer(config))
 
 
 def _indexer(config) -> IndexerSpec:

@@ -43,15 +43,9 @@ class MLAAttention(nn.Module):
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, bias=bias)
         self.rotary = rotary  # shared, parameter-free
         self.attn = Attention(
-            layer_idx,
-            heads,
-            mla.qk_head_dim,
-            heads,
-            scale=config.attention_scale,
-            mla=mla,
+            config.layer_geometry(layer_idx),
             kv_b_proj=self.kv_b_proj,
             prefix=f"model.layers.{layer_idx}.self_attn.attn",
-            indexer=config.indexer,
         )
         self.indexer = Indexer(config) if config.indexer is not None else None  # DSA (V3.2)
 

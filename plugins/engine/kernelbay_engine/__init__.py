@@ -11,7 +11,7 @@ Names load on first access (PEP 562): `from kernelbay_engine import SamplingPara
 
 from __future__ import annotations
 
-from kernelbay._lazy import lazy_exports
+from kernelbay.lazy import lazy_exports
 
 _LAZY = {
     "LLM": "kernelbay_engine.llm",

@@ -19,6 +19,7 @@ from kernelbay.attention import (
     KVCacheSpec,
     KVLayout,
     LayerGroupSelection,
+    LayerKind,
     validate_options,
 )
 from kernelbay.errors import ConfigError
@@ -95,12 +96,12 @@ def check_options(
             kv_cache_dtype=kv_cache_dtype or "auto",
             block_size=block_size,
             head_size=config.head_dim,
-            sliding_window="sliding_attention" in kinds,
-            chunked_attention="chunked_attention" in kinds,
+            sliding_window=LayerKind.SLIDING in kinds,
+            chunked_attention=LayerKind.CHUNKED in kinds,
             attention_chunk_size=config.attention_chunk_size,
             logit_softcap=config.attn_logit_softcapping is not None,
             mla=config.mla,
-            sparse_mode=SPARSE_DSA if "indexed_attention" in kinds else SPARSE_NONE,
+            sparse_mode=SPARSE_DSA if LayerKind.INDEXED in kinds else SPARSE_NONE,
             backend_options=dict(options or {}),
         )
     )

@@ -14,8 +14,6 @@ from kernelbay.attention import (
     AttentionGeometry,
     AttentionMetadata,
     AttentionType,
-    IndexerSpec,
-    MLASpec,
     build_backend,
 )
 
@@ -61,39 +59,12 @@ def collect_attention_layers() -> Iterator[AttentionLayerRegistry]:
 class Attention(torch.nn.Module):
     """One attention layer: holds its geometry; the engine binds a backend and a cache tensor."""
 
-    def __init__(
-        self,
-        layer_idx: int,
-        num_heads: int,
-        head_dim: int,
-        num_kv_heads: int,
-        *,
-        scale: float,
-        attn_type: str = "full_attention",
-        sliding_window: int | None = None,
-        logit_softcap: float | None = None,
-        mla=None,
-        kv_b_proj: torch.nn.Module | None = None,
-        prefix: str = "",
-        chunk_size: int | None = None,
-        indexer=None,
-        sinks: bool = False,
-    ):
+    def __init__(self, geometry: AttentionGeometry, *, kv_b_proj: torch.nn.Module | None = None, prefix: str = ""):
+        """`geometry`: the layer's record, built once from the config (`ModelConfig.layer_geometry(i)`); an MLA
+        layer also takes `kv_b_proj`, the up-projection its backend may absorb."""
         super().__init__()
-        self.geometry = AttentionGeometry(
-            layer_idx,
-            num_heads,
-            head_dim,
-            num_kv_heads,
-            scale,
-            attn_type,
-            sliding_window,
-            chunk_size,
-            logit_softcap,
-            MLASpec.from_any(mla) if mla is not None else None,
-            IndexerSpec.from_any(indexer) if indexer is not None else None,
-            sinks,
-        )
+        self.geometry = geometry
+        layer_idx = geometry.layer_idx
         if self.geometry.mla is not None and kv_b_proj is None:
             raise ValueError(f"layer {layer_idx} ({prefix or 'attention'}): MLA needs kv_b_proj")
         self.layer_idx, self.prefix = layer_idx, prefix

@@ -71,7 +71,7 @@ class EngineCore:
 
     def _run(self, plan: StepPlan) -> list[int]:
         """Run the step; sample one token for each chunk that completes its request's tokens."""
-        steps = [StepRequest(c.request.request_id, c.token_ids, c.start_pos, c.block_table) for c in plan.chunks]
+        steps = [StepRequest(c.request.request_id, tuple(c.token_ids), c.start_pos, c.block_table) for c in plan.chunks]
         logits = self._logits(plan, steps)
         rows = [i for i, c in enumerate(plan.chunks) if c.samples]
         if not rows:

@@ -31,11 +31,12 @@ def position_logprobs(logits: torch.Tensor, k: int, chosen: list[int]) -> list[P
 
 def record_sampled(requests: list[Request], logits: torch.Tensor, tokens: list[int]) -> None:
     """Append each requesting row's entry for the token just sampled (logits [len(requests), vocab])."""
-    rows = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
-    for i in rows:
-        request = requests[i]
-        (entry,) = position_logprobs(logits[i : i + 1], request.params.logprobs, [tokens[i]])
-        request.logprobs.append(entry)
+    for i, request in enumerate(requests):
+        k, recorded = request.params.logprobs, request.logprobs
+        if k is not None:
+            assert recorded is not None  # a Request keeps a list whenever its params ask for logprobs
+            (entry,) = position_logprobs(logits[i : i + 1], k, [tokens[i]])
+            recorded.append(entry)
 
 
 def wants_prompt_logits(request: Request) -> bool:
@@ -49,10 +50,11 @@ def record_prompt(request: Request, start_pos: int, logits: torch.Tensor) -> Non
 
     The row at position p predicts the token at p + 1; rows already recorded (a chunk fed again after a
     preemption) and the row predicting the first generated token are skipped."""
-    prompt = request.prompt_token_ids
-    first = len(request.prompt_logprobs) - 1 - start_pos  # row predicting the first prompt token not yet scored
+    prompt, scored, k = request.prompt_token_ids, request.prompt_logprobs, request.params.prompt_logprobs
+    assert scored is not None and k is not None  # called only where wants_prompt_logits(request)
+    first = len(scored) - 1 - start_pos  # row predicting the first prompt token not yet scored
     last = min(len(prompt) - 1 - start_pos, logits.shape[0])  # rows past the prompt predict generated tokens
     if first >= last:
         return
     chosen = prompt[start_pos + first + 1 : start_pos + last + 1]
-    request.prompt_logprobs.extend(position_logprobs(logits[first:last], request.params.prompt_logprobs, chosen))
+    scored.extend(position_logprobs(logits[first:last], k, chosen))

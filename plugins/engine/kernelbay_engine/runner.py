@@ -118,7 +118,7 @@ class ModelRunner:
         self.num_blocks = num_blocks
 
     def backend_for(self, layer_kind: str) -> str:
-        """Name of the backend serving `layer_kind` layers ("full_attention", "sliding_attention", ...)."""
+        """Name of the backend serving `layer_kind` layers (a `LayerKind`)."""
         return self.cache.selection.backend_for(layer_kind).backend_name
 
     def num_cached_tokens(self, request_id: Hashable) -> int:

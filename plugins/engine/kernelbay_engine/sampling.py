@@ -143,8 +143,9 @@ class Sampler:
         return tokens
 
 
-def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    """One draw from `logits` [vocab] under temperature, top-k and top-p (computed on the kept set only)."""
+def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One draw from `logits` [vocab] under temperature, top-k and top-p (computed on the kept set only);
+    `generator` None draws from torch's global RNG."""
     import torch
 
     logits = logits.float() / params.temperature

@@ -44,10 +44,11 @@ def select_attention(
     cfg, kv_cache_dtype: str | None = "auto", requested: str | None = None, platform=None, dtype=None, **runtime
 ) -> LayerGroupSelection:
     """A backend per attention layer group of `cfg` (`cfg.layer_groups()`; layers without attention skipped)."""
+    kinds = [LayerKind.parse(kind) for kind, _layers in cfg.layer_groups()]
     groups = {
-        kind: attention_requirements(cfg, kind, kv_cache_dtype=kv_cache_dtype, dtype=dtype, **runtime)
-        for kind, _layers in cfg.layer_groups()
-        if LayerKind.parse(kind).has_attention
+        kind.value: attention_requirements(cfg, kind, kv_cache_dtype=kv_cache_dtype, dtype=dtype, **runtime)
+        for kind in kinds
+        if kind.has_attention
     }
     return select_for_layer_groups(groups, requested=requested, platform=platform)
 

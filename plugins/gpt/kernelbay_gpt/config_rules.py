@@ -6,8 +6,9 @@ core's generic fields. Light to import (no torch, no transformers): hook modules
 
 from __future__ import annotations
 
+from kernelbay.attention import LayerKind
 from kernelbay.hooks import hookimpl
-from kernelbay_engine.config import FULL, LayerPlan
+from kernelbay_engine.config import LayerPlan
 
 FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 
@@ -56,4 +57,4 @@ def chatglm_kv_heads(config) -> LayerPlan | None:
 
 def _full_attention(config, kv_heads: int) -> LayerPlan:
     n = config.num_hidden_layers
-    return LayerPlan((FULL,) * n, kv_heads=(kv_heads,) * n)
+    return LayerPlan((LayerKind.FULL,) * n, kv_heads=(kv_heads,) * n)

@@ -37,14 +37,7 @@ class AttentionCore(nn.Module):
         super().__init__()
         heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.shape = (heads, kv_heads, head_dim)
-        self.attn = Attention(
-            layer_idx,
-            heads,
-            head_dim,
-            kv_heads,
-            scale=config.attention_scale if scale is None else scale,
-            prefix=prefix,
-        )
+        self.attn = Attention(config.layer_geometry(layer_idx, scale=scale), prefix=prefix)
 
     def forward(
         self,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import transformers
 
-from kernelbay_engine.config import FULL, ModelConfig
+from kernelbay.attention import LayerKind
+from kernelbay_engine.config import ModelConfig
+
+FULL = LayerKind.FULL
 
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_layers=2, vocab_size=96, ffn_hidden_size=128, seq_length=64)
 

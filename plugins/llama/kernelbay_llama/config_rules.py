@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
 from kernelbay.hooks import hookimpl
-from kernelbay_engine.config import BLOCKSPARSE, CHUNKED, FULL, NO_ATTENTION, SLIDING, BlockSparseGeometry, LayerPlan
+from kernelbay_engine.config import BlockSparseGeometry, LayerPlan
 
 NO_ROPE_INTERVAL = 4  # Llama 4's default: every 4th layer is NoPE + full attention
 NAS_FFN_MULTIPLE = 256  # Nemotron-NAS FFN width: ffn_mult x 2/3 x hidden, rounded up to a multiple of this
@@ -43,20 +44,21 @@ def gemma2_layers(config) -> LayerPlan | None:
         return None
     n = config.num_hidden_layers
     if not config.get_int("sliding_window"):
-        return LayerPlan((FULL,) * n)
-    return LayerPlan(tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)))
+        return LayerPlan((LayerKind.FULL,) * n)
+    return LayerPlan(tuple(LayerKind.SLIDING if i % 2 == 0 else LayerKind.FULL for i in range(n)))
 
 
 def gemma3_local_rope(config) -> dict | None:
     """Gemma 3's sliding layers rotate with their own base (`rope_local_base_freq`, which transformers 5 moves to
     rope_parameters.sliding_attention), never scaled: the scaling is the full layers'."""
     nested = (config.rope_parameters, config.parsed.get("rope_parameters"))  # as written, else as parsed
-    local = next((p[SLIDING] for p in nested if isinstance(p, Mapping) and isinstance(p.get(SLIDING), Mapping)), {})
+    sliding, full = LayerKind.SLIDING, LayerKind.FULL
+    local = next((p[sliding] for p in nested if isinstance(p, Mapping) and isinstance(p.get(sliding), Mapping)), {})
     kind = local.get("rope_type") or local.get("type") or "default"
     if kind != "default":
         raise ConfigError(
-            f"{config.source}: rope_parameters.{SLIDING} has rope_type {kind!r}; kernelbay scales RoPE "
-            f"on {FULL} layers only (as Gemma 3 does): move the scaling to rope_parameters.{FULL}."
+            f"{config.source}: rope_parameters.{sliding} has rope_type {kind!r}; kernelbay scales RoPE "
+            f"on {full} layers only (as Gemma 3 does): move the scaling to rope_parameters.{full}."
         )
     theta = config.get_float("rope_local_base_freq") or local.get("rope_theta")
     return None if theta is None else {"local_theta": config.as_float("rope_local_base_freq", theta, positive=True)}
@@ -68,9 +70,9 @@ def qwen2_layers(config) -> LayerPlan | None:
         return None
     n = config.num_hidden_layers
     if not (config.get_bool("use_sliding_window") and config.get_int("sliding_window")):  # Qwen2-MoE: 0 is off
-        return LayerPlan((FULL,) * n)
+        return LayerPlan((LayerKind.FULL,) * n)
     first = config.get_int("max_window_layers", default=0)
-    return LayerPlan(tuple(SLIDING if i >= first else FULL for i in range(n)))
+    return LayerPlan(tuple(LayerKind.SLIDING if i >= first else LayerKind.FULL for i in range(n)))
 
 
 def llama4_layers(config) -> LayerPlan | None:
@@ -84,7 +86,7 @@ def llama4_layers(config) -> LayerPlan | None:
         uses_rope = [(i + 1) % interval != 0 for i in range(n)]
     if len(uses_rope) != n:
         raise ConfigError(f"no_rope_layers has {len(uses_rope)} entries for {n} layers.")
-    return LayerPlan(tuple(CHUNKED if rope else FULL for rope in uses_rope))
+    return LayerPlan(tuple(LayerKind.CHUNKED if rope else LayerKind.FULL for rope in uses_rope))
 
 
 def nas_layers(config) -> LayerPlan | None:
@@ -110,14 +112,14 @@ def _nas_attention(index: int, block, heads: int) -> tuple[str, int, int | None]
     if not hasattr(attention, "get"):
         raise ConfigError(f"block_configs[{index}] has no 'attention' object.")
     if attention.get("no_op") or attention.get("replace_with_linear"):
-        return NO_ATTENTION, 0, None
+        return LayerKind.NO_ATTENTION, 0, None
     group = attention.get("n_heads_in_group")
     if not isinstance(group, int) or group <= 0 or heads % group:
         raise ConfigError(
             f"block_configs[{index}].attention.n_heads_in_group={group!r} must divide num_attention_heads={heads}."
         )
     window = attention.get("window_length")
-    return (SLIDING if window else FULL), heads // group, window
+    return (LayerKind.SLIDING if window else LayerKind.FULL), heads // group, window
 
 
 def nas_ffn_width(config) -> int | None:
@@ -146,8 +148,10 @@ def phi3small_layers(config) -> LayerPlan | None:
     every = config.get_int("dense_attention_every_n_layers")
     if not every:
         return None
-    kinds = tuple(FULL if (i + 1) % every == 0 else BLOCKSPARSE for i in range(config.num_hidden_layers))
-    if BLOCKSPARSE not in kinds:
+    kinds = tuple(
+        LayerKind.FULL if (i + 1) % every == 0 else LayerKind.BLOCKSPARSE for i in range(config.num_hidden_layers)
+    )
+    if LayerKind.BLOCKSPARSE not in kinds:
         return LayerPlan(kinds)
     return LayerPlan(
         kinds,

@@ -22,9 +22,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from kernelbay.attention import AttentionForwardArgs, AttentionMetadata
+from kernelbay.attention import AttentionForwardArgs, AttentionMetadata, LayerKind
 from kernelbay_engine.attention import Attention
-from kernelbay_engine.config import SLIDING
 from kernelbay_engine.layers import GatedMLP, Linear, MergedLinear, RMSNorm, RotaryEmbedding
 from kernelbay_engine.layers.fused import NativeDecoderBlock, native_block
 from kernelbay_engine.models.base import VocabEmbedding, rope_params
@@ -63,19 +62,7 @@ class LlamaAttention(nn.Module):
         # [heads] sink logits, handed to the backend each call (AttentionForwardArgs.sinks)
         self.sinks = nn.Parameter(torch.empty(heads), requires_grad=False) if features.sinks else None
         self.rotary = rotary  # shared with every layer; holds no parameters
-        kind = config.layer_types[layer_idx]
-        self.attn = Attention(
-            layer_idx,
-            heads,
-            head_dim,
-            kv_heads,
-            scale=config.attention_scale,
-            attn_type=kind,
-            sliding_window=config.sliding_window if kind == "sliding_attention" else None,
-            logit_softcap=config.attn_logit_softcapping,
-            prefix=f"model.layers.{layer_idx}.self_attn.attn",
-            sinks=features.sinks,
-        )
+        self.attn = Attention(config.layer_geometry(layer_idx), prefix=f"model.layers.{layer_idx}.self_attn.attn")
 
     @property
     def input_dtype(self) -> torch.dtype | None:
@@ -186,7 +173,11 @@ class LlamaModel(nn.Module):
         self.norm = _norm_factory(config, features)()
 
     def _rotary_of(self, kind: str) -> RotaryEmbedding:
-        return self.local_rotary_emb if kind == SLIDING and self.local_rotary_emb is not None else self.rotary_emb
+        return (
+            self.local_rotary_emb
+            if kind == LayerKind.SLIDING and self.local_rotary_emb is not None
+            else self.rotary_emb
+        )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [T, hidden]

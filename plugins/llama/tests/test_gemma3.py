@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from kernelbay.attention import LayerKind
 from kernelbay.cli import main
 from kernelbay.errors import ConfigError
 from kernelbay_engine import AutoModelForCausalLM
-from kernelbay_engine.config import FULL, SLIDING, ModelConfig
+from kernelbay_engine.config import ModelConfig
 from plugins.llama.tests._tiny_gemma3 import TINY_GEMMA3
 from tests.models._parity import BACKENDS, compare_generation, runner
+
+FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
 
 GEMMA3_1B = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs" / "gemma-3-1b-it"
 

@@ -11,16 +11,18 @@ import pytest
 import safetensors.torch
 import torch
 
-from kernelbay.attention import BackendNotCapable
+from kernelbay.attention import BackendNotCapable, LayerKind
 from kernelbay.moe import dequantize_mxfp4
 from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
-from kernelbay_engine.config import FULL, SLIDING, ModelConfig
+from kernelbay_engine.config import ModelConfig
 from kernelbay_engine.explain import explain_model
 from kernelbay_engine.layers.moe import bind_moe_backends, moe_layers
 from kernelbay_engine.loading import load_weights, open_checkpoint
 from kernelbay_engine.runner import ModelRunner
 from plugins.llama.tests._tiny_gpt_oss import TINY_GPT_OSS, quantize_mxfp4
 from tests.models._parity import BACKENDS, compare_generation, runner
+
+FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
 
 MOE_BACKENDS = ("TORCH_MOE", "TORCH_GROUPED_MOE")
 CONFIGS = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs"

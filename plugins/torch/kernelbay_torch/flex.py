@@ -15,8 +15,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
-from kernelbay.attention._metadata import padded_slots
+from kernelbay.attention import (
+    ANY,
+    SPARSE_NONE,
+    AttentionBackend,
+    AttentionForwardArgs,
+    AttentionMetadata,
+    KVLayout,
+    padded_slots,
+)
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 MIN_BUCKET = 128  # flex_attention's default block size

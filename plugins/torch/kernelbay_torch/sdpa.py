@@ -7,9 +7,16 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from kernelbay.attention import ANY, SPARSE_NONE, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
-from kernelbay.attention import _cache_ops as ops
-from kernelbay.attention._metadata import padded_slots
+from kernelbay.attention import (
+    ANY,
+    SPARSE_NONE,
+    AttentionBackend,
+    AttentionForwardArgs,
+    AttentionMetadata,
+    KVLayout,
+    padded_slots,
+)
+from kernelbay.attention import cache_ops as ops
 from kernelbay.dtypes import KV_CACHE_DTYPES, MODEL_DTYPES
 
 from ._masks import allowed_keys, request_spans

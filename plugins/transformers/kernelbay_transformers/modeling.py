@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from kernelbay import register_model
+from kernelbay.attention import LayerKind
 from kernelbay.errors import UnsupportedArchitecture
 from kernelbay_engine.attention import Attention
 from kernelbay_engine.layers.linear import Linear
@@ -26,7 +27,7 @@ from kernelbay_engine.models.base import CausalLM
 from . import attention as paged
 from . import support
 
-SUPPORTED_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+SUPPORTED_KINDS = (LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED)
 
 
 @contextlib.contextmanager
@@ -78,19 +79,9 @@ def _layer_for(module: nn.Module, path: str, config) -> Attention:
         raise UnsupportedArchitecture(f"{path}: non-causal attention; the fallback serves causal LMs only")
     if "sinks" in module._parameters:  # gpt-oss: a learned per-head sink joins the softmax
         raise UnsupportedArchitecture(f"{path}: attention sinks, which kernelbay's attention layers do not implement")
-    kind = config.layer_types[idx]
-    return Attention(
-        idx,
-        config.num_attention_heads,
-        int(getattr(module, "head_dim", config.head_dim)),
-        config.layer_num_kv_heads[idx],
-        scale=float(getattr(module, "scaling", config.head_dim**-0.5)),
-        attn_type=kind,
-        sliding_window=config.sliding_window if kind == "sliding_attention" else None,
-        chunk_size=config.attention_chunk_size if kind == "chunked_attention" else None,
-        logit_softcap=config.attn_logit_softcapping,
-        prefix=path,
-    )
+    head_dim = int(getattr(module, "head_dim", config.head_dim))
+    scale = float(getattr(module, "scaling", config.head_dim**-0.5))
+    return Attention(config.layer_geometry(idx, head_dim=head_dim, scale=scale), prefix=path)
 
 
 def attach_attention_layers(model: nn.Module, config, attention_cls: type) -> int:

@@ -15,33 +15,25 @@ loads this package.
 from kernelbay.attention import IndexerSpec, MLASpec  # the attention contract's records, which configs hold
 
 from ._build import draft_architecture
-from ._layers import BLOCKSPARSE, CHUNKED, ENCODER, FULL, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING, LayerPlan
+from ._layers import LayerPlan
 from ._loading import config_class_for, read_config_json, weight_format_class
 from ._model_config import MODEL_KINDS, ModelConfig
 from ._records import ROPE_TYPES, BlockSparseGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
 __all__ = [
-    "BLOCKSPARSE",
     "BlockSparseGeometry",
-    "CHUNKED",
     "ConfigRuleError",
     "ConfigView",
-    "ENCODER",
-    "FULL",
-    "INDEXED",
     "IndexerSpec",
-    "LAYER_KINDS",
     "LayerPlan",
     "MLASpec",
     "MODEL_KINDS",
     "ModelConfig",
-    "NO_ATTENTION",
     "QuantConfig",
     "ROPE_TYPES",
     "RULE_POINTS",
     "RopeConfig",
-    "SLIDING",
     "config_class_for",
     "draft_architecture",
     "read_config_json",

@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
 
 from . import _geometry as geo
 from ._fields import Fields
-from ._layers import ENCODER, NO_ATTENTION, LayerPlan, resolve_layers
+from ._layers import LayerPlan, resolve_layers
 from ._loading import CONFIG_FILE, hf_config_from_dict, load_hf_config, read_config_json
 from ._model_config import ModelConfig
 from ._moe import resolve_moe
@@ -93,7 +94,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
     head_dim = geo.resolve_head_dim(f, hidden, heads, mla)
     max_positions = geo.resolve_max_positions(f, encoder)
     if encoder:
-        plan = LayerPlan((ENCODER,) * n_layers)
+        plan = LayerPlan((LayerKind.ENCODER,) * n_layers)
     else:
         plan = resolve_layers(f, rules, n_layers, max_positions, type(geometry_config))
     kv_heads = _layer_kv_heads(f, plan, heads)
@@ -138,7 +139,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
 def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
     if plan.kv_heads is not None:
         return plan.kv_heads
-    if ENCODER in plan.kinds:
+    if LayerKind.ENCODER in plan.kinds:
         return (0,) * len(plan.kinds)
     legacy = ", ".join(f"{flag}=true" for flag in LEGACY_KV_FLAGS if f.get_bool(flag))
     if legacy and f.get("num_key_value_heads") is None:
@@ -147,7 +148,7 @@ def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:
             "(kernelbay-gpt for Falcon and ChatGLM); install it."
         )
     kv = f.get_int("num_key_value_heads", default=heads)  # absent or null: MHA
-    return tuple(0 if kind == NO_ATTENTION else kv for kind in plan.kinds)
+    return tuple(0 if kind == LayerKind.NO_ATTENTION else kv for kind in plan.kinds)
 
 
 def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:

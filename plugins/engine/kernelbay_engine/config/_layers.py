@@ -7,7 +7,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kernelbay.attention import IndexerSpec
+from kernelbay.attention import IndexerSpec, LayerKind
 from kernelbay.errors import ConfigError
 
 from ._fields import Fields
@@ -16,17 +16,10 @@ from ._records import BlockSparseGeometry
 if TYPE_CHECKING:
     from ._rules import FamilyRules
 
-FULL = "full_attention"
-SLIDING = "sliding_attention"
-CHUNKED = "chunked_attention"
-NO_ATTENTION = "no_attention"  # no attention, no KV cache (Nemotron-NAS no-op / linear blocks)
-BLOCKSPARSE = "blocksparse_attention"  # Phi-3-small: local + strided blocks, full KV cache
-INDEXED = "indexed_attention"  # DeepSeek V3.2: MLA over the top-k tokens a lightning indexer picks
-ENCODER = "encoder_attention"  # bidirectional, no KV cache (vision encoders)
-LAYER_KINDS = (FULL, SLIDING, CHUNKED, NO_ATTENTION, BLOCKSPARSE, INDEXED, ENCODER)
-CACHELESS_KINDS = frozenset({NO_ATTENTION, ENCODER})
+LAYER_KINDS = tuple(LayerKind)
+CACHELESS_KINDS = frozenset(kind for kind in LayerKind if not kind.has_kv_cache)
 
-LEGACY_KINDS = {"attention": FULL}
+LEGACY_KINDS = {"attention": LayerKind.FULL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +29,12 @@ class LayerPlan:
     A window or chunk size left None is read from the config's `sliding_window` / `attention_chunk_size`.
     """
 
-    kinds: tuple[str, ...]  # (num_hidden_layers,) one of LAYER_KINDS per layer
-    sliding_window: int | None = None  # tokens a SLIDING layer sees
-    attention_chunk_size: int | None = None  # chunk of a CHUNKED layer
+    kinds: tuple[LayerKind, ...]  # (num_hidden_layers,) one kind per layer (names are taken and made kinds)
+    sliding_window: int | None = None  # tokens a LayerKind.SLIDING layer sees
+    attention_chunk_size: int | None = None  # chunk of a LayerKind.CHUNKED layer
     kv_heads: tuple[int, ...] | None = None  # (num_hidden_layers,) when layers differ (Nemotron-NAS)
-    blocksparse: BlockSparseGeometry | None = None  # geometry of the BLOCKSPARSE layers
-    indexer: IndexerSpec | None = None  # the lightning indexer of the INDEXED (DSA) layers
+    blocksparse: BlockSparseGeometry | None = None  # geometry of the LayerKind.BLOCKSPARSE layers
+    indexer: IndexerSpec | None = None  # the lightning indexer of the LayerKind.INDEXED (DSA) layers
 
     def __post_init__(self) -> None:
         if not isinstance(self.kinds, tuple):
@@ -51,16 +44,17 @@ class LayerPlan:
             raise ConfigError(
                 f"layer kinds kernelbay does not know: {', '.join(unknown)}; known: {', '.join(LAYER_KINDS)}."
             )
+        object.__setattr__(self, "kinds", tuple(map(LayerKind, self.kinds)))
         if self.kv_heads is not None and len(self.kv_heads) != len(self.kinds):
             raise ConfigError(f"kv_heads has {len(self.kv_heads)} entries for {len(self.kinds)} layers.")
-        if (BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
+        if (LayerKind.BLOCKSPARSE in self.kinds) != (self.blocksparse is not None):
             raise ConfigError(
-                f"{BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
+                f"{LayerKind.BLOCKSPARSE} layers need their geometry (blocksparse=BlockSparseGeometry(...), "
                 "which a family rule gives), and only they take one."
             )
-        if (INDEXED in self.kinds) != (self.indexer is not None):
+        if (LayerKind.INDEXED in self.kinds) != (self.indexer is not None):
             raise ConfigError(
-                f"{INDEXED} layers need their indexer geometry (indexer=IndexerSpec(...), which a family "
+                f"{LayerKind.INDEXED} layers need their indexer geometry (indexer=IndexerSpec(...), which a family "
                 "rule gives: install the family's plugin, e.g. kernelbay-deepseek), and only they take one."
             )
 
@@ -79,29 +73,31 @@ def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerP
         return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
     chunk = _size_or_none(f, "attention_chunk_size", f.get_int("attention_chunk_size"))
     if chunk and _applies(f, config_class, "attention_chunk_size", chunk, "chunked attention"):  # Llama4TextConfig
-        return LayerPlan((CHUNKED,) * n_layers)
+        return LayerPlan((LayerKind.CHUNKED,) * n_layers)
     return _sliding_plan(f, n_layers, config_class)
 
 
 def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
     """Fill the window and chunk a plan leaves to the generic fields."""
-    window = (plan.sliding_window or _sliding_window(f)) if SLIDING in plan.kinds else None
-    chunk = (plan.attention_chunk_size or f.get_int("attention_chunk_size")) if CHUNKED in plan.kinds else None
+    window = (plan.sliding_window or _sliding_window(f)) if LayerKind.SLIDING in plan.kinds else None
+    chunk = (
+        (plan.attention_chunk_size or f.get_int("attention_chunk_size")) if LayerKind.CHUNKED in plan.kinds else None
+    )
     return dataclasses.replace(plan, sliding_window=window, attention_chunk_size=chunk)
 
 
 def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
     window = _sliding_window(f)
     if window is None:
-        return LayerPlan((FULL,) * n_layers)
+        return LayerPlan((LayerKind.FULL,) * n_layers)
     pattern = f.get_int("sliding_window_pattern")
     if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
-        kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers))
+        kinds = tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING for i in range(n_layers))
     elif _applies(f, config_class, "sliding_window", window, "sliding-window attention"):  # Mistral, Phi-3, ...
-        kinds = (SLIDING,) * n_layers  # every layer slides
+        kinds = (LayerKind.SLIDING,) * n_layers  # every layer slides
     else:
-        kinds = (FULL,) * n_layers
-    return LayerPlan(kinds, window if SLIDING in kinds else None)
+        kinds = (LayerKind.FULL,) * n_layers
+    return LayerPlan(kinds, window if LayerKind.SLIDING in kinds else None)
 
 
 def _applies(f: Fields, config_class: type | None, parameter: str, value: int, what: str) -> bool:
@@ -147,5 +143,5 @@ def _drop_window_beyond_context(f: Fields, plan: LayerPlan, max_positions: int) 
     if plan.sliding_window is None or plan.sliding_window < max_positions:
         return plan
     f.notes.append(f"sliding_window={plan.sliding_window} >= max_position_embeddings={max_positions}: full attention")
-    kinds = tuple(FULL if kind == SLIDING else kind for kind in plan.kinds)
+    kinds = tuple(LayerKind.FULL if kind == LayerKind.SLIDING else kind for kind in plan.kinds)
     return dataclasses.replace(plan, kinds=kinds, sliding_window=None)

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelbay.attention import IndexerSpec, MLASpec
+from kernelbay.attention import IndexerSpec, LayerKind, MLASpec
 from kernelbay.dtypes import MODEL_DTYPES, element_bytes
 from kernelbay.errors import ConfigError
 
 from ._fields import MAX_DIMENSION, MAX_LAYERS
-from ._layers import BLOCKSPARSE, CACHELESS_KINDS, CHUNKED, INDEXED, LAYER_KINDS, NO_ATTENTION, SLIDING
+from ._layers import CACHELESS_KINDS, LAYER_KINDS
 from ._moe import MoEConfig
 from ._records import BlockSparseGeometry, QuantConfig, Record, RopeConfig
 
@@ -41,7 +41,7 @@ class ModelConfig(Record):
     rms_norm_eps: float  # the norm epsilon, RMSNorm or LayerNorm
     tie_word_embeddings: bool
     dtype: str  # checkpoint dtype: "float32" | "bfloat16" | "float16"
-    layer_types: tuple[str, ...]  # (num_hidden_layers,) attention kind per layer, see LAYER_KINDS
+    layer_types: tuple[LayerKind, ...]  # (num_hidden_layers,) what each layer runs
     layer_num_kv_heads: tuple[int, ...]  # (num_hidden_layers,) KV heads per layer, 0 where nothing is cached
     sliding_window: int | None = None  # tokens a "sliding_attention" layer sees
     attention_chunk_size: int | None = None  # chunk of a "chunked_attention" layer
@@ -103,6 +103,31 @@ class ModelConfig(Record):
             groups.setdefault(kind, []).append(index)
         return [(kind, tuple(indices)) for kind, indices in groups.items()]
 
+    def layer_geometry(self, index: int, *, scale: float | None = None, head_dim: int | None = None):
+        """Layer `index`'s `AttentionGeometry`: the one record its `Attention` module, its backend's cache spec and
+        `explain` are built from (`scale`, `head_dim`: what a module states over the config, as transformers'
+        modules do for the fallback). A layer without attention is a ValueError."""
+        from kernelbay.attention import AttentionGeometry
+
+        kind, mla = LayerKind.parse(self.layer_types[index]), self.mla
+        return AttentionGeometry(
+            layer_idx=index,
+            num_heads=self.num_attention_heads,
+            head_dim=mla.qk_head_dim if mla is not None else (head_dim or self.head_dim),
+            num_kv_heads=self.num_attention_heads if mla is not None else self._attention_kv_heads(index),
+            scale=self.attention_scale if scale is None else scale,
+            attn_type=kind.attention_type,
+            sliding_window=self.sliding_window if kind is LayerKind.SLIDING else None,
+            chunk_size=self.attention_chunk_size if kind is LayerKind.CHUNKED else None,
+            logit_softcap=self.attn_logit_softcapping,
+            mla=mla,
+            indexer=self.indexer if kind is LayerKind.INDEXED else None,
+            sinks=self.attention_sinks,
+        )
+
+    def _attention_kv_heads(self, index: int) -> int:
+        return self.layer_num_kv_heads[index] or self.num_key_value_heads  # an encoder layer caches nothing
+
     def layer_kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> tuple[int, ...]:
         """(num_hidden_layers,) bytes one token adds to each layer's KV cache."""
         element = self._kv_element_bytes(kv_cache_dtype)
@@ -116,7 +141,11 @@ class ModelConfig(Record):
         """The DSA indexer keys' share of `kv_bytes_per_token` (0 without an indexer)."""
         if self.indexer is None:
             return 0
-        return self.indexer.cache_width * self._kv_element_bytes(kv_cache_dtype) * self.layer_types.count(INDEXED)
+        return (
+            self.indexer.cache_width
+            * self._kv_element_bytes(kv_cache_dtype)
+            * self.layer_types.count(LayerKind.INDEXED)
+        )
 
     def _kv_element_bytes(self, kv_cache_dtype: str | None) -> int:
         try:
@@ -127,7 +156,7 @@ class ModelConfig(Record):
     def _layer_cache_width(self, index: int) -> int:
         if self.layer_types[index] in CACHELESS_KINDS:
             return 0
-        indexer = self.indexer.cache_width if self.indexer and self.layer_types[index] == INDEXED else 0
+        indexer = self.indexer.cache_width if self.indexer and self.layer_types[index] == LayerKind.INDEXED else 0
         if self.mla is not None:
             return self.mla.cache_width + indexer
         return 2 * self.layer_num_kv_heads[index] * self.head_dim + indexer
@@ -138,7 +167,7 @@ class ModelConfig(Record):
         down; up and down where `gated_ffn` is False), routers and experts; norms, biases and rotary tables are
         left out (under 0.1% for the models here)."""
         embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        attention = self._attention_parameters() * sum(kind != NO_ATTENTION for kind in self.layer_types)
+        attention = self._attention_parameters() * sum(kind != LayerKind.NO_ATTENTION for kind in self.layer_types)
         dense_ffn = (3 if self.gated_ffn else 2) * self.hidden_size * self.intermediate_size
         moe = self.moe
         if moe is None:
@@ -219,7 +248,7 @@ def _value_problems(c: ModelConfig) -> list[str]:
         problems.append(f"rotary_dim={c.rope.rotary_dim} exceeds head_dim={c.head_dim}")
     if c.indexer is not None and c.mla is None:
         problems.append(
-            "indexed_attention (DSA) layers need MLA geometry: the indexer keys are cached beside the latent"
+            f"{LayerKind.INDEXED} (DSA) layers need MLA geometry: the indexer keys are cached beside the latent"
         )
     return problems
 
@@ -236,10 +265,10 @@ def _layer_problems(c: ModelConfig) -> list[str]:
     if unknown:
         problems.append(f"unknown layer kinds {unknown}; known: {', '.join(LAYER_KINDS)}")
     needed = {  # field -> (whether it must be set, when)
-        "sliding_window": (SLIDING in c.layer_types, f"a layer is {SLIDING}"),
-        "attention_chunk_size": (CHUNKED in c.layer_types, f"a layer is {CHUNKED}"),
-        "blocksparse": (BLOCKSPARSE in c.layer_types, f"a layer is {BLOCKSPARSE}"),
-        "indexer": (INDEXED in c.layer_types, f"a layer is {INDEXED} (DSA)"),
+        "sliding_window": (LayerKind.SLIDING in c.layer_types, f"a layer is {LayerKind.SLIDING}"),
+        "attention_chunk_size": (LayerKind.CHUNKED in c.layer_types, f"a layer is {LayerKind.CHUNKED}"),
+        "blocksparse": (LayerKind.BLOCKSPARSE in c.layer_types, f"a layer is {LayerKind.BLOCKSPARSE}"),
+        "indexer": (LayerKind.INDEXED in c.layer_types, f"a layer is {LayerKind.INDEXED} (DSA)"),
         "rope": (c.position_embedding == "rope", "position_embedding is 'rope'"),
         "draft_vocab_size": (c.is_draft, "the model is a draft model"),
     }

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kernelbay.errors import ConfigError
-from kernelbay.moe._names import ROUTINGS, canonical_activation
+from kernelbay.moe import ROUTINGS, canonical_activation
 
 from ._fields import Fields
 from ._records import Record

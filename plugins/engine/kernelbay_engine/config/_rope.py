@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kernelbay.attention import MLASpec
+from kernelbay.attention import LayerKind, MLASpec
 from kernelbay.errors import ConfigError
 
 from ._fields import Fields, check_size
-from ._layers import FULL
 from ._records import ROPE_TYPES, RopeConfig, frozen_json
 
 if TYPE_CHECKING:
@@ -47,8 +46,8 @@ def resolve_rope(f: Fields, rules: FamilyRules, head_dim: int, max_positions: in
     """The RoPE of the full-attention layers (transformers 5 may nest one dict per layer kind); what other layers
     rotate with differently is the family's `rope` rule's to say (Gemma 3's local base: kernelbay-llama)."""
     main = rope_parameters(f)
-    if isinstance(main.get(FULL), Mapping):
-        main = dict(main[FULL])
+    if isinstance(main.get(LayerKind.FULL), Mapping):
+        main = dict(main[LayerKind.FULL])
     rope_type = _rope_type(main)
     original = _original_positions(f, main)
     rope = RopeConfig(

@@ -54,26 +54,11 @@ def bytes_per_block(config, backend: str | None, kv_cache_dtype: str, block_size
 
 
 def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: int, config_bytes: int) -> int:
-    from kernelbay.attention import AttentionGeometry, LayerKind
-
-    kind = LayerKind(config.layer_types[index])
     if config_bytes == 0:  # a layer without a cache
         return 0
     try:
-        geometry = AttentionGeometry(
-            index,
-            config.num_attention_heads,
-            config.head_dim,
-            config.layer_num_kv_heads[index],
-            1.0,  # the scale does not change the cache
-            kind.attention_type,  # DSA: full attention over the top-k
-            config.sliding_window if kind is LayerKind.SLIDING else None,
-            config.attention_chunk_size if kind is LayerKind.CHUNKED else None,
-            config.attn_logit_softcapping,
-            config.mla,
-            config.indexer if kind is LayerKind.INDEXED else None,
-        )
-        backend = selection.backend_for(kind).backend_cls
+        geometry = config.layer_geometry(index, scale=1.0)  # the scale does not change the cache
+        backend = selection.backend_for(config.layer_types[index]).backend_cls
         spec = backend.get_kv_cache_spec(geometry, config.dtype, kv_cache_dtype, block_size)
         return int(spec.page_size_bytes)
     except ValueError:  # a geometry the config cannot describe exactly: price it as the config does

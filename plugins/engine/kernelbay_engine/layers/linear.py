@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 class Linear(nn.Module):
     """y = x W^T (+ b). W: [*batch_shape, out_features, in_features]; batch_shape is () or (num_experts,)."""
 
+    # Parameters the layer's LinearMethod creates (a packed or quantized layer holds no `weight`).
+    weight: torch.Tensor
+    bias: torch.Tensor  # only when has_bias
+    weight_scale_inv: torch.Tensor  # FP8 block-scaled weights only
+
     def __init__(
         self,
         in_features: int,
@@ -122,9 +127,10 @@ class MergedLinear(Linear):
     def _part_aliases(self, name_of, index_of) -> dict[str, tuple[str, tuple]]:
         """For every part and parameter: checkpoint name -> (parameter, index of the part's rows)."""
         aliases = {}
+        method = self._require_method()
         for part, (start, size) in self.part_rows().items():
-            for param in self.method.param_names(self):
-                rows = self.method.row_slice(self, param, start, size, part)
+            for param in method.param_names(self):
+                rows = method.row_slice(self, param, start, size, part)
                 aliases[name_of(part, param)] = (param, index_of(rows))
         return aliases
 

@@ -143,7 +143,10 @@ _INV_FREQ: dict[str, Callable[[RopeParams, int], tuple[torch.Tensor, float]]] = 
     "longrope": _longrope,
 }
 # Types whose frequencies depend on how far the step's positions reach.
-_LENGTH_DEPENDENT = {"dynamic": lambda p: p.max_position_embeddings, "longrope": lambda p: p.original_max}
+_LENGTH_DEPENDENT: dict[str, Callable[[RopeParams], int]] = {
+    "dynamic": lambda p: p.max_position_embeddings,
+    "longrope": lambda p: p.original_max,
+}
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -170,7 +173,7 @@ class RotaryEmbedding(nn.Module):
         if self.params.rope_type == "dynamic" and long:
             return _dynamic(self.params, int(positions.max()) + 1)
         if long not in self._tables:
-            start = threshold(self.params) + 1 if long else 0
+            start = threshold(self.params) + 1 if long and threshold is not None else 0  # long implies a threshold
             self._tables[long] = _INV_FREQ[self.params.rope_type](self.params, start)
         return self._tables[long]
 
@@ -197,7 +200,7 @@ class RotaryEmbedding(nn.Module):
             rotated = x_rot * cos + _rotate_half(x_rot) * sin
         return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
 
-    def apply(
+    def apply(  # type: ignore[override]  # shadows nn.Module.apply(fn): callers across the plugins use this one
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q and k with tables from `cos_sin` (computed once per step, shared by all layers)."""

@@ -12,7 +12,7 @@ import time
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm.auto import tqdm  # type: ignore[import-untyped]  # tqdm ships no stubs (types-tqdm is not installed)
 
 from kernelbay_engine.loading.errors import CheckpointError
 from kernelbay_engine.loading.formats import WeightSource
@@ -27,10 +27,16 @@ def _slot(model: nn.Module, param_path: str) -> tuple[nn.Module, str]:
     return model.get_submodule(module_path), name
 
 
+def _param(module: nn.Module, name: str) -> nn.Parameter:
+    param = module._parameters[name]
+    assert param is not None  # the plan maps only named_parameters(), which skips None slots
+    return param
+
+
 def _materialize(model: nn.Module, param_path: str) -> torch.Tensor:
     """The parameter's tensor, given real (uninitialised) CPU storage if it is still on meta."""
     module, name = _slot(model, param_path)
-    param = module._parameters[name]
+    param = _param(module, name)
     if param.is_meta:
         param = nn.Parameter(torch.empty(param.shape, dtype=param.dtype), requires_grad=False)
         module._parameters[name] = param
@@ -40,7 +46,7 @@ def _materialize(model: nn.Module, param_path: str) -> torch.Tensor:
 def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
     """mmap mode: make a still-unallocated parameter a view of the file itself; False if it cannot be."""
     module, attr = _slot(model, target.param)
-    param = module._parameters[attr]
+    param = _param(module, attr)
     if target.index or target.transposed or not param.is_meta:
         return False
     mapped = reader.mapped(name, param.dtype)
@@ -66,7 +72,7 @@ def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
 
 def _slot_tensor(model: nn.Module, param_path: str) -> torch.Tensor:
     module, name = _slot(model, param_path)
-    return module._parameters[name].data
+    return _param(module, name).data
 
 
 _FINITE_CHUNK = 1 << 22  # elements per reduction: bounds the float16 copy an fp8 chunk needs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import nn
@@ -20,8 +20,9 @@ from kernelbay_engine.loading import NameRules
 
 if TYPE_CHECKING:
     from kernelbay.attention import AttentionMetadata
-    from kernelbay_engine.attention import Attention
+    from kernelbay_engine.attention import Attention, AttentionLayerRegistry
     from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.quant.embedding import QuantizedEmbedding
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -51,6 +52,7 @@ def rope_params(
 ) -> RopeParams:
     """The config's resolved RoPE as the rotary layer's parameters."""
     rope = config.rope
+    assert rope is not None, "rope_params needs a config whose position_embedding is 'rope'"
     scaling = dict(rope.scaling or {})
     if rope.factor is not None:
         scaling["factor"] = rope.factor
@@ -76,7 +78,7 @@ class VocabEmbedding(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
         self.scale = scale
-        self.method = None
+        self.method: QuantizedEmbedding | None = None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.method is not None:
@@ -91,9 +93,12 @@ class VocabEmbedding(nn.Module):
 def activation_dtype_device(model: nn.Module) -> tuple[torch.dtype, torch.device]:
     """What a model's activations run in: the dtype and device of the rows its token embedding returns (the
     table's, or a quantized table's, which holds no `weight`)."""
-    table = model.input_embeddings()
+    table = cast("CausalLM", model).input_embeddings()  # any model with input_embeddings(), held as an nn.Module
     held = getattr(table, "method", None)
-    return (held.dtype, held.device) if held is not None else (table.weight.dtype, table.weight.device)
+    if held is not None:
+        return held.dtype, held.device
+    weight = cast(torch.Tensor, table.weight)
+    return weight.dtype, weight.device
 
 
 class CausalLM(nn.Module):
@@ -105,12 +110,15 @@ class CausalLM(nn.Module):
 
     name_rules: ClassVar[NameRules] = NameRules()
     final_logit_softcap: float | None = None
+    model: nn.Module  # set by the family (with `embed_tokens`, unless it overrides input_embeddings)
+    lm_head: Linear
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.requested_attention_backend: str | None = None
-        self.attention_registry = None  # set by AutoModelForCausalLM: the layers built with this model
+        # set by AutoModelForCausalLM: the layers built with this model
+        self.attention_registry: AttentionLayerRegistry | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement forward(input_ids, positions, metadata)")
@@ -133,12 +141,12 @@ class CausalLM(nn.Module):
     def input_embeddings(self) -> nn.Module:
         """The token embedding table (its weight's dtype and device are the model's); a family whose
         checkpoint names it otherwise (GPT-2's `transformer.wte`) overrides this."""
-        return self.model.embed_tokens
+        return cast(nn.Module, self.model.embed_tokens)
 
     def tie_weights(self) -> None:
         """Share the embedding table with the LM head when the config ties them."""
         if self.tied and "weight" in self.lm_head._parameters:  # a quantized head holds its own codes instead
-            self.lm_head.weight = self.input_embeddings().weight
+            self.lm_head.weight = cast(torch.Tensor, self.input_embeddings().weight)
 
     def checkpoint_rules(self) -> NameRules:
         """The family's naming rules, plus `lm_head.weight` skipped when tied (some checkpoints store it)."""

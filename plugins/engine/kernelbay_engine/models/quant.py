@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,9 @@ class WeightFormat:
             problems.append("weight_block_size is missing: per-tensor FP8 is not supported, only block scales")
         if problems:
             raise ConfigError("this checkpoint's quantization cannot be loaded", problems)
-        return cls(tuple(int(b) for b in block), tuple(getattr(quant, "modules_to_not_convert", None) or ()))
+        assert block is not None  # a missing block is one of the problems above
+        block_size = cast("tuple[int, int]", tuple(int(b) for b in block))  # two ints: __post_init__ checks it
+        return cls(block_size, tuple(getattr(quant, "modules_to_not_convert", None) or ()))
 
     def excludes(self, module_path: str) -> bool:
         """True when an entry of `not_converted` names this module or one of its parents."""

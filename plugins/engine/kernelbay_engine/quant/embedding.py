@@ -52,6 +52,7 @@ def set_quantized_embedding(table: nn.Module, weight: QuantizedWeight) -> Quanti
         raise ConfigError(
             f"quantized table is [{weight.out_features}, {weight.in_features}], the embedding is {list(plain.shape)}"
         )
-    table.method = QuantizedEmbedding(weight, plain.dtype)
+    method = QuantizedEmbedding(weight, plain.dtype)
+    table.method = method  # type: ignore[assignment]  # a plain attribute of the table module, not a submodule
     del table.weight  # a tied LM head holds its own (kernel-packed) form of the same codes
-    return table.method
+    return method

@@ -69,8 +69,8 @@ def _file_planned(config, mode: str):
     """What a weight file's format makes of each linear (`quantized_forms`, read from the header alone)."""
     from pathlib import Path
 
-    from kernelbay_engine import AutoModelForCausalLM
     from kernelbay_engine.loading.formats import format_for
+    from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     path = Path(config.source)
     fmt = format_for(path)
@@ -89,7 +89,7 @@ def _file_planned(config, mode: str):
 
 
 def _linears(config):
-    from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config)  # on meta: geometry only
     for path, layer in model.named_modules():

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError, PluginImportError, RegistrationConflict
 from kernelbay.hooks import hookimpl
-from kernelbay_engine.config import FULL, SLIDING, ConfigRuleError, LayerPlan, ModelConfig
+from kernelbay_engine.config import ConfigRuleError, LayerPlan, ModelConfig
 from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
 
 from .test_errors import tiny
+
+FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
 
 GEMMA2 = dict(
     model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=4, head_dim=16, sliding_window=8

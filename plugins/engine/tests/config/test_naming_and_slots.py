@@ -7,12 +7,15 @@ import json
 import pytest
 from transformers import DeepseekV3Config, LlavaConfig, PretrainedConfig, SiglipVisionConfig
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
 from kernelbay.registry import default_registry, register_config, reset_registry
-from kernelbay_engine.config import ENCODER, ModelConfig, draft_architecture
+from kernelbay_engine.config import ModelConfig, draft_architecture
 from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
 
 from .test_errors import DROP, tiny
+
+ENCODER = LayerKind.ENCODER
 
 
 class AcmeLmConfig(PretrainedConfig):

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from kernelbay_engine.config import BLOCKSPARSE, FULL, NO_ATTENTION, SLIDING, ModelConfig
+from kernelbay.attention import LayerKind
+from kernelbay_engine.config import ModelConfig
 from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
+
+BLOCKSPARSE, FULL, NO_ATTENTION, SLIDING = (
+    LayerKind.BLOCKSPARSE,
+    LayerKind.FULL,
+    LayerKind.NO_ATTENTION,
+    LayerKind.SLIDING,
+)
 
 BF16 = FP16 = 2  # bytes per cached element
 FP32 = 4

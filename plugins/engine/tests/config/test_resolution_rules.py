@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
-from kernelbay_engine.config import CHUNKED, FULL, NO_ATTENTION, SLIDING, ModelConfig
+from kernelbay_engine.config import ModelConfig
 
 from .test_errors import DROP, tiny
+
+CHUNKED, FULL, NO_ATTENTION, SLIDING = LayerKind.CHUNKED, LayerKind.FULL, LayerKind.NO_ATTENTION, LayerKind.SLIDING
 
 
 def resolve(write_config, **changes) -> ModelConfig:

@@ -6,10 +6,13 @@ import json
 
 import pytest
 
+from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
-from kernelbay_engine.config import FULL, SLIDING, ModelConfig
+from kernelbay_engine.config import ModelConfig
 from tests._paths import REAL_CONFIGS as SHARED_CONFIGS
 from tests._paths import shared_config_dirs
+
+FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
 
 # Copies that dropped a key whose absence would silently change the model: a clear error instead.
 EXPECTED_ERRORS = {

@@ -10,13 +10,20 @@ import pytest
 
 from kernelbay.errors import ConfigError
 from kernelbay_engine.explain import explain_model, render_text
+from plugins.engine.tests.quant._kernels_here import (
+    DOT,
+    INT4,
+    INT8_CHANNEL,
+    assert_unavailable_say_why,
+    available,
+    not_available,
+)
 from tests._explain_schema import validate
-from tests._kernels import DOT, INT4, INT8_CHANNEL
 
 
 def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
-    """int4: projections on int8_dot (where it runs) or int4_group, the LM head on int8_dot or int8_channel; every
-    candidate carries a reason."""
+    """int4: projections on int8_dot (where it runs) or int4_group, the LM head on int8_dot or int8_channel (each
+    on dense where neither runs); every candidate carries a reason, an unavailable kernel its own."""
     doc = explain_model(tiny_llama, quantization="int4")
     assert validate(doc) == []
     section = doc["sections"]["linear_kernels"]
@@ -30,14 +37,21 @@ def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
     }
     head = next(g for g in section["groups"] if g["name"] == "lm_head")
     reasons = {c["name"]: (c["reason"], c["failures"]) for c in head["candidates"]}
-    assert reasons["int4_group"] == ("not capable", ["8-bit weights: it runs 4-bit ones"])
+    assert reasons["int4_group"] == ("not capable", ["8-bit weights: it runs 4-bit ones", *not_available("int4_group")])
     if DOT:
         assert reasons["int8_dot"][0].startswith("chosen: int8 activations per block of 32 on AVX-512 VNNI")
-        assert reasons["int8_channel"][0] == "capable, a preferred kernel was chosen"
-    else:
+        if available("int8_channel"):
+            assert reasons["int8_channel"][0] == "capable, a preferred kernel was chosen"
+    elif INT8_CHANNEL == "int8_channel":
         assert reasons["int8_channel"][0].startswith("chosen: bf16 activations on ")
+    else:
+        assert reasons["dense"] == ("chosen: plain weights in the model dtype", [])
+    for group in section["groups"]:
+        assert_unavailable_say_why(group["candidates"])
     text = render_text(doc)
     assert f"lm_head              x1   [320, 64] 8-bit per-channel -> {INT8_CHANNEL}" in text
+    shown = [f"        - {f}" for c in head["candidates"] for f in c["failures"]]  # unavailability reasons included
+    assert shown and all(line in text.splitlines() for line in shown)
 
 
 def test_no_section_without_quantization(tiny_llama):
@@ -63,3 +77,5 @@ def test_the_cli_option_reaches_the_section(tiny_llama):
     )
     groups = json.loads(out.stdout)["sections"]["linear_kernels"]["groups"]
     assert {g["kernel"] for g in groups} == {INT8_CHANNEL}
+    for group in groups:
+        assert_unavailable_say_why(group["candidates"])

@@ -11,7 +11,7 @@ import torch
 from kernelbay_engine import LLM
 from kernelbay_engine.quant import quantize, set_quantized_weight
 from kernelbay_engine.runner import ModelRunner, StepRequest
-from tests._kernels import needs_dot
+from plugins.engine.tests.quant._kernels_here import needs_dot
 from tests.models._parity import PROMPTS
 
 pytestmark = needs_dot

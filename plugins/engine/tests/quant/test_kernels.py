@@ -24,8 +24,18 @@ from kernelbay_engine.quant import (
     set_quantized_weight,
 )
 from kernelbay_engine.quant.kernels import NativeDotKernel
+from plugins.engine.tests.quant._kernels_here import (
+    DOT,
+    assert_unavailable_say_why,
+    available,
+    chosen,
+    first_available,
+    kernel_param,
+    needs_dot,
+    not_available,
+    requires_kernel,
+)
 from tests._dispatch import dispatched
-from tests._kernels import DOT, chosen, needs_dot
 
 TOLERANCE = 1.5e-2
 # odd N (padded to 16 by the int4 kernel), K multiple of 32; 4100 rows: packed in two row chunks (an LM head's case)
@@ -67,7 +77,7 @@ def _check(layer: Linear, weight, label: str, gen: torch.Generator) -> None:
 # each weight kind with its torch kernel (K = 32, one group: the per-channel kernel for Q8_0)
 GGUF_KINDS = [("q8_0", "int8_group"), ("q4_0", "int4_group"), ("q4_1", "int4_group")]
 FLOAT_KINDS = [("int8", "int8_channel"), ("int8_g32", "int8_group"), ("int4_g32", "int4_group")]
-REQUESTS = [None, "torch", pytest.param("int8_dot", marks=needs_dot)]  # None: auto-selection
+REQUESTS = [None, "torch", kernel_param("int8_dot")]  # None: auto-selection; "torch": the kind's torch kernel
 
 
 def _torch_kernel(kind: str, kernel: str, k: int) -> str:
@@ -79,15 +89,21 @@ def _torch_kernel(kind: str, kernel: str, k: int) -> str:
 @pytest.mark.parametrize("request_", REQUESTS)
 def test_gguf_blocks_run_on_their_kernel(kind, kernel, n, k, request_):
     """GGUF Q8_0/Q4_0/Q4_1 blocks stay quantized and match their dequantized weight on int8_dot (preferred where
-    it runs) and on their torch kernel, requested by name."""
+    it runs) and on their torch kernel, requested by name; where neither runs, selection gives the dense kernel."""
     gen = torch.Generator().manual_seed(n * k)
     weight, layer = _codes(kind, n, k, gen), _layer(n, k)
     torch_kernel = _torch_kernel(kind, kernel, k)
     requested = torch_kernel if request_ == "torch" else request_
+    if requested:
+        requires_kernel(requested)
     choice = set_quantized_weight(layer, weight, kernel=requested)
     expected = requested or chosen(torch_kernel)
     assert choice.kernel.name == expected
-    assert "weight" not in layer._parameters  # held once, by the kernel
+    if expected == "dense":  # the codes dequantized once into a plain weight
+        assert type(layer.method) is UnquantizedLinearMethod
+        assert_unavailable_say_why(choice.candidates)
+    else:
+        assert "weight" not in layer._parameters  # held once, by the kernel
     _check(layer, weight, f"{kind} {expected} {n}x{k}", gen)
 
 
@@ -100,6 +116,8 @@ def test_float_weights_quantized_run_on_their_kernel(kind, kernel, n, k, request
     weight, layer = _float(kind, n, k, gen), _layer(n, k, bias=True)
     torch_kernel = _torch_kernel(kind, kernel, k)
     requested = torch_kernel if request_ == "torch" else request_
+    if requested:
+        requires_kernel(requested)
     assert set_quantized_weight(layer, weight, kernel=requested).kernel.name == (requested or chosen(torch_kernel))
     _check(layer, weight, f"{kind} {requested} {n}x{k}", gen)
 
@@ -181,8 +199,8 @@ def test_int8_dot_refuses_what_it_cannot_run():
 
 
 def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs(monkeypatch):
-    """Without the native ops (KERNELBAY_NATIVE=0, a failed build) the layer goes to its torch kernel and the
-    candidate list says why int8_dot did not run."""
+    """Without the native ops (KERNELBAY_NATIVE=0, a failed build) the layer goes to its torch kernel (dense where
+    that cannot run either) and the candidate list says why int8_dot did not run."""
     from kernelbay_engine import native
     from kernelbay_engine.quant import select
 
@@ -192,12 +210,13 @@ def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs(monkeypatch):
         choice = select_kernel(LinearRequirements(4, 32, 64, 48, torch.float32))
     finally:
         select.select_kernel.cache_clear()
-    assert choice.kernel.name == "int4_group"
-    dot = next(c for c in choice.candidates if c.name == "int8_dot")
-    assert dot.failures == ("not available: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0",)
+    assert choice.kernel.name == first_available("int4_group")
+    by_name = {c.name: c for c in choice.candidates}
+    assert by_name["int8_dot"].failures == ("not available: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0",)
+    assert by_name["int4_group"].failures == not_available("int4_group")
 
 
-@pytest.mark.parametrize("kernel", ["torch", pytest.param("int8_dot", marks=needs_dot)])
+@pytest.mark.parametrize("kernel", ["torch", kernel_param("int8_dot")])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("kind", ["q8_0", "q4_1"])
 def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias, kernel):
@@ -206,6 +225,7 @@ def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias, kernel):
     gen = torch.Generator().manual_seed(7)
     layer = _layer(97, 256, bias=bias)
     name = {"q8_0": "int8_group", "q4_1": "int4_group"}[kind] if kernel == "torch" else kernel
+    requires_kernel(name)
     set_quantized_weight(layer, _codes(kind, 97, 256, gen), kernel=name)
     for m in ROWS:
         x, residual = torch.randn(m, 256, generator=gen), torch.randn(m, 97, generator=gen)
@@ -214,7 +234,7 @@ def test_a_residual_added_by_the_layer_is_the_same_sum(kind, bias, kernel):
         assert dispatched(layer, x, residual).count("aten._to_copy.default") == casts
 
 
-@pytest.mark.parametrize("kernel", ["int8_group", pytest.param("int8_dot", marks=needs_dot)])
+@pytest.mark.parametrize("kernel", [kernel_param("int8_group"), kernel_param("int8_dot")])
 @pytest.mark.parametrize("quantized", [("gate_up_proj", "down_proj"), ("gate_up_proj",)])
 def test_a_gated_mlp_on_quantized_kernels_matches_its_dequantized_weights(quantized, kernel):
     """Both projections on bf16 kernels: act(gate) * up runs in bf16 (no cast out and back in); one of them only:
@@ -280,16 +300,28 @@ def test_the_dense_kernel_holds_plain_weights():
 
 def test_every_candidate_has_a_reason():
     """Selection for Q8_0 groups: the per-channel and int4 kernels say why not, int8_dot (where it runs) or
-    int8_group is chosen."""
+    int8_group is chosen, dense where neither runs; a kernel unavailable here says why in its own words."""
     choice = select_kernel(LinearRequirements(8, 32, 64, 48, torch.float32))
     by_name = {c.name: c for c in choice.candidates}
-    assert choice.kernel.name == chosen("int8_group") and by_name[chosen("int8_group")].chosen
+    expected = chosen("int8_group")
+    assert choice.kernel.name == expected and by_name[expected].chosen
+    assert [c.name for c in choice.candidates if c.chosen] == [expected]
     if DOT:
         assert by_name["int8_dot"].reason.startswith("chosen: int8 activations per block of 32 on AVX-512 VNNI")
+    if expected == "int8_group":
+        assert by_name["int8_group"].reason.startswith("chosen: bf16 activations on ")
+    elif available("int8_group"):
         assert by_name["int8_group"].reason == "capable, a preferred kernel was chosen"
-    assert by_name["int8_channel"].failures == ("group size 32: it supports per-channel scales",)
-    assert by_name["int4_group"].failures == ("8-bit weights: it runs 4-bit ones",)
-    assert by_name["dense"].reason == "capable, a preferred kernel was chosen"
+    assert by_name["int8_channel"].failures == (
+        "group size 32: it supports per-channel scales",
+        *not_available("int8_channel"),
+    )
+    assert by_name["int4_group"].failures == ("8-bit weights: it runs 4-bit ones", *not_available("int4_group"))
+    if expected == "dense":
+        assert by_name["dense"].reason == "chosen: plain weights in the model dtype"
+    else:
+        assert by_name["dense"].reason == "capable, a preferred kernel was chosen"
+    assert_unavailable_say_why(choice.candidates)
 
 
 BAD_BLOCKS = [

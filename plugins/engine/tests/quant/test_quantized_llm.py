@@ -19,9 +19,17 @@ import pytest
 import torch
 
 from kernelbay_engine import LLM
+from kernelbay_engine.models.quant import UnquantizedLinearMethod
 from kernelbay_engine.quant import MODES, QuantizedLinearMethod, quantize
 from kernelbay_engine.runner import ModelRunner, StepRequest
-from tests._kernels import DOT, INT4, INT8_CHANNEL
+from plugins.engine.tests.quant._kernels_here import (
+    DOT,
+    INT4,
+    INT8_CHANNEL,
+    INT8_GROUP,
+    assert_unavailable_say_why,
+    unavailable_reason,
+)
 from tests.models._parity import BACKENDS, DECODE_STEPS, PROMPTS, reference_logits
 
 MODE_NAMES = ("int4", "int8")
@@ -34,15 +42,19 @@ def quantized(request, tiny_llama):
     return request.param, LLM(tiny_llama, progress=False, quantization=request.param)
 
 
-def test_every_linear_runs_a_quantized_kernel(quantized):
-    """Projections at the mode's width, the LM head at 8 bits per channel."""
+def test_every_linear_runs_its_selected_kernel(quantized):
+    """Projections at the mode's width, the LM head at 8 bits per channel, each on the quantized kernel that runs
+    here; where none does, on dense (plain weights), with each unavailable kernel's reason in the report."""
     mode, llm = quantized
     report = llm.quant_report
     assert not report.skipped
     assert report.chosen["lm_head"].kernel.name == INT8_CHANNEL
     body = {c.kernel.name for path, c in report.chosen.items() if path != "lm_head"}
     assert body == ({INT8_CHANNEL} if mode == "int8" else {INT4})
-    assert isinstance(llm.model.lm_head.method, QuantizedLinearMethod)
+    method = UnquantizedLinearMethod if INT8_CHANNEL == "dense" else QuantizedLinearMethod
+    assert type(llm.model.lm_head.method) is method
+    for choice in report.chosen.values():
+        assert_unavailable_say_why(choice.candidates)
 
 
 @torch.no_grad()
@@ -117,10 +129,14 @@ def test_a_linear_quantized_before_loading_is_skipped_by_the_load(tiny_llama):
     from kernelbay_engine.loading import load_weights, open_checkpoint
     from kernelbay_engine.quant import set_quantized_weight
 
+    if INT8_GROUP == "dense":  # the layer gets plain weights: there is no quantized weight to hold
+        pytest.skip(
+            f"no kernel holds 8-bit groups: {unavailable_reason('int8_dot')}; {unavailable_reason('int8_group')}"
+        )
     model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(tiny_llama))
     qkv = model.model.layers[0].self_attn.qkv_proj
     codes = torch.randn(qkv.out_features, qkv.in_features)
-    set_quantized_weight(qkv, quantize(codes, 8, 32))
+    assert set_quantized_weight(qkv, quantize(codes, 8, 32)).kernel.name == INT8_GROUP
     plan = load_weights(model, open_checkpoint(tiny_llama), model.checkpoint_rules(), progress=False)
     held = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"}
     assert held <= set(plan.skipped) and not held & set(plan.assignments)

@@ -1,0 +1,80 @@
+"""Scans that keep the contract honest: what a distribution imports of another is public, layer kinds are spelled
+through the one vocabulary, and no package's modules import each other in a loop."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from kernelbay.attention import LayerKind
+from tests._paths import REPO
+
+PACKAGES = sorted(
+    [REPO / "core" / "kernelbay", *REPO.glob("plugins/*/kernelbay_*"), *REPO.glob("contrib/*/kernelbay_*")]
+)
+
+
+def _sources(package: Path) -> list[Path]:
+    return sorted(p for p in package.rglob("*.py") if "tests" not in p.relative_to(package).parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _foreign_private_imports(path: Path, own: str) -> list[str]:
+    """`module[:name]` for every import of another kernelbay package's underscore module or name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            pairs = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            pairs = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        for module, name in pairs:
+            top = module.partition(".")[0]
+            if top == own or not top.startswith("kernelbay"):
+                continue
+            if any(map(_private, module.split("."))) or (name is not None and _private(name)):
+                found.append(f"{module}:{name}" if name else module)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_no_distribution_imports_another_ones_private_modules(package):
+    """Everything a plugin uses of the core (or of the engine) is public: no `kernelbay.x._y` imports."""
+    offenders = {
+        str(path.relative_to(REPO)): found
+        for path in _sources(package)
+        if (found := _foreign_private_imports(path, package.name))
+    }
+    assert not offenders, f"private imports across distributions (make the name public): {offenders}"
+
+
+# Requirement and declaration fields that share a layer kind's spelling but name a capability, not a kind.
+FIELD_NAMES = {"chunked_attention"}
+VOCABULARY = REPO / "core" / "kernelbay" / "attention" / "_geometry.py"
+
+
+def _kind_literals(path: Path) -> list[str]:
+    kinds = {kind.value for kind in LayerKind} - FIELD_NAMES
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        f"line {node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds
+    ]
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_layer_kinds_are_spelled_through_the_vocabulary(package):
+    """Outside `LayerKind` itself, no source spells a layer kind as a raw string ("sliding_attention", ...)."""
+    offenders = {
+        str(path.relative_to(REPO)): found
+        for path in _sources(package)
+        if path != VOCABULARY and (found := _kind_literals(path))
+    }
+    assert not offenders, f"raw layer-kind strings (use kernelbay.attention.LayerKind): {offenders}"
