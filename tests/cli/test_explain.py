@@ -10,7 +10,7 @@ import re
 import pytest
 
 from kernelbay.cli import main
-from kernelbay_engine.explain.document import compact_layers
+from kernelbay_engine.explain.text import compact_layers
 from tests._explain_schema import keys, validate
 
 from .conftest import CONFIGS, REPO, run_cli

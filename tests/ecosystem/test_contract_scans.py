@@ -78,3 +78,80 @@ def test_layer_kinds_are_spelled_through_the_vocabulary(package):
         if path != VOCABULARY and (found := _kind_literals(path))
     }
     assert not offenders, f"raw layer-kind strings (use kernelbay.attention.LayerKind): {offenders}"
+
+
+def _module_name(package: Path, path: Path) -> str:
+    parts = [package.name, *path.relative_to(package).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, module: str) -> set[str]:
+    """Every module `path` imports at run time (top level or inside a function; TYPE_CHECKING blocks left out)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {
+        id(sub)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for sub in ast.walk(node)
+    }
+    base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            parent = base[: len(base) - node.level + 1] if node.level else []
+            target = ".".join([*parent, *([node.module] if node.module else [])])
+            found |= {target, *(f"{target}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    modules = {_module_name(package, path): path for path in _sources(package)}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in _runtime_imports(path, module):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):  # its own package: not a loop
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            if component:
+                loops.append(sorted([node, *component]))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return loops
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_no_import_loops_inside_a_package(package):
+    """No two modules of a package import each other, directly or round a loop, even inside functions."""
+    assert not _loops(_import_graph(package)), _loops(_import_graph(package))

@@ -15,9 +15,8 @@ from __future__ import annotations
 from ..lazy import lazy_exports
 
 _LAZY = {
-    **dict.fromkeys(
-        ("BackendUnderTest", "ConformanceReport", "SpecResult", "check_backend"), "kernelbay.testing.conformance"
-    ),
+    **dict.fromkeys(("BackendUnderTest", "check_backend"), "kernelbay.testing.conformance"),
+    **dict.fromkeys(("ConformanceReport", "SpecResult"), "kernelbay.testing.report"),
     **dict.fromkeys(
         ("ALL_SPECS", "BatchSpec", "MLA_SPECS", "SPECS", "TOLERANCE", "tolerance"), "kernelbay.testing.specs"
     ),

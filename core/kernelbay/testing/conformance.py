@@ -9,73 +9,9 @@ from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, s
 from ..attention._backend import backend_class
 from ..attention._capabilities import _Any
 from ..platforms import Platform
+from .report import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult, is_installed_as
 from .runner import build_layer, make_data, reference_output, run_step
 from .specs import BatchSpec, select_specs, tolerance
-
-PASS, FAIL, NOT_CLAIMED, SKIPPED = "pass", "fail", "not-claimed", "skipped"
-_MARKS = {PASS: "PASS", FAIL: "FAIL", NOT_CLAIMED: "----", SKIPPED: "SKIP"}
-
-
-@dataclass(frozen=True, slots=True)
-class SpecResult:
-    """One spec's verdict on one backend."""
-
-    spec: str
-    status: str
-    """"pass", "fail", "not-claimed" (the backend refuses it, honestly) or "skipped" (backend unavailable)."""
-    detail: str
-    max_error: float | None = None
-    tolerance: float | None = None
-    """The allowed max error, already scaled by the reference's magnitude."""
-
-    def line(self) -> str:
-        return f"{_MARKS[self.status]}  {self.spec:<22} {self.detail}"
-
-    def to_dict(self) -> dict:
-        return {
-            "spec": self.spec,
-            "status": self.status,
-            "detail": self.detail,
-            "max_error": self.max_error,
-            "tolerance": self.tolerance,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ConformanceReport:
-    """Every checked spec of one backend."""
-
-    backend: str
-    results: tuple[SpecResult, ...]
-
-    @property
-    def passed(self) -> bool:
-        """No spec failed (refused and skipped specs are not failures)."""
-        return all(r.status != FAIL for r in self.results)
-
-    def counts(self) -> dict[str, int]:
-        return {status: sum(r.status == status for r in self.results) for status in _MARKS}
-
-    def summary(self) -> str:
-        c = self.counts()
-        verdict = "conforms" if self.passed else "DOES NOT CONFORM"
-        if self.passed and c[NOT_CLAIMED] and not c[PASS]:
-            verdict = "claims none of these specs"
-        return (
-            f"{self.backend}: {verdict}: {c[PASS]} passed, {c[FAIL]} failed, {c[NOT_CLAIMED]} not claimed, "
-            f"{c[SKIPPED]} skipped"
-        )
-
-    def render(self) -> str:
-        return "\n".join([*(r.line() for r in self.results), self.summary()])
-
-    def to_dict(self) -> dict:
-        return {
-            "backend": self.backend,
-            "passed": self.passed,
-            "counts": self.counts(),
-            "results": [r.to_dict() for r in self.results],
-        }
 
 
 class _KitPlatform(Platform):
@@ -93,16 +29,6 @@ class _KitPlatform(Platform):
 
     def backend_priority(self) -> list[str]:
         return [self._backend]
-
-
-def is_installed_as(cls, name: str, kind: str = "attention_backend") -> bool:
-    """Whether the registry's backend `name` is this very class (the selector checks need it)."""
-    from ..registry import names, resolve
-
-    try:
-        return name in names(kind) and resolve(kind, name) is cls
-    except Exception:  # noqa: BLE001 - a broken slot is simply not this class
-        return False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..moe import ExpertWeights, MoEBackend, MoEGeometry, MoERequirements, dense_weights, gated_activation
-from .conformance import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult
+from .report import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult, is_installed_as
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +199,6 @@ def check_moe_backend(backend, specs=None) -> ConformanceReport:
     from ..attention import clear_selection_cache
     from ..errors import UnknownNameError
     from ..registry import resolve
-    from .conformance import is_installed_as
 
     cls = resolve("moe_backend", backend) if isinstance(backend, str) else backend  # unknown: the known names
     name = backend if isinstance(backend, str) else (backend.name or backend.__name__)

@@ -1,68 +1,20 @@
 """`GGUFFormat`: the `gguf` weight format (entry point `kernelbay.weight_formats: gguf`).
 
-One file carries the config (`config_dict`, read by the core's ModelConfig), the tokenizer and
+One file carries the config (`config_dict`, read by the engine's ModelConfig), the tokenizer and
 chat template (`tokenizer`, built by transformers' GGUF support) and the tensors (`open`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelbay.errors import MalformedConfig
-from kernelbay_engine.loading import CheckpointError, CheckpointFormat
+from kernelbay_engine.loading import CheckpointFormat
 from kernelbay_engine.tokenizer import TokenizerError
-from kernelbay_gguf.header import HeaderError, read_header
 from kernelbay_gguf.metadata import architecture, config_dict
-from kernelbay_gguf.tensors import GGUFSource, TensorInfo, as_stored_by, check_tensor, tensor_info
-
-_FIX = "the file is truncated or not a GGUF model: re-download it"
-
-
-@dataclass(frozen=True)
-class ParsedFile:
-    """What one parse of a GGUF file yields and the loader keeps: plain records, no reference to the file."""
-
-    metadata: dict[str, Any]  # key -> value; an array is given as its length (header.py)
-    tensors: tuple[TensorInfo, ...]
-    has_tokenizer: bool
-
-
-class _Unreadable(Exception):
-    """The header reader refused the file; re-raised as the caller's error type."""
-
-
-@functools.lru_cache(maxsize=2)
-def _parse(path: Path, size: int, mtime: int) -> ParsedFile:
-    """One parse per file version (config, tensors and tokenizer all ask)."""
-    try:
-        header = read_header(path)
-        tensors = tuple(tensor_info(t, size) for t in header.tensors)
-    except (HeaderError, ValueError, OSError) as err:  # ValueError: mmap of an empty file
-        raise _Unreadable(f"{path} is not a readable GGUF file ({err}); {_FIX}") from None
-    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata)
-
-
-def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> ParsedFile:
-    """The parsed file, or `error` naming it and what is wrong."""
-    try:
-        stat = path.stat()
-        return _parse(path, stat.st_size, stat.st_mtime_ns)
-    except (OSError, _Unreadable) as err:
-        raise error(str(err)) from None
-
-
-def release_free_heap() -> None:
-    """Hand the C allocator's free heap back to the OS (glibc's `malloc_trim`) after a phase that frees hundreds of
-    MiB of temporaries: packing the kernels' layouts and parsing a vocabulary's metadata. glibc keeps such memory
-    mapped (resident) once its mmap threshold has risen past their sizes: SmolLM2's Q4_1 load left ~150 MiB of it.
-    Elsewhere (no `malloc_trim`) the allocator's own policy applies."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+from kernelbay_gguf.parsed import open_source, read_gguf, release_free_heap
+from kernelbay_gguf.tensors import GGUFSource
 
 
 def _tokenizer_class(path: Path):
@@ -90,15 +42,7 @@ class GGUFFormat(CheckpointFormat):
 
     @classmethod
     def open(cls, path: Path, *, allow_pickle: bool = False) -> GGUFSource:
-        parsed = read_gguf(path)
-        fields = parsed.metadata
-        name, arch = architecture(fields, str(path))
-        heads = None
-        if arch.permuted_qk:
-            n_head = fields[f"{name}.attention.head_count"]
-            heads = (n_head, fields.get(f"{name}.attention.head_count_kv", n_head))
-        tensors = (as_stored_by(check_tensor(path, t), arch, heads) for t in parsed.tensors)
-        return GGUFSource(path, tensors, arch)
+        return open_source(path)
 
     @classmethod
     def has_tokenizer(cls, path: Path) -> bool:

@@ -43,7 +43,7 @@ from kernelbay_engine.quant import (
     set_quantized_embedding,
     set_quantized_weight,
 )
-from kernelbay_gguf.format import GGUFFormat, release_free_heap
+from kernelbay_gguf.parsed import open_source, release_free_heap
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
 
 BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block, and per Q4_K sub-block
@@ -216,7 +216,7 @@ def _peak_order(layers: list) -> list:
 def forms(model: nn.Module, path: str | Path) -> dict[str, Form | str]:
     """Layer path (and the token embedding's) -> the form its weight takes under `quantization="gguf"`, or why
     it keeps its loaded weight."""
-    parts = _parts_by_weight(model, GGUFFormat.open(Path(path)))
+    parts = _parts_by_weight(model, open_source(Path(path)))
     return {name: form for name, _, _, form in [*_layers(model, parts), *_table(model, parts)]}
 
 
@@ -226,7 +226,7 @@ TABLE_ROWS = "rows dequantized per lookup"  # what a kept-quantized embedding ta
 def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     """Layer path -> what it runs now ("GGUF Q4_1 on int4_group"; the token embedding "GGUF Q8_0 on rows
     dequantized per lookup") or why it keeps its loaded weights."""
-    source = GGUFFormat.open(Path(path))
+    source = open_source(Path(path))
     parts_of = _parts_by_weight(model, source)
     layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
     shared = {id(parts) for *_, parts, _ in table}  # a tied head's parts: assembled once, for it and the table

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelbay.attention import LayerKind
 from kernelbay.errors import ConfigError
@@ -13,12 +13,14 @@ from kernelbay.errors import ConfigError
 from . import _geometry as geo
 from ._fields import Fields
 from ._layers import LayerPlan, resolve_layers
-from ._loading import CONFIG_FILE, hf_config_from_dict, load_hf_config, read_config_json
-from ._model_config import ModelConfig
+from ._loading import CONFIG_FILE, hf_config_from_dict, load_hf_config, read_config_json, stored_tensors
 from ._moe import resolve_moe
 from ._quant import resolve_quantization
 from ._rope import resolve_position_embedding, resolve_rope
 from ._rules import FamilyRules, family_rules
+
+if TYPE_CHECKING:
+    from ._model_config import ModelConfig
 
 # How EAGLE heads spell their tie to a base architecture: LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM.
 _EAGLE_MARKS = re.compile(r"^(?:EAGLE3|Eagle3|EAGLE|Eagle)(?=[A-Z])|(?:EAGLE3|Eagle3|EAGLE|Eagle)$")
@@ -29,16 +31,16 @@ INHERITED_KEYS = ("torch_dtype", "dtype", "quantization_config")
 LEGACY_KV_FLAGS = ("multi_query", "new_decoder_architecture", "multi_query_attention")
 
 
-def build_from_folder(path: str | Path, trust_remote_code: bool, encoder_only: bool) -> ModelConfig:
+def build_from_folder(record: type[ModelConfig], path: str | Path, trust_remote_code: bool, encoder_only: bool):
     folder, raw = read_config_json(path)
     if folder.is_file():  # a self-describing weight file (x.gguf): its format plugin read the config
         hf_config = hf_config_from_dict(folder, raw)
         fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)")
     else:
         hf_config = load_hf_config(folder, raw, trust_remote_code)
-        fields = Fields(raw, _parsed(hf_config), source=str(folder / CONFIG_FILE), folder=folder)
+        fields = Fields(raw, _parsed(hf_config), str(folder / CONFIG_FILE), folder, stored_tensors)
     try:
-        return _build(fields, hf_config, folder, encoder_only)
+        return _build(record, fields, hf_config, folder, encoder_only)
     except ConfigError as err:
         _raise_provider_refusal(hf_config, err)
         raise
@@ -68,10 +70,10 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
         return
 
 
-def build_from_hf_config(hf_config, encoder_only: bool) -> ModelConfig:
+def build_from_hf_config(record: type[ModelConfig], hf_config, encoder_only: bool):
     parsed = _parsed(hf_config)
     fields = Fields(parsed, parsed, source=f"{type(hf_config).__name__}")
-    return _build(fields, hf_config, None, encoder_only)
+    return _build(record, fields, hf_config, None, encoder_only)
 
 
 def _parsed(hf_config) -> dict[str, Any]:
@@ -82,7 +84,7 @@ def _parsed(hf_config) -> dict[str, Any]:
     return parsed
 
 
-def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
+def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
     model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
     naming = _naming(f, model_type, encoder_only, family_rules(f, model_type))
     encoder = naming["model_kind"] == "vision_encoder"
@@ -99,7 +101,7 @@ def _build(f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> Mod
         plan = resolve_layers(f, rules, n_layers, max_positions, type(geometry_config))
     kv_heads = _layer_kv_heads(f, plan, heads)
     position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
-    return ModelConfig(
+    return record(
         **naming,
         model_type=model_type,
         hidden_size=hidden,
@@ -165,7 +167,7 @@ def _section(f: Fields, hf_config, name: str) -> tuple[Fields, Any]:
     for key in INHERITED_KEYS:
         if f.raw.get(key) is not None and key not in raw:
             raw[key] = f.raw[key]
-    part = Fields(raw, parsed, source=f"{f.source} ({name})", folder=f.folder)
+    part = Fields(raw, parsed, f"{f.source} ({name})", f.folder, f.read_tensors)
     part.notes = f.notes
     return part, sub_config if sub_config is not None else hf_config
 

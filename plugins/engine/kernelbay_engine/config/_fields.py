@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, overload
@@ -28,19 +28,25 @@ class Fields:
     `parsed` fills class defaults and legacy spellings (`n_embd`, `rope_parameters`, ...).
     """
 
-    def __init__(self, raw: Mapping[str, Any], parsed: Mapping[str, Any], source: str, folder: Path | None = None):
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        parsed: Mapping[str, Any],
+        source: str,
+        folder: Path | None = None,
+        read_tensors: Callable[[Path], dict[str, tuple[str, tuple[int, ...]]]] | None = None,
+    ):
         self.raw = raw
         self.parsed = parsed
         self.source = source  # where the keys came from, for error messages
         self.folder = folder  # the model folder, whose stored tensors are evidence for keys left out
+        self.read_tensors = read_tensors  # folder -> its stored tensors (the weight format reads the headers)
         self.notes: list[str] = []  # how a default or a quirk was resolved, in words
 
     @cached_property
     def tensors(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """name -> (dtype, shape) of the folder's stored tensors (headers only); {} without any."""
-        from ._loading import stored_tensors
-
-        return stored_tensors(self.folder) if self.folder is not None else {}
+        return self.read_tensors(self.folder) if self.folder is not None and self.read_tensors else {}
 
     def written(self, *names: str) -> bool:
         """True when config.json itself has one of these keys (even with a null value)."""

@@ -78,14 +78,14 @@ class ModelConfig(Record):
         """Read `path/config.json` through transformers (folder code runs only if trusted) and resolve it."""
         from ._build import build_from_folder
 
-        return build_from_folder(path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
+        return build_from_folder(cls, path, trust_remote_code=trust_remote_code, encoder_only=encoder_only)
 
     @classmethod
     def from_hf_config(cls, hf_config, *, encoder_only: bool = False) -> ModelConfig:
         """Resolve a transformers `PretrainedConfig` already in memory."""
         from ._build import build_from_hf_config
 
-        return build_from_hf_config(hf_config, encoder_only=encoder_only)
+        return build_from_hf_config(cls, hf_config, encoder_only=encoder_only)
 
     # ---- derived views ----------------------------------------------------------------------
     @property

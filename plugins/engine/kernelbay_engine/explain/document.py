@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .text import COUNT_UNITS, candidate_lines, compact_layers, human_bytes, scaled
+
 SCHEMA_VERSION = 1
 # The config record's fields the document shows (docs/explain.schema.json), as its to_dict() gives them.
 CONFIG_FIELDS = (
@@ -187,8 +189,8 @@ def _config_lines(c: dict) -> list[str]:
         )
     extra += f", {c['quantization']['quant_method']} quantized" if c["quantization"] else ""
     total, active = c["parameters"]["total"], c["parameters"]["active_per_token"]
-    extra += f", {_scaled(total, _COUNT_UNITS, str(total))} parameters"
-    extra += f" ({_scaled(active, _COUNT_UNITS, str(active))} active/token)" if active != total else ""
+    extra += f", {scaled(total, COUNT_UNITS, str(total))} parameters"
+    extra += f" ({scaled(active, COUNT_UNITS, str(active))} active/token)" if active != total else ""
     line = (
         f"config       {c['model_type']} / {c['architecture']}: {c['num_hidden_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} KV heads, head_dim "
@@ -235,15 +237,6 @@ def _moe_lines(m: dict | None) -> list[str]:
     return lines + candidate_lines(m["candidates"], 18)
 
 
-def candidate_lines(candidates: list[dict], width: int) -> list[str]:
-    """Each candidate the selector considered ("*" marks the chosen one), its reason, then its failures."""
-    lines = []
-    for c in candidates:
-        lines.append(f"    {'*' if c['chosen'] else ' '} {c['name']:<{width}} {c['reason']}")
-        lines += [f"        - {f}" for f in c["failures"]]
-    return lines
-
-
 def _kv_lines(k: dict) -> list[str]:
     share = k["indexer_bytes_per_token"]
     share_text = f", of which {share:,} the DSA indexer keys" if share else ""
@@ -251,32 +244,6 @@ def _kv_lines(k: dict) -> list[str]:
         f"kv cache     {k['bytes_per_token']:,} bytes/token ({k['dtype']}{share_text}); "
         f"the full {k['context_tokens']:,}-token context takes {human_bytes(k['context_bytes'])}"
     ]
-
-
-def compact_layers(layers: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8 (6)"; long lists are cut in the middle."""
-    runs, start = [], None
-    for i, layer in enumerate(layers):
-        start = layer if start is None else start
-        if i + 1 == len(layers) or layers[i + 1] != layer + 1:
-            runs.append(f"{start}-{layer}" if layer != start else f"{layer}")
-            start = None
-    text = ", ".join(runs if len(runs) <= 6 else [*runs[:3], "...", *runs[-2:]])
-    return f"{text} ({len(layers)})"
-
-
-_COUNT_UNITS = (("B", 1e9), ("M", 1e6), ("K", 1e3))
-_BYTE_UNITS = ((" TiB", 2**40), (" GiB", 2**30), (" MiB", 2**20), (" KiB", 2**10))
-
-
-def _scaled(n: int, units: tuple[tuple[str, float], ...], unscaled: str) -> str:
-    """`n` in the largest of `units` it reaches, one decimal (21_000_000_000 -> "21.0B"); else `unscaled`."""
-    return next((f"{n / size:.1f}{unit}" for unit, size in units if n >= size), unscaled)
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> "1.5 KiB"."""
-    return _scaled(n, _BYTE_UNITS, f"{n} B")
 
 
 # Each section of the document, in order: how it is built (config, options) and how the text shows it.
@@ -293,4 +260,4 @@ SECTIONS: dict[str, tuple[Callable[[Any, dict], Any], Callable[[Any], list[str]]
     "sections": (_engine_sections, lambda sections: [line for s in sections.values() for line in s["lines"]]),
 }
 
-__all__ = ["candidate_lines", "compact_layers", "explain_model", "human_bytes", "render_text"]
+__all__ = ["explain_model", "render_text"]

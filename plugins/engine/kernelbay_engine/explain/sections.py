@@ -17,7 +17,7 @@ def _linear_kernels(config, options: dict) -> dict | None:
 
 def kv_memory_section(config, options: dict) -> dict | None:
     """None without `--memory`; else the tokens it holds in whole blocks, as `LLM(kv_cache_memory=...)` does."""
-    from .document import human_bytes
+    from .text import human_bytes
 
     if options.get("memory") is None:
         return None

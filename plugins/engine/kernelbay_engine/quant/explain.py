@@ -8,7 +8,7 @@ group) is put to the kernel selector, and every candidate's reason is listed, as
 from __future__ import annotations
 
 from kernelbay.errors import ConfigError
-from kernelbay_engine.explain.document import candidate_lines
+from kernelbay_engine.explain.text import candidate_lines
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
 from kernelbay_engine.quant.method import quant_mode

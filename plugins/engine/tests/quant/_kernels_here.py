@@ -33,6 +33,7 @@ def unavailable_reason(name: str) -> str:
 
 def requires_kernel(*names: str) -> None:
     """Skip the calling test unless every kernel in `names` runs on this machine."""
+    __tracebackhide__ = True  # the skip is reported at the test's line
     for name in names:
         if not available(name):
             pytest.skip(unavailable_reason(name))
