@@ -15,6 +15,7 @@ import torch
 from kernelbay.attention import (
     SPARSE_DSA,
     SPARSE_NONE,
+    AttentionBackend,
     AttentionOptions,
     KVCacheSpec,
     KVLayout,
@@ -32,7 +33,7 @@ class LayerCache:
     """One attention layer, the backend chosen for it and the spec of the cache that backend allocates."""
 
     layer: Attention
-    backend_cls: type
+    backend_cls: type[AttentionBackend]
     spec: KVCacheSpec
 
 
@@ -41,7 +42,7 @@ class CachePlan:
     """Every layer's backend and cache spec, the backend building each step's metadata, and the layout."""
 
     selection: LayerGroupSelection
-    metadata_backend: type  # one backend class whose `prepare` builds the step's (single) metadata
+    metadata_backend: type[AttentionBackend]  # one backend class whose `prepare` builds the step's (single) metadata
     layout: KVLayout
     layers: tuple[LayerCache, ...]
     kv_cache_dtype: str | None
@@ -61,7 +62,7 @@ class CachePlan:
             )
 
 
-def _layout_for(backend_classes: list[type]) -> KVLayout:
+def _layout_for(backend_classes: list[type[AttentionBackend]]) -> KVLayout:
     for layout in (KVLayout.NHD, KVLayout.HND):
         if all(layout in cls.kv_layouts for cls in backend_classes):
             return layout
@@ -72,8 +73,8 @@ def _layout_for(backend_classes: list[type]) -> KVLayout:
     )
 
 
-def _one_metadata_backend(selection: LayerGroupSelection) -> type:
-    classes = {result.backend_cls for _, result in selection.groups}
+def _one_metadata_backend(selection: LayerGroupSelection) -> type[AttentionBackend]:
+    classes: set[type[AttentionBackend]] = {result.backend_cls for _, result in selection.groups}
     metadata_types = {cls.Metadata for cls in classes}
     if len(metadata_types) > 1:
         chosen = ", ".join(f"{group}: {r.backend_name}" for group, r in selection.groups)
@@ -127,7 +128,7 @@ def plan_cache(
     layout = _layout_for([result.backend_cls for _, result in selection.groups])
     entries = []
     for layer in layers.values():
-        backend_cls = selection.backend_for(layer.geometry.layer_kind).backend_cls
+        backend_cls: type[AttentionBackend] = selection.backend_for(layer.geometry.layer_kind).backend_cls
         spec = backend_cls.get_kv_cache_spec(layer.geometry, model_dtype, kv_cache_dtype, block_size, layout)
         if spec.block_size != block_size:  # the scheduler's block tables page in block_size tokens
             raise ConfigError(

@@ -37,7 +37,8 @@ class AttentionLayerRegistry:
 
     def layers(self) -> dict[str, Attention]:
         """Live layers by key, in registration order."""
-        return {k: ref() for k, ref in self._layers.items() if ref() is not None}
+        live = {k: ref() for k, ref in self._layers.items()}
+        return {k: layer for k, layer in live.items() if layer is not None}
 
 
 _ACTIVE: contextvars.ContextVar[AttentionLayerRegistry | None] = contextvars.ContextVar(

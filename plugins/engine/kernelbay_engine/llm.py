@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from kernelbay.errors import InputError
 from kernelbay_engine.core import EngineCore
@@ -28,6 +29,9 @@ from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler, SchedulerConfig
 from kernelbay_engine.tokenizer import Tokenizer, TokenizerError, has_tokenizer
+
+if TYPE_CHECKING:
+    from kernelbay_engine.config import ModelConfig
 
 Prompt = str | Sequence[int]
 
@@ -117,7 +121,7 @@ class LLM:
         _check_file_quantization(quantization, self.folder)
         config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
         _select_moe(config, moe_backend, dtype)
-        from kernelbay_engine import AutoModelForCausalLM
+        from kernelbay_engine.models.auto import AutoModelForCausalLM
 
         file_report: dict[str, str] = {}
         with model_errors():
@@ -132,7 +136,7 @@ class LLM:
                 moe_backend=moe_backend,
                 before_load=self._file_codes_on_meta(file_report) if quantization == FILE_QUANTIZATION else None,
             )
-        self.config = self.model.config
+        self.config: ModelConfig = cast("ModelConfig", self.model.config)
         self.quant_report = file_report if quantization == FILE_QUANTIZATION else self._quantize(quantization)
         self.max_model_len = _max_model_len(self.config, max_model_len)
         self.tokenizer = (
@@ -218,7 +222,7 @@ class LLM:
     def _add(self, call: _Call, index: int, prompt: str | None, token_ids: list[int], params: SamplingParams):
         request = Request(self._next_id, token_ids, params, self.max_model_len)
         self._next_id += 1
-        text = TextTracker(self.tokenizer.decode, params.stop) if call.stream or params.stop else None
+        text = TextTracker(self._require_tokenizer().decode, params.stop) if call.stream or params.stop else None
         call.requests.append(request)  # before queueing: whatever interrupts the add, _drop finds it
         call.unfinished += 1
         self._tracked[request.request_id] = _Tracked(call, index, prompt, request, text)
@@ -293,6 +297,7 @@ class LLM:
         if tracked.text is not None and tracked.text.update(request.output_token_ids):
             self._core.stop(request)
         if tracked.call.stream:
+            assert tracked.text is not None  # a streamed call always tracks its text
             delta = tracked.text.delta(final=request.is_finished)
             reason = request.finish_reason.value if request.finish_reason else None
             return StreamDelta(tracked.index, request.output_token_ids[-1], delta, reason)
@@ -300,6 +305,7 @@ class LLM:
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
         request = tracked.request
+        assert request.finish_reason is not None  # only a finished request has an output
         if tracked.text is not None:
             text = tracked.text.text
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -28,6 +29,9 @@ from kernelbay.attention import StepRequest as MetadataRow
 from kernelbay_engine._runner_cache import CachePlan, plan_cache
 from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay_engine.models.base import activation_dtype_device
+
+if TYPE_CHECKING:
+    from kernelbay_engine.models.base import CausalLM
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +88,13 @@ class ModelRunner:
         attention_backend_options: Mapping[str, Mapping] | None = None,
     ):
         _require_loaded(model)
-        self.model = model.eval()
+        self.model: CausalLM = cast("CausalLM", model.eval())
         self.device = activation_dtype_device(model)[1]
         self.block_size = block_size
         requested = attention_backend or getattr(model, "requested_attention_backend", None)
         self.cache: CachePlan = plan_cache(
-            model.attention_layers(),
-            model.config,
+            self.model.attention_layers(),
+            self.model.config,
             model_dtype=_model_dtype(model),
             block_size=block_size,
             requested=requested,
@@ -184,16 +188,19 @@ class ModelRunner:
         self._table_source = source
         if source == "caller":
             return [self._given_row(r) for r in requests]
+        assert self.num_blocks is not None, "allocate_cache(num_blocks) before the first step"
         if self._own_blocks is None:
             self._own_blocks = KVCacheManager(self.num_blocks, self.block_size, self.cache.layout)
         return self._own_blocks.reserve_step([(r.request_id, r.start_pos, len(r.token_ids)) for r in requests])
 
     def _given_row(self, request: StepRequest) -> MetadataRow:
+        assert self.num_blocks is not None, "allocate_cache(num_blocks) before the first step"
         if request.block_table and max(request.block_table) >= self.num_blocks:
             raise ValueError(
                 f"request {request.request_id!r}: block table {request.block_table} names a block "
                 f"beyond this runner's cache of {self.num_blocks} blocks"
             )
+        assert request.block_table is not None  # a caller's row: it brings its table
         return MetadataRow(len(request.token_ids), request.start_pos, request.block_table)
 
 

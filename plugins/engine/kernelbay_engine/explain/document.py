@@ -134,12 +134,14 @@ def _moe_section(config, r: dict) -> dict | None:
     requested = r["moe_backend"]
     section = {**config.moe.to_dict(), "stored_format": stored_expert_format(config)[0], "requested_backend": requested}
     try:
-        selection, dequantized = select_moe(config, requested=requested)
+        picked = select_moe(config, requested=requested)
     except ConfigError as err:
         if requested or os.environ.get(MOE_BACKEND_ENV):  # a kernel asked for by flag or KERNELBAY_MOE_BACKEND
             raise
         none: dict[str, Any] = {"backend": None, "dequantized": None, "requirements": None, "candidates": []}
         return {**section, **none, "runnable": False, "error": str(err)}
+    assert picked is not None  # config.moe is set
+    selection, dequantized = picked
     result = selection.to_dict()
     chosen = {key: result[key] for key in ("backend", "requirements", "candidates")}
     return {**section, **chosen, "dequantized": dequantized, "runnable": True, "error": None}

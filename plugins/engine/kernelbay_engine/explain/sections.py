@@ -27,7 +27,7 @@ def kv_memory_section(config, options: dict) -> dict | None:
         raise MemorySizeError(f"--memory: {err}") from None
     block = bytes_per_block(config, options.get("backend"), options.get("kv_cache_dtype", "auto"))
     blocks = budget // block if block else 0
-    section = {
+    section: dict = {
         "memory_bytes": budget,
         "block_size": DEFAULT_BLOCK_SIZE,
         "bytes_per_block": block,

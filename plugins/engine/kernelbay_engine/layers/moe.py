@@ -321,5 +321,5 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
         layer.bind(backend, prepared)
         if not (_same_storage(prepared.gate_up, loaded.gate_up) or _same_storage(prepared.down, loaded.down)):
             layer.experts.release(backend.name)  # the kernel holds its own copy: the loaded one goes
-    model.moe_selection = selection
+    model.moe_selection = selection  # type: ignore[assignment]  # a plain attribute of the model, not a submodule
     return selection

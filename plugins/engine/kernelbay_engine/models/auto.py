@@ -201,9 +201,9 @@ class AutoModelForCausalLM:
         if before_load is not None:
             before_load(model)
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
-        rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()
+        rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()  # type: ignore[operator]  # a family's method, not a tensor
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
         _tie(model)
         bind_moe_backends(model, moe_backend)  # after loading: kernels prepare the loaded expert weights
-        model.requested_attention_backend = attention_backend
+        model.requested_attention_backend = attention_backend  # type: ignore[assignment]  # a plain attribute
         return model.eval()
