@@ -4,7 +4,7 @@ forward args, the paged `KVCacheSpec`; `cache_ops` reads and writes that cache),
 docs/guides/attention-backend-plugin.md is the vendor's reference."""
 
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
-from ._capabilities import ANY, BACKEND_ENV, AttentionRequirements
+from ._capabilities import ANY, AttentionRequirements
 from ._geometry import (
     SPARSE_BLOCKSPARSE,
     SPARSE_DSA,
@@ -20,7 +20,6 @@ from ._kv_spec import KVCacheSpec, zeroed
 from ._metadata import AttentionMetadata, StepRequest, build_metadata, padded_slots, table_slots
 from ._selector import (
     BackendNotCapable,
-    CandidateReport,
     LayerGroupSelection,
     NoCapableBackend,
     SelectionResult,
@@ -28,7 +27,7 @@ from ._selector import (
     select_attention_backend,
     select_for_layer_groups,
 )
-from ._validation import AttentionOptions, NoOptions, validate_options
+from ._validation import AttentionOptions, validate_options
 
 __all__ = [
     "ANY",
@@ -40,9 +39,7 @@ __all__ = [
     "AttentionOptions",
     "AttentionRequirements",
     "AttentionType",
-    "BACKEND_ENV",
     "BackendNotCapable",
-    "CandidateReport",
     "IndexerSpec",
     "KVCacheSpec",
     "KVLayout",
@@ -50,7 +47,6 @@ __all__ = [
     "LayerGroupSelection",
     "MLASpec",
     "NoCapableBackend",
-    "NoOptions",
     "SPARSE_BLOCKSPARSE",
     "SPARSE_DSA",
     "SPARSE_NONE",

@@ -108,6 +108,17 @@ def check_options(
     )
 
 
+def _check_made_for(selection: LayerGroupSelection, model_dtype: str, block_size: int) -> None:
+    """A selection handed in must be for this model's dtype and block size: never a kernel chosen for another."""
+    for group, result in selection.groups:
+        req = result.requirements
+        if (req.dtype, req.block_size) != (model_dtype, block_size):
+            raise ValueError(
+                f"the attention selection for {group} was made for dtype {req.dtype}, block_size {req.block_size}; "
+                f"this model runs {model_dtype} in blocks of {block_size}: select for it (or pass no selection)"
+            )
+
+
 def plan_cache(
     layers: Mapping[str, Attention],
     config,
@@ -117,14 +128,18 @@ def plan_cache(
     requested: str | None,
     kv_cache_dtype: str | None,
     options: Mapping | None,
+    selection: LayerGroupSelection | None = None,
 ) -> CachePlan:
-    """Select backends for the config's layer groups and the cache spec each layer's backend allocates."""
+    """Select backends for the config's layer groups (or take the caller's `selection`, made for this very
+    model: `LLM` selects once, before any weight is read) and the cache spec each layer's backend allocates."""
     check_options(
         config, model_dtype=model_dtype, block_size=block_size, kv_cache_dtype=kv_cache_dtype, options=options
     )
-    selection = select_attention(
-        config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype, block_size=block_size
-    )
+    if selection is None:
+        selection = select_attention(
+            config, kv_cache_dtype=kv_cache_dtype, requested=requested, dtype=model_dtype, block_size=block_size
+        )
+    _check_made_for(selection, model_dtype, block_size)
     layout = _layout_for([result.backend_cls for _, result in selection.groups])
     entries = []
     for layer in layers.values():

@@ -33,6 +33,7 @@ from kernelbay_engine.tokenizer import Tokenizer, TokenizerError, has_tokenizer
 if TYPE_CHECKING:
     from kernelbay_engine.config import ModelConfig
 
+
 Prompt = str | Sequence[int]
 
 
@@ -119,8 +120,9 @@ class LLM:
         _check_quantization(quantization)
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         _check_file_quantization(quantization, self.folder)
-        config = self._read_config_and_select(attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code)
-        _select_moe(config, moe_backend, dtype)
+        config, attention, moe = self._read_config_and_select(
+            attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_remote_code
+        )
         from kernelbay_engine.models.auto import AutoModelForCausalLM
 
         file_report: dict[str, str] = {}
@@ -134,6 +136,7 @@ class LLM:
                 config=config,
                 model_impl=model_impl,
                 moe_backend=moe_backend,
+                moe_selection=moe,
                 before_load=self._file_codes_on_meta(file_report) if quantization == FILE_QUANTIZATION else None,
             )
         self.config: ModelConfig = cast("ModelConfig", self.model.config)
@@ -142,7 +145,9 @@ class LLM:
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
         )
-        self.runner = self._make_runner(block_size, attention_backend, kv_cache_dtype, attention_backend_options)
+        self.runner = self._make_runner(
+            block_size, attention_backend, kv_cache_dtype, attention_backend_options, attention
+        )
         scheduler_config = self._scheduler_config(
             kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
         )
@@ -363,22 +368,21 @@ class LLM:
         return self.tokenizer
 
     # -- construction helpers ------------------------------------------------------------------------
-    def _read_config_and_select(self, attention_backend, kv_cache_dtype, dtype, block_size, trust_remote_code):
-        """The folder's config, read once; an unknown or incapable backend fails before any weight is read.
-
-        The selection is cached (one selector, one cache): the runner's identical request is a cache hit."""
+    def _read_config_and_select(self, attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_code):
+        """The folder's config, read once, and the kernels for its layers, selected once before any weight is read
+        (an unknown or incapable kernel fails here); the runner and the MoE layers take these selections, made for
+        the dtype and block size the model runs with, instead of selecting again."""
+        from kernelbay.dtypes import dtype_name
         from kernelbay_engine.config import ModelConfig
+        from kernelbay_engine.models.base import torch_dtype
         from kernelbay_engine.selection import select_attention
 
-        config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_remote_code)
-        select_attention(
-            config,
-            kv_cache_dtype=kv_cache_dtype,
-            requested=attention_backend,
-            dtype=str(dtype).removeprefix("torch.") if dtype else None,
-            block_size=block_size,
+        config = ModelConfig.from_pretrained(self.folder, trust_remote_code=trust_code)
+        model_dtype = dtype_name(torch_dtype(dtype or config.dtype))
+        attention = select_attention(
+            config, kv_cache_dtype=kv_cache_dtype, requested=attention_backend, dtype=model_dtype, block_size=block_size
         )
-        return config
+        return config, attention, _select_moe(config, moe_backend, model_dtype)
 
     def _scheduler_config(
         self, kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
@@ -393,7 +397,7 @@ class LLM:
         )
         return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill)
 
-    def _make_runner(self, block_size: int, attention_backend, kv_cache_dtype, backend_options):
+    def _make_runner(self, block_size: int, attention_backend, kv_cache_dtype, backend_options, selection):
         """The runner with every layer's backend and cache spec chosen; its cache is allocated once planned."""
         from kernelbay_engine.runner import ModelRunner
 
@@ -403,6 +407,7 @@ class LLM:
             attention_backend=attention_backend,
             kv_cache_dtype=kv_cache_dtype,
             attention_backend_options=backend_options,
+            selection=selection,
         )
 
     def _prepack(self, policy: str, max_num_seqs: int):
@@ -436,16 +441,17 @@ class LLM:
         return {kind: result.backend_name for kind, result in self.runner.cache.selection.groups}
 
 
-def _select_moe(config, moe_backend: str | None, dtype) -> None:
-    """An unknown or incapable MoE kernel fails before any weight is read (the selection is cached)."""
+def _select_moe(config, moe_backend: str | None, model_dtype: str):
+    """The MoE kernel for the model's MoE layers ((selection, dequantized); None for a dense model, where naming
+    one is an error)."""
     from kernelbay_engine.layers.moe import no_moe_layers
     from kernelbay_engine.selection import select_moe
 
     if config.moe is None:
         if moe_backend:
             raise no_moe_layers(moe_backend, config.architecture)
-        return
-    select_moe(config, requested=moe_backend, dtype=str(dtype).removeprefix("torch.") if dtype else None)
+        return None
+    return select_moe(config, requested=moe_backend, dtype=model_dtype)
 
 
 def _check_prepack_policy(policy) -> None:

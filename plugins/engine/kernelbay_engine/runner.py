@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
-from kernelbay.attention import AttentionMetadata
+from kernelbay.attention import AttentionMetadata, LayerGroupSelection
 from kernelbay.attention import StepRequest as MetadataRow
 from kernelbay_engine._runner_cache import CachePlan, plan_cache
 from kernelbay_engine.kv_cache import KVCacheManager
@@ -86,6 +86,7 @@ class ModelRunner:
         attention_backend: str | None = None,
         kv_cache_dtype: str | None = "auto",
         attention_backend_options: Mapping[str, Mapping] | None = None,
+        selection: LayerGroupSelection | None = None,
     ):
         _require_loaded(model)
         self.model: CausalLM = cast("CausalLM", model.eval())
@@ -100,6 +101,7 @@ class ModelRunner:
             requested=requested,
             kv_cache_dtype=kv_cache_dtype,
             options=attention_backend_options,
+            selection=selection,
         )
         self.num_blocks: int | None = None
         self._own_blocks: KVCacheManager | None = None  # made only when driven by hand (no block tables)

@@ -95,3 +95,25 @@ def test_run_takes_moe_backend(mixtral_with_tokenizer):
     assert run_cli(*args).stdout == good.stdout, "the default kernel (TORCH_GROUPED_MOE) writes the same text"
     bad = run_cli(*args, "--moe-backend", "TORCH_MEO")
     assert bad.returncode == 7 and "Unknown MoE backend: 'TORCH_MEO'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_llm_selects_attention_once_and_moe_once(mixtral, monkeypatch):
+    """Constructing an LLM runs the selector once per kernel kind (before any weight is read); the runner and
+    the MoE layers take those selections rather than asking again."""
+    import kernelbay_engine.selection as selection
+
+    calls = {"attention": 0, "moe": 0}
+
+    def counting(kind, select):
+        def call(*args, **kwargs):
+            calls[kind] += 1
+            return select(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(selection, "select_for_layer_groups", counting("attention", selection.select_for_layer_groups))
+    monkeypatch.setattr(selection, "select_moe_backend", counting("moe", selection.select_moe_backend))
+    llm = LLM(mixtral, progress=False, max_num_seqs=2)
+    assert calls == {"attention": 1, "moe": 1}
+    assert llm.model.moe_selection.backend_name in {"TORCH_MOE", "TORCH_GROUPED_MOE"}
+    assert llm.generate([[1, 5, 9]], GREEDY)[0].token_ids

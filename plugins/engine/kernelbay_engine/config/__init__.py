@@ -16,8 +16,8 @@ from kernelbay.attention import IndexerSpec, MLASpec  # the attention contract's
 
 from ._build import draft_architecture
 from ._layers import LayerPlan
-from ._loading import config_class_for, read_config_json, weight_format_class
-from ._model_config import MODEL_KINDS, ModelConfig
+from ._loading import read_config_json, weight_format_class
+from ._model_config import ModelConfig
 from ._records import ROPE_TYPES, BlockSparseGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
 
@@ -28,13 +28,11 @@ __all__ = [
     "IndexerSpec",
     "LayerPlan",
     "MLASpec",
-    "MODEL_KINDS",
     "ModelConfig",
     "QuantConfig",
     "ROPE_TYPES",
     "RULE_POINTS",
     "RopeConfig",
-    "config_class_for",
     "draft_architecture",
     "read_config_json",
     "weight_format_class",

@@ -286,9 +286,10 @@ def moe_layers(model: nn.Module) -> list[SparseMoE]:
     return [m for m in model.modules() if isinstance(m, SparseMoE)]
 
 
-def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=None):
-    """Select one MoE kernel for `model`'s MoE layers and bind it to each of them; returns the `SelectionResult`
-    (None for a model without MoE layers, where naming a kernel is an error)."""
+def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=None, chosen=None):
+    """Select one MoE kernel for `model`'s MoE layers (or take `chosen`, `selection.select_moe`'s answer for this
+    very model: `LLM` selects once, before any weight is read) and bind it to each of them; returns the
+    `SelectionResult` (None for a model without MoE layers, where naming a kernel is an error)."""
     from kernelbay.dtypes import dtype_name
     from kernelbay_engine.models.base import activation_dtype_device
     from kernelbay_engine.selection import select_moe
@@ -299,7 +300,13 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
             raise no_moe_layers(requested, type(model).__name__)
         return None
     dtype = activation_dtype_device(model)[0]
-    chosen = select_moe(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
+    if chosen is None:
+        chosen = select_moe(model.config, requested=requested, platform=platform, dtype=dtype_name(dtype))
+    elif chosen[0].requirements.dtype != dtype_name(dtype):
+        raise ValueError(
+            f"the MoE selection was made for dtype {chosen[0].requirements.dtype}; this model runs "
+            f"{dtype_name(dtype)}: select for it (or pass none)"
+        )
     if chosen is None:
         raise ConfigError(
             f"{type(model).__name__} built MoE layers but its config resolved no mixture of experts (config.moe is "
@@ -321,5 +328,5 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
         layer.bind(backend, prepared)
         if not (_same_storage(prepared.gate_up, loaded.gate_up) or _same_storage(prepared.down, loaded.down)):
             layer.experts.release(backend.name)  # the kernel holds its own copy: the loaded one goes
-    model.moe_selection = selection  # type: ignore[assignment]  # a plain attribute of the model, not a submodule
+    model.moe_selection = selection
     return selection

@@ -182,6 +182,7 @@ class AutoModelForCausalLM:
         model_impl: str = "auto",
         moe_backend: str | None = None,
         before_load: Callable[[nn.Module], object] | None = None,
+        moe_selection=None,
     ) -> nn.Module:
         """Load a checkpoint folder. `config`: its `ModelConfig` if the caller already read it (read once);
         `attention_backend` is recorded for the runner's backend selection;
@@ -190,7 +191,8 @@ class AutoModelForCausalLM:
         that need no fusing or cast straight from the file instead of reading them (see `load_weights`);
         `model_impl="transformers"` runs transformers' modeling code (the fallback) even where a native family
         exists, `"native"` refuses the fallback; `moe_backend` names the MoE kernel of the MoE layers (default: the
-        selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`);
+        selector's choice), bound once the weights are loaded (`kernelbay_engine.layers.moe.bind_moe_backends`;
+        `moe_selection`: the caller's `select_moe` answer for this model, so the selector runs once);
         `before_load(model)` runs on the model still on meta, before any weight is read (a weight format giving
         layers their quantized codes there: the loader then skips the weights a layer already holds)."""
         from kernelbay_engine.config import ModelConfig
@@ -204,6 +206,6 @@ class AutoModelForCausalLM:
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()  # type: ignore[operator]  # a family's method, not a tensor
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
         _tie(model)
-        bind_moe_backends(model, moe_backend)  # after loading: kernels prepare the loaded expert weights
+        bind_moe_backends(model, moe_backend, chosen=moe_selection)  # after loading: kernels prepare the weights
         model.requested_attention_backend = attention_backend  # type: ignore[assignment]  # a plain attribute
         return model.eval()
