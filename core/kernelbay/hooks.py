@@ -1,15 +1,15 @@
 """pluggy hooks for what is not a slot: the core hosts them, the distribution that calls a hook declares it.
 
-Plugins implement `register_*(register)` callbacks; the core owns collection and provenance. The core declares
-`register_config_rules`; a distribution declares its own with `declare_hooks(Specs)` (kernelbay-engine:
-`register_model_type_rules`). Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call,
-not at import::
+Plugins implement `register_*(register)` callbacks; the core owns collection and provenance. A distribution
+declares the hooks it calls with `declare_hooks(Specs)` (kernelbay-engine: `register_model_type_rules`, a model
+family's config rules). Hook modules (entry-point group `kernelbay.hooks`) load at the first hook call, not at
+import::
 
     from kernelbay.hooks import hookimpl
 
     @hookimpl
-    def register_config_rules(register):
-        register(my_rule)      # my_rule(options) -> list[str] of violations
+    def register_model_type_rules(register):
+        register("gemma2", layers=gemma2_layers)
 """
 
 from __future__ import annotations
@@ -28,12 +28,6 @@ if TYPE_CHECKING:
 PROJECT = "kernelbay"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-
-class HookSpecs:
-    @hookspec
-    def register_config_rules(self, register):
-        """Call `register(rule)`; `rule(options) -> list[str]` returns every violation it finds."""
 
 
 # A hook plugin that failed to import: listed (doctor, a warning), never fatal.
@@ -69,7 +63,6 @@ def plugin_manager() -> pluggy.PluginManager:
     with _lock:
         if _manager is None:
             pm = pluggy.PluginManager(PROJECT)
-            pm.add_hookspecs(HookSpecs)
             _load_entry_point_plugins(pm)
             _manager = pm
         return _manager
@@ -99,8 +92,10 @@ def hook_provider(plugin: str) -> Provider:
 
 
 def call_hook(hook_name: str, make_register) -> None:
-    """Call each implementation of `hook_name` with `make_register(plugin name)`; a raise names the plugin."""
-    for impl in getattr(plugin_manager().hook, hook_name).get_hookimpls():
+    """Call each implementation of `hook_name` with `make_register(plugin name)` (none: a hook no installed plugin
+    implements and none declared); a raise names the plugin."""
+    caller = getattr(plugin_manager().hook, hook_name, None)
+    for impl in caller.get_hookimpls() if caller is not None else ():
         try:
             impl.function(register=make_register(impl.plugin_name))
         except Exception as exc:

@@ -270,7 +270,8 @@ def test_an_overridden_capability_check_is_asked_everywhere(fresh_registry):
     """A backend refusing more than its declarations (a library version, say) is refused by construction,
     option validation and the selector alike, through its one capability_failures."""
     from kernelbay import register_attention_backend
-    from kernelbay.attention import AttentionOptions, BackendNotCapable, select_attention_backend, validate_options
+    from kernelbay.attention import BackendNotCapable, select_attention_backend
+    from kernelbay_engine.options import AttentionOptions, validate_options
 
     vanilla = resolve("attention_backend", "VANILLA")
 

@@ -1,6 +1,6 @@
 """The attention contract: the `AttentionBackend` protocol and its records (geometry, requirements, metadata,
 forward args, the paged `KVCacheSpec`; `cache_ops` reads and writes that cache), construction
-(`create_attention`, `build_backend`), the one selector and option validation.
+(`create_attention`, `build_backend`) and the one selector.
 docs/guides/attention-backend-plugin.md is the vendor's reference."""
 
 from ._backend import AttentionBackend, AttentionContractError, AttentionForwardArgs, build_backend, create_attention
@@ -24,10 +24,10 @@ from ._selector import (
     NoCapableBackend,
     SelectionResult,
     clear_selection_cache,
+    load_backend,
     select_attention_backend,
     select_for_layer_groups,
 )
-from ._validation import AttentionOptions, validate_options
 
 __all__ = [
     "ANY",
@@ -36,7 +36,6 @@ __all__ = [
     "AttentionForwardArgs",
     "AttentionGeometry",
     "AttentionMetadata",
-    "AttentionOptions",
     "AttentionRequirements",
     "AttentionType",
     "BackendNotCapable",
@@ -55,11 +54,11 @@ __all__ = [
     "build_backend",
     "build_metadata",
     "clear_selection_cache",
+    "load_backend",
     "create_attention",
     "select_attention_backend",
     "padded_slots",
     "select_for_layer_groups",
     "table_slots",
-    "validate_options",
     "zeroed",
 ]

@@ -38,14 +38,7 @@ class OlmoAttention(nn.Module):
         self.o_proj = Linear(heads * head_dim, config.hidden_size, bias=bias)
         self.clip_qkv = getattr(config.hf_config, "clip_qkv", None)
         self.rotary = rotary
-        self.attn = Attention(
-            layer_idx,
-            heads,
-            head_dim,
-            kv_heads,
-            scale=config.attention_scale,
-            prefix=f"model.layers.{layer_idx}.self_attn.attn",
-        )
+        self.attn = Attention(config.layer_geometry(layer_idx), prefix=f"model.layers.{layer_idx}.self_attn.attn")
 
     def forward(self, x: torch.Tensor, cos_sin, metadata: AttentionMetadata) -> torch.Tensor:
         heads, kv_heads, head_dim = self.shape

@@ -16,15 +16,14 @@ from kernelbay.attention import (
     SPARSE_DSA,
     SPARSE_NONE,
     AttentionBackend,
-    AttentionOptions,
     KVCacheSpec,
     KVLayout,
     LayerGroupSelection,
     LayerKind,
-    validate_options,
 )
 from kernelbay.errors import ConfigError
 from kernelbay_engine.attention import Attention
+from kernelbay_engine.options import AttentionOptions, validate_options
 from kernelbay_engine.selection import select_attention
 
 
@@ -88,8 +87,8 @@ def _one_metadata_backend(selection: LayerGroupSelection) -> type[AttentionBacke
 def check_options(
     config, *, model_dtype: str, block_size: int, kv_cache_dtype: str | None, options: Mapping | None
 ) -> None:
-    """The whole attention option set, checked at once (names, combinations, per-backend options, plugin
-    rules); the requested backend's capabilities are the selector's business, with its own error."""
+    """The whole attention option set, checked at once (names, combinations, per-backend options); the requested
+    backend's capabilities are the selector's business, with its own error."""
     kinds = set(config.layer_types)
     validate_options(
         AttentionOptions(

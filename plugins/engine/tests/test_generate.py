@@ -229,7 +229,7 @@ def test_chunked_prefill_gives_the_same_tokens(make_llm, prompt_ids, reference):
 
 
 def test_llm_reads_the_config_once_and_selects_once(tiny_llama, monkeypatch):
-    """One config parse and one selector evaluation per LLM: the runner's selection is the cached one."""
+    """One config parse and one selector evaluation per LLM: the runner takes the LLM's selection, no second ask."""
     from kernelbay.attention import _selector, clear_selection_cache
     from kernelbay_engine.config import ModelConfig
 
@@ -241,4 +241,4 @@ def test_llm_reads_the_config_once_and_selects_once(tiny_llama, monkeypatch):
     clear_selection_cache()
     LLM(tiny_llama, max_num_seqs=2, kv_cache_memory="1MiB", prepack_weights="never")
     info = _selector._select_groups.cache_info()
-    assert len(reads) == 1 and (info.misses, info.hits) == (1, 1)
+    assert len(reads) == 1 and (info.misses, info.hits) == (1, 0)

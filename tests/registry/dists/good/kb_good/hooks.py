@@ -6,5 +6,5 @@ def no_beams(options):
 
 
 @hookimpl
-def register_config_rules(register):
+def register_fixture_rules(register):
     register(no_beams)
