@@ -9,27 +9,39 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 
-class AttentionType(str, enum.Enum):
-    """What an attention layer attends to; values match `ModelConfig.layer_types`."""
+class _Vocabulary(str, enum.Enum):
+    """A closed vocabulary of names: `str()` is the name, `parse` refuses an unknown one listing the known."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value):
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(t.value for t in cls)
+            raise ValueError(f"unknown {cls.what()} {value!r}; use one of: {known}") from None
+
+    @classmethod
+    def what(cls) -> str:
+        return "name"
+
+
+class AttentionType(_Vocabulary):
+    """What an attention layer attends to (its mask); values match `LayerKind`'s."""
 
     FULL = "full_attention"
     SLIDING = "sliding_attention"
     CHUNKED = "chunked_attention"
     ENCODER = "encoder_attention"  # bidirectional (vision encoders): no causal mask
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
-    def parse(cls, value: str | AttentionType) -> AttentionType:
-        try:
-            return cls(value)
-        except ValueError:
-            known = ", ".join(t.value for t in cls)
-            raise ValueError(f"unknown attention type {value!r}; use one of: {known}") from None
+    def what(cls) -> str:
+        return "attention type"
 
 
-class LayerKind(str, enum.Enum):
+class LayerKind(_Vocabulary):
     """What one layer of a model runs: the one vocabulary of layer kinds (`ModelConfig.layer_types`, selection
     groups, `explain`). The first four are also mask shapes (`AttentionType`); the others map onto one."""
 
@@ -41,16 +53,9 @@ class LayerKind(str, enum.Enum):
     INDEXED = "indexed_attention"  # DeepSeek V3.2: MLA over the top-k tokens a lightning indexer picks
     NO_ATTENTION = "no_attention"  # no attention, no KV cache (Nemotron-NAS no-op / linear blocks)
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
-    def parse(cls, value: str | LayerKind) -> LayerKind:
-        try:
-            return cls(value)
-        except ValueError:
-            known = ", ".join(t.value for t in cls)
-            raise ValueError(f"unknown layer kind {value!r}; use one of: {known}") from None
+    def what(cls) -> str:
+        return "layer kind"
 
     @property
     def has_attention(self) -> bool:

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from kernelbay.attention import MLASpec, clear_selection_cache
-from kernelbay.registry import default_registry, reset_registry
+from kernelbay.attention import MLASpec
 from kernelbay_engine.selection import attention_requirements, select_attention
 from tests.attention._fakes import FakePlatform
+from tests.testing.conftest import fresh_registry as fresh_registry  # the fixture, re-exported
 
 
 @dataclass(frozen=True)
@@ -25,15 +25,6 @@ class StandInConfig:
 
     def layer_groups(self):
         return list(self.layer_kinds)
-
-
-@pytest.fixture
-def fresh_registry():
-    previous = default_registry()
-    clear_selection_cache()
-    yield reset_registry()
-    reset_registry(previous)
-    clear_selection_cache()
 
 
 def test_requirements_from_a_config():
