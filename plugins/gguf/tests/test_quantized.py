@@ -46,18 +46,6 @@ GPL3 = Path("/usr/share/common-licenses/GPL-3")  # Debian's base-files ships it
 RELATIVE = 0.09 if DOT else 0.03
 TORCH_KERNEL_OF = {Q.Q8_0: "int8_group", Q.Q5_0: "int8_group", Q.Q4_0: "int4_group", Q.Q4_1: "int4_group"}
 KERNEL_OF = {qtype: chosen(kernel) for qtype, kernel in TORCH_KERNEL_OF.items()}  # a kept type's linears (K > 32)
-DENSE_BEFORE_LOAD = (
-    "library bug: a linear given the file's codes before loading (load_quantized, LLM(quantization='gguf')) that "
-    "selection puts on dense gets a plain weight its method does not hold, so the loader reads the file's tensor "
-    "into it (an inference tensor: RuntimeError) or, for a tied LM head, finds no lm_head.weight (CheckpointError)"
-)
-
-
-def xfail_where_dense(request, *kernels: str) -> None:
-    """Where a layer loaded from the file's codes goes to dense on this machine, the load fails (DENSE_BEFORE_LOAD):
-    an expected failure, strict so that the fix is noticed."""
-    if "dense" in kernels:
-        request.applymarker(pytest.mark.xfail(raises=(RuntimeError, ValueError), strict=True, reason=DENSE_BEFORE_LOAD))
 
 
 def skip_where_dense(qtype: Q) -> None:
@@ -233,9 +221,8 @@ def _kept_vs_dequantized(path, ids: list[int]) -> tuple[float, float, set[str]]:
 
 
 @pytest.mark.slow
-def test_smollm2_kept_quantized_perplexity_within_1_percent_of_dequantized(smollm2, request):
+def test_smollm2_kept_quantized_perplexity_within_1_percent_of_dequantized(smollm2):
     """The real Q4_1 file (its embedding / LM head Q8_0): 512 tokens of a prompt scored both ways."""
-    xfail_where_dense(request, INT4, INT8_GROUP)
     text = " ".join(f"Step {i}: the scheduler admits a request and the kernel reads its weights." for i in range(64))
     ids = LLM(smollm2, progress=False).encode(text)[:512]
     dequantized, kept, report = _kept_vs_dequantized(smollm2, ids)
@@ -252,10 +239,9 @@ def smollm2_q4_k_m(name: str) -> Q:
 
 
 @pytest.mark.slow
-def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2, tmp_path, request):
+def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2, tmp_path):
     """SmolLM2 written as a Q4_K_M-style file (the test's own K-quant encoders): 512 GPL-3 tokens scored with the
     file dequantized and kept quantized (Q4_K / Q5_0 / Q8_0 codes kept, Q6_K requantized to int8 groups of 32)."""
-    xfail_where_dense(request, INT4, INT8_GROUP)
     path = write_gguf(tmp_path / "model.gguf", transformers_from_gguf(smollm2), "llama", qtype_of=smollm2_q4_k_m)
     ids = LLM(smollm2, progress=False).encode(GPL3.read_text())[:512]
     dequantized, kept, report = _kept_vs_dequantized(path, ids)
@@ -270,9 +256,8 @@ def test_smollm2_k_quant_file_kept_quantized_perplexity_within_1_percent(smollm2
     assert abs(kept / dequantized - 1) < 0.01, f"kept quantized {kept:.4f} vs dequantized {dequantized:.4f}"
 
 
-def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf, request):
+def test_llm_quantization_gguf_keeps_the_file_codes(tiny_gguf):
     """LLM(x.gguf, quantization="gguf"): the report names each layer's kernel; generation runs."""
-    xfail_where_dense(request, INT4)
     llm = LLM(tiny_gguf("llama", Q.Q4_1), progress=False, quantization="gguf")
     assert set(llm.quant_report.values()) == {f"GGUF Q4_1 on {INT4}", f"GGUF Q4_1 on {TABLE_ROWS}"}
     assert len(llm.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
@@ -299,12 +284,11 @@ def test_load_quantized_builds_no_float_copy_and_equals_quantizing_after_load(ti
 
 
 @pytest.mark.parametrize("qtype", KEPT, ids=lambda q: q.name)
-def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(tiny_gguf, qtype, request):
+def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(tiny_gguf, qtype):
     """A tied model: token_embd's codes serve the LM head (on its kernel) and the table (rows dequantized per
     lookup); no float copy of the table is held, nor of the head where a quantized kernel runs it (dense: its plain
     weight), and every row equals gguf's own dequantization of the tensor."""
     head = KERNEL_OF[qtype]
-    xfail_where_dense(request, head)
     path = tiny_gguf("qwen2", qtype)
     model, report = GGUFFormat.load_quantized(path, progress=False)
     assert report["model.embed_tokens"] == f"GGUF {qtype.name} on {TABLE_ROWS}"

@@ -96,20 +96,23 @@ def make_plan(model: nn.Module, names: Iterable[str], rules: NameRules) -> LoadP
         else:
             unexpected.append(name)
     filled = {rules.rename(n) for n, t in plan.assignments.items() if t.index != ()}  # alias names, renamed
-    missing = _missing(model, plan, aliases_of, filled)
+    missing = _missing(model, plan, aliases_of, filled, held)
     if unexpected or missing:
         raise CheckpointError(_mismatch_message(unexpected, missing))
     return plan
 
 
-def _missing(model: nn.Module, plan: LoadPlan, aliases_of: dict[str, list[str]], by_alias: set[str]) -> list[str]:
-    """Parameters neither loaded whole nor through all of their aliases (reported by checkpoint name).
+def _missing(
+    model: nn.Module, plan: LoadPlan, aliases_of: dict[str, list[str]], by_alias: set[str], held: set[str]
+) -> list[str]:
+    """Parameters neither held by their layer, nor loaded whole, nor through all of their aliases (reported by
+    checkpoint name).
 
     by_alias: the alias names filled, after the family's renames (OPT's `decoder.*` -> `model.decoder.*`)."""
     whole = {t.param for t in plan.assignments.values() if t.index == ()}
     missing = []
     for name, _ in model.named_parameters():
-        if name in whole:
+        if name in whole or name in held:
             continue
         expected = aliases_of.get(name, [])
         absent = [a for a in expected if a not in by_alias]

@@ -145,7 +145,8 @@ class CausalLM(nn.Module):
 
     def tie_weights(self) -> None:
         """Share the embedding table with the LM head when the config ties them."""
-        if self.tied and "weight" in self.lm_head._parameters:  # a quantized head holds its own codes instead
+        held = getattr(self.lm_head.method, "holds_weight", False)  # a head quantized (or dequantized) on meta
+        if self.tied and "weight" in self.lm_head._parameters and not held:  # holds its own weight instead
             self.lm_head.weight = cast(torch.Tensor, self.input_embeddings().weight)
 
     def checkpoint_rules(self) -> NameRules:

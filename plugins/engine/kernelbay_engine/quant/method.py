@@ -128,8 +128,16 @@ def _layer_dtype(layer: Linear) -> torch.dtype:
     return bias.dtype if bias is not None else torch.get_default_dtype()
 
 
+class DequantizedLinearMethod(UnquantizedLinearMethod):
+    """Plain weights made from quantized codes (no kernel reads the codes here): the layer holds them, so a load
+    after it (`quantization="gguf"` gives the codes on meta) reads nothing into them and they stay what the
+    report says they are."""
+
+    holds_weight = True  # loading/plan.py
+
+
 def _set_plain(layer: Linear, weight: torch.Tensor) -> None:
-    layer.method = UnquantizedLinearMethod()
+    layer.method = DequantizedLinearMethod()
     layer.weight = nn.Parameter(weight, requires_grad=False)
 
 

@@ -141,3 +141,23 @@ def test_a_linear_quantized_before_loading_is_skipped_by_the_load(tiny_llama):
     assert held <= set(plan.skipped) and not held & set(plan.assignments)
     assert isinstance(qkv.method, QuantizedLinearMethod)
     assert not any(p.is_meta for p in model.parameters()), "a parameter was left unloaded"
+
+
+def test_a_linear_dequantized_before_loading_keeps_its_codes(tiny_llama):
+    """Codes given on meta that selection puts on `dense` (no kernel reads them: this CPU, or `kernel="dense"`)
+    become plain weights the layer holds: the load neither overwrites them with the checkpoint's floats nor
+    counts them missing, so the layer computes with what the report says it runs."""
+    from kernelbay_engine import AutoModelForCausalLM
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.loading import load_weights, open_checkpoint
+    from kernelbay_engine.quant import set_quantized_weight
+
+    model = AutoModelForCausalLM.from_config(ModelConfig.from_pretrained(tiny_llama))
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    weight = quantize(torch.randn(qkv.out_features, qkv.in_features), 8, 32)
+    assert set_quantized_weight(qkv, weight, kernel="dense").kernel.name == "dense"
+    plan = load_weights(model, open_checkpoint(tiny_llama), model.checkpoint_rules(), progress=False)
+    held = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"}
+    assert held <= set(plan.skipped) and not held & set(plan.assignments)
+    assert torch.equal(qkv.weight, weight.dequantize(qkv.weight.dtype))
+    assert not any(p.is_meta for p in model.parameters()), "a parameter was left unloaded"
