@@ -33,8 +33,15 @@ def enable_trace() -> None:
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("", "0", "false", "no", "off")
+FALSE_WORDS = ("0", "false", "no", "off")
 _warned_values: set[str] = set()
+
+
+def bool_word(text: str) -> bool | None:
+    """True or False for an on/off word (any case, spaces stripped), None for anything else: the one parser of
+    the words (environment variables, backend options)."""
+    word = text.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def env_flag(name: str, value: str | None) -> bool:
@@ -42,17 +49,15 @@ def env_flag(name: str, value: str | None) -> bool:
 
     Anything else counts as off and is reported once on stderr, naming the variable: a typo must not
     silently turn a feature on (nor crash every command, since this runs before any command starts)."""
-    word = (value or "").strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word not in FALSE_WORDS and word not in _warned_values:
-        _warned_values.add(word)
+    answer = bool_word(value or "0")
+    if answer is None and value not in _warned_values:
+        _warned_values.add(str(value))
         print(
             f"kernelbay: warning: {name}={value!r} is not a boolean; use one of {'/'.join(TRUE_WORDS)} (on) "
-            f"or {'/'.join(w for w in FALSE_WORDS if w)} or empty (off); treated as off",
+            f"or {'/'.join(FALSE_WORDS)} or empty (off); treated as off",
             file=sys.stderr,
         )
-    return False
+    return bool(answer)
 
 
 def _tracing() -> bool:

@@ -155,3 +155,17 @@ def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_loops_inside_a_package(package):
     """No two modules of a package import each other, directly or round a loop, even inside functions."""
     assert not _loops(_import_graph(package)), _loops(_import_graph(package))
+
+
+def test_true_and_false_words_have_one_parser():
+    """The on/off words ("yes", "off", ...) are spelled once, in kernelbay._trace.bool_word's vocabulary."""
+    home = REPO / "core" / "kernelbay" / "_trace.py"
+    spelled = {
+        str(path.relative_to(REPO))
+        for package in PACKAGES
+        for path in _sources(package)
+        if path != home
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in ("yes", "off")
+    }
+    assert not spelled, f"a second true/false word list (use kernelbay._trace.bool_word): {sorted(spelled)}"

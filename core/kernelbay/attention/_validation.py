@@ -8,6 +8,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._trace import bool_word
 from ..errors import ConfigError, close_matches
 
 
@@ -16,16 +17,13 @@ class NoOptions:
     """A backend that takes no options."""
 
 
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
 def _coerce(backend: str, key: str, kind, value):
     """CLI values arrive as strings (`--backend-option SDPA.key=value`); turn them into the declared type."""
     if not isinstance(value, str) or kind is str:
         return value
     if kind is bool:
-        if value.lower() in _TRUE | _FALSE:
-            return value.lower() in _TRUE
+        if (answer := bool_word(value)) is not None:
+            return answer
         raise ConfigError(f"option {backend}.{key} expects a bool (true/false), got {value!r}")
     if kind in (int, float):
         try:
