@@ -3,7 +3,14 @@
 
 from ..attention._capabilities import MOE_BACKEND_ENV
 from ._backend import MoEBackend, MoEContractError, MoERequirements, select_moe_backend
-from ._geometry import ExpertWeights, MoEGeometry, dense_weights, dequantize_mxfp4, gated_activation
+from ._geometry import (
+    ExpertWeights,
+    MoEGeometry,
+    dense_weights,
+    dequantize_fp8_blocks,
+    dequantize_mxfp4,
+    gated_activation,
+)
 from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
 
 __all__ = [
@@ -17,6 +24,7 @@ __all__ = [
     "ROUTINGS",
     "WEIGHT_FORMATS",
     "dense_weights",
+    "dequantize_fp8_blocks",
     "dequantize_mxfp4",
     "canonical_activation",
     "gated_activation",

@@ -106,7 +106,11 @@ def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype=torch.flo
     return (values * exponent).flatten(-2).to(dtype)
 
 
-def _dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], dtype) -> torch.Tensor:
+def dequantize_fp8_blocks(
+    weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], dtype=torch.float32
+) -> torch.Tensor:
+    """weight [*, out, in] fp8, scale [*, ceil(out/bn), ceil(in/bk)] -> `dtype` [*, out, in]: each scale covers
+    one bn x bk block (the checkpoints' convention); the one home of FP8 block dequantisation."""
     rows, cols = block
     full = scale.repeat_interleave(rows, dim=-2)[..., : weight.shape[-2], :]
     full = full.repeat_interleave(cols, dim=-1)[..., : weight.shape[-1]]
@@ -121,8 +125,8 @@ def dense_weights(geometry: MoEGeometry, weights: ExpertWeights, dtype=torch.flo
         raise ValueError(f"{geometry.weight_format} expert weights need gate_up_scale and down_scale")
     elif geometry.weight_format == "fp8_block":
         assert geometry.block_size is not None  # checked by MoEGeometry
-        gate_up = _dequantize_fp8(weights.gate_up, weights.gate_up_scale, geometry.block_size, dtype)
-        down = _dequantize_fp8(weights.down, weights.down_scale, geometry.block_size, dtype)
+        gate_up = dequantize_fp8_blocks(weights.gate_up, weights.gate_up_scale, geometry.block_size, dtype)
+        down = dequantize_fp8_blocks(weights.down, weights.down_scale, geometry.block_size, dtype)
     else:
         gate_up = dequantize_mxfp4(weights.gate_up, weights.gate_up_scale, dtype)
         down = dequantize_mxfp4(weights.down, weights.down_scale, dtype)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernelbay.errors import ConfigError
+from kernelbay.moe import dequantize_fp8_blocks
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.layers.matmul import linear
 
@@ -156,14 +157,6 @@ class Fp8BlockLinearMethod(LinearMethod):
 
     def __repr__(self) -> str:
         return f"Fp8BlockLinearMethod(block_size={self.block_size})"
-
-
-def dequantize_fp8_blocks(weight: torch.Tensor, scale: torch.Tensor, block_size: tuple[int, int]) -> torch.Tensor:
-    """weight [*, out, in] fp8, scale [*, ceil(out/bn), ceil(in/bk)] -> float32 [*, out, in]."""
-    bn, bk = block_size
-    out, inp = weight.shape[-2:]
-    full = scale.repeat_interleave(bn, dim=-2)[..., :out, :].repeat_interleave(bk, dim=-1)[..., :inp]
-    return weight.to(torch.float32) * full
 
 
 def quantize_fp8_blocks(weight: torch.Tensor, block_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
