@@ -63,20 +63,6 @@ FIRST_PARTY_PROVIDES = {
     },
     "weight_format": {"safetensors": "kernelbay-engine", "gguf": "kernelbay-gguf"},
 }
-# Architectures whose configs a first-party plugin reads but builds no model for, and why.
-NOT_BUILT = {
-    "model": {
-        "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) is not built: transformers has no implementation to check a "
-        "kernelbay model against (the checkpoint ships its own modeling code), so kernelbay-llama reads its "
-        "config (per-layer attention and FFN from block_configs) but provides no model for it.",
-        "Phi3SmallForCausalLM": "Phi-3-small is not built: transformers has no implementation to check a kernelbay "
-        "model against (the checkpoint ships its own modeling code, whose block-sparse attention needs triton), "
-        "so kernelbay-llama reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
-        "Gemma3ForConditionalGeneration": "The multimodal Gemma 3 is not built (kernelbay has no vision encoder "
-        "for it, and text prompts alone would take image tokens as words); kernelbay-llama builds the text-only "
-        "Gemma3ForCausalLM (model_type gemma3_text, as gemma-3-1b-it).",
-    }
-}
 # Distributions whose registrations are built-in (they only ever fill empty slots): the core, the fallback,
 # and every distribution named above.
 FIRST_PARTY_DISTRIBUTIONS = frozenset(

@@ -27,7 +27,6 @@ from ._records import (
     KIND_LABEL,
     KINDS,
     MODEL_INDEX,
-    NOT_BUILT,
     Origin,
     Preferences,
     Provider,
@@ -373,10 +372,7 @@ class Registry:
             if info.refused:
                 return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
         dist = FIRST_PARTY_PROVIDES.get(kind, {}).get(name)
-        if dist:
-            msg += f" It is provided by the first-party plugin {dist}: pip install {dist}."
-        reason = NOT_BUILT.get(kind, {}).get(name)
-        return f"{msg} {reason}" if reason else msg
+        return f"{msg} It is provided by the first-party plugin {dist}: pip install {dist}." if dist else msg
 
     def _load_winner(self, reg: Registration) -> object:
         obj = self._objects.get(reg.target)

@@ -23,9 +23,36 @@ def register_model_type_rules(register):
     register(("gemma3", "gemma3_text"), rope=gemma3_local_rope)
     register(("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"), layers=qwen2_layers)
     register(("llama4", "llama4_text"), layers=llama4_layers)
-    register("nemotron-nas", layers=nas_layers, intermediate_size=nas_ffn_width)
-    register("phi3small", layers=phi3small_layers, attention_scale=phi3small_mup_scale)
+    register("nemotron-nas", layers=nas_layers, intermediate_size=nas_ffn_width, not_built=_nas_not_built)
+    register("phi3small", layers=phi3small_layers, attention_scale=phi3small_mup_scale, not_built=_phi3small_not_built)
+    register("gemma3", not_built=_gemma3_not_built)
     register("gpt_oss", moe=gpt_oss_moe, attention_sinks=gpt_oss_sinks)
+
+
+# Architectures whose configs this plugin reads but builds no model for, and why (said when none serves them).
+NOT_BUILT = {
+    "nas": "Nemotron-NAS (DeciLM) is not built: transformers has no implementation to check a kernelbay model "
+    "against (the checkpoint ships its own modeling code), so kernelbay-llama reads its config (per-layer "
+    "attention and FFN from block_configs) but provides no model for it.",
+    "phi3small": "Phi-3-small is not built: transformers has no implementation to check a kernelbay model against "
+    "(the checkpoint ships its own modeling code, whose block-sparse attention needs triton), so kernelbay-llama "
+    "reads its config (dense/block-sparse layers, muP scale) but provides no model for it.",
+    "gemma3": "The multimodal Gemma 3 is not built (kernelbay has no vision encoder for it, and text prompts alone "
+    "would take image tokens as words); kernelbay-llama builds the text-only Gemma3ForCausalLM (model_type "
+    "gemma3_text, as gemma-3-1b-it).",
+}
+
+
+def _nas_not_built(_config) -> str:
+    return NOT_BUILT["nas"]
+
+
+def _phi3small_not_built(_config) -> str:
+    return NOT_BUILT["phi3small"]
+
+
+def _gemma3_not_built(config) -> str | None:
+    return NOT_BUILT["gemma3"] if "Gemma3ForConditionalGeneration" in config.get("architectures", ()) else None
 
 
 def gpt_oss_moe(config) -> dict:

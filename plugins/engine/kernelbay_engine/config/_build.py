@@ -86,7 +86,8 @@ def _parsed(hf_config) -> dict[str, Any]:
 
 def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None, encoder_only: bool) -> ModelConfig:
     model_type = str(f.get("model_type") or getattr(hf_config, "model_type", ""))
-    naming = _naming(f, model_type, encoder_only, family_rules(f, model_type))
+    top_rules = family_rules(f, model_type)
+    naming = _naming(f, model_type, encoder_only, top_rules)
     encoder = naming["model_kind"] == "vision_encoder"
     f, geometry_config = _section(f, hf_config, "vision_config" if encoder else "text_config")
     layer_model_type = str(getattr(geometry_config, "model_type", "") or model_type)
@@ -102,6 +103,7 @@ def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None,
     kv_heads = _layer_kv_heads(f, plan, heads)
     position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
     return record(
+        not_built=top_rules.ask("not_built", note=False),
         **naming,
         model_type=model_type,
         hidden_size=hidden,

@@ -58,6 +58,7 @@ class ModelConfig(Record):
     blocksparse: BlockSparseGeometry | None = None  # geometry of "blocksparse_attention" layers
     indexer: IndexerSpec | None = None  # DSA lightning indexer of "indexed_attention" layers (V3.2)
     moe: MoEConfig | None = None  # the mixture-of-experts layers; None for a dense model
+    not_built: str | None = None  # why no first-party model serves this architecture (its family plugin says)
     model_kind: str = "model"  # registry slot kind: "model" | "draft_model" | "vision_encoder"
     draft_vocab_size: int | None = None  # set for EAGLE-3 drafts
     notes: tuple[str, ...] = ()  # how defaults and quirks were resolved, in words

@@ -37,6 +37,7 @@ RULE_POINTS: dict[str, type] = {
     "moe": dict,  # MoEConfig fields the config leaves implicit ({"bias": True} for GPT-OSS's expert biases)
     "mla": dict,  # MLASpec fields the config leaves implicit (DeepSeek: a dropped q_lora_rank, from the weights)
     "rope": dict,  # RopeConfig fields the config leaves implicit (Gemma 3: local_theta, its sliding layers' base)
+    "not_built": str,  # why the family reads these configs but builds no model (said when none serves them)
 }
 
 
@@ -130,8 +131,9 @@ class FamilyRules:
         self._view = view
         self._slots = slots
 
-    def ask(self, point: str):
-        """The rule's answer for `point`, or None where no rule answers (the core then decides)."""
+    def ask(self, point: str, *, note: bool = True):
+        """The rule's answer for `point`, or None where no rule answers (the engine then decides); `note`: say in
+        the config's notes whose rule it was (not for an answer only an error may use)."""
         slot = self._slots.get(point)
         if slot is None:
             return None
@@ -142,6 +144,7 @@ class FamilyRules:
             raise self._error(point, slot, what) from exc
         if answer is not None:
             self._check(point, slot, answer)
+        if answer is not None and note:
             over = "".join(f", over {r.provider.describe()}" for r in slot.displaced)
             self._view.note(f"{point}: the {self._view.model_type!r} rule of {slot.winner.provider.describe()}{over}")
         return answer

@@ -55,12 +55,12 @@ def explain_model(
     native | transformers, as for `kernelbay run` (which provider would serve). `memory` and `quantization`
     are answered by the document's `sections` (the tokens `memory` holds in the engine's KV blocks, and which
     linear kernel each layer would run)."""
-    from kernelbay.registry import resolve_impl
     from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.models.auto import resolve_model
 
     config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
     kind, name = config.model_kind, config.architecture  # the slot it builds from (EAGLE3<Arch> for a draft)
-    resolve_impl(kind, name, model_impl, config.hf_config)  # imported as AutoModelForCausalLM does: same error
+    resolve_model(config, model_impl)  # imported as AutoModelForCausalLM does: the same error
     options: dict[str, Any] = {"kind": kind, "name": name, "model_impl": model_impl, "moe_backend": moe_backend}
     options |= {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
     doc = {"schema_version": SCHEMA_VERSION, "model_path": config.source}

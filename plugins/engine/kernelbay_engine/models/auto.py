@@ -101,17 +101,29 @@ def _describe(impl) -> str:
     return f"{impl.__module__}.{impl.__qualname__}"
 
 
+def resolve_model(config, model_impl: str = "auto"):
+    """The class serving `config`'s slot (`model_impl`: auto | native | transformers); where none does, the error
+    also says why, if the family's plugin reads these configs but builds no model (its `not_built` rule)."""
+    from kernelbay.errors import UnsupportedArchitecture
+    from kernelbay.registry import resolve_impl
+
+    try:
+        return resolve_impl(config.model_kind, config.architecture, model_impl, config.hf_config)
+    except UnsupportedArchitecture as err:
+        if not config.not_built:
+            raise
+        raise UnsupportedArchitecture(f"{err} {config.not_built}") from err
+
+
 def construct_model(
     config, *, dtype: torch.dtype, implementation: str = "auto", meta: bool = True, model_impl: str = "auto"
 ) -> nn.Module:
     """Steps 1-5: resolve the class (`model_impl`: auto | native | transformers, the registry's choice between
     native providers and the fallback), honour NoTarget, build on meta with per-layer weight formats."""
-    from kernelbay.registry import resolve_impl
-
     if implementation not in IMPLEMENTATION_MODES:
         raise ValueError(f"implementation must be one of {IMPLEMENTATION_MODES}, got {implementation!r}")
     kind, name = config.model_kind, config.architecture  # the slot it builds from (EAGLE3<Arch> for a draft)
-    impl = resolve_impl(kind, name, model_impl, config.hf_config)  # a refusing fallback says why, before building
+    impl = resolve_model(config, model_impl)  # a refusing fallback says why, before building
     _announce_fallback(kind, name, impl)
     try:
         return _build(impl, config, dtype, meta)
