@@ -169,3 +169,23 @@ def test_true_and_false_words_have_one_parser():
         if isinstance(node, ast.Constant) and node.value in ("yes", "off")
     }
     assert not spelled, f"a second true/false word list (use kernelbay._trace.bool_word): {sorted(spelled)}"
+
+
+def test_the_first_party_table_is_the_first_party_metadata():
+    """What the registry says each first-party plugin provides (named in "pip install ..." hints, whether it is
+    installed or not) is exactly what those plugins' pyproject.toml entry points declare: no fact drifts."""
+    import tomllib
+
+    from kernelbay.registry import ANY_ARCHITECTURE, first_party_names
+    from kernelbay.registry._records import INDEX_GROUP
+
+    groups = {
+        kind: INDEX_GROUP[kind] for kind in ("model", "attention_backend", "moe_backend", "config", "weight_format")
+    }
+    declared: dict[str, dict[str, str]] = {kind: {} for kind in groups}
+    for pyproject in sorted(REPO.glob("plugins/*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        for kind, group in groups.items():
+            names = set(project.get("entry-points", {}).get(group, {})) - {ANY_ARCHITECTURE}  # the fallback's claim
+            declared[kind] |= dict.fromkeys(names, project["name"])
+    assert {kind: first_party_names(kind) for kind in groups} == declared
