@@ -24,6 +24,7 @@ from kernelbay_engine.quant import (
     set_quantized_weight,
 )
 from kernelbay_engine.quant.kernels import NativeDotKernel
+from kernelbay_engine.quant.method import DequantizedLinearMethod
 from plugins.engine.tests.quant._kernels_here import (
     DOT,
     assert_unavailable_say_why,
@@ -99,8 +100,8 @@ def test_gguf_blocks_run_on_their_kernel(kind, kernel, n, k, request_):
     choice = set_quantized_weight(layer, weight, kernel=requested)
     expected = requested or chosen(torch_kernel)
     assert choice.kernel.name == expected
-    if expected == "dense":  # the codes dequantized once into a plain weight
-        assert type(layer.method) is UnquantizedLinearMethod
+    if expected == "dense":  # the codes dequantized once into a plain weight the layer holds
+        assert type(layer.method) is DequantizedLinearMethod and layer.method.holds_weight
         assert_unavailable_say_why(choice.candidates)
     else:
         assert "weight" not in layer._parameters  # held once, by the kernel
@@ -290,11 +291,12 @@ def test_a_requested_kernel_that_cannot_run_the_layer_is_an_error():
 
 
 def test_the_dense_kernel_holds_plain_weights():
-    """Requested by name, the dense kernel dequantizes once: the layer gets plain float weights."""
+    """Requested by name, the dense kernel dequantizes once: the layer gets plain float weights it holds (a load
+    after it reads nothing into them)."""
     gen = torch.Generator().manual_seed(2)
     weight, layer = _codes("q4_0", 48, 64, gen), _layer(48, 64)
     assert set_quantized_weight(layer, weight, kernel="dense").kernel.name == "dense"
-    assert type(layer.method) is UnquantizedLinearMethod
+    assert isinstance(layer.method, UnquantizedLinearMethod) and layer.method.holds_weight
     torch.testing.assert_close(layer.weight, weight.dequantize())
 
 
