@@ -27,8 +27,8 @@ RUNTIME_COMMANDS = dict.fromkeys(("run", "explain", "serve"), "kernelbay-engine"
 def plugin_commands() -> dict:
     """Installed plugin subcommands by name (entry-point records; nothing imported). A command is a slot too:
     an external plugin's displaces a first-party one (said on stderr), two external ones are a conflict that
-    fails only that command; none may take a core command."""
-    from kernelbay.registry import Origin, default_registry
+    fails only that command unless KERNELBAY_PREFER picks one; none may take a core command."""
+    from kernelbay.registry import default_registry
 
     claims: dict[str, list] = {}
     for entry in default_registry().discovery().in_group("kernelbay.commands"):
@@ -40,25 +40,31 @@ def plugin_commands() -> dict:
             )
             continue
         claims.setdefault(entry.name, []).append(entry)
-    return {name: _command_winner(name, entries, Origin) for name, entries in claims.items()}
+    return {name: _command_winner(name, entries) for name, entries in claims.items()}
 
 
-def _command_winner(name: str, entries: list, origin):
-    external = [e for e in entries if e.origin not in (origin.BUILTIN, origin.FALLBACK)]
-    if len(external) > 1:
-        return CommandConflict(name, tuple(external))
-    if external and len(entries) > 1:
-        displaced = ", ".join(f"{e.distribution} {e.version}" for e in entries if e is not external[0])
+def _command_winner(name: str, entries: list):
+    """The entry serving command `name`, by the precedence rule of every slot (`kernelbay.registry.decide`)."""
+    from kernelbay.registry import Preferences, Registration, decide, default_registry
+
+    claims = [Registration("command", name, entry, entry.provider) for entry in entries]
+    prefer = default_registry().export_providers()["prefer"] if len(claims) > 1 else {}
+    slot = decide("command", name, claims, Preferences(prefer))
+    if slot.conflict:
+        return CommandConflict(name, tuple(reg.target for reg in slot.conflict))
+    winner = slot.winner.target
+    if slot.displaced:
+        displaced = ", ".join(f"{r.target.distribution} {r.target.version}" for r in slot.displaced)
         print(
-            f"kernelbay: the command {name!r} of {external[0].distribution} {external[0].version} (external) "
+            f"kernelbay: the command {name!r} of {winner.distribution} {winner.version} ({winner.origin}) "
             f"displaces {displaced}",
             file=sys.stderr,
         )
-    return (external or entries)[0]
+    return winner
 
 
 class CommandConflict:
-    """Two external distributions declare one command: running it is an error naming both."""
+    """Distributions that nothing ranks apart declare one command: running it is an error naming them."""
 
     def __init__(self, name: str, entries: tuple):
         self.name, self.entries = name, entries
@@ -70,7 +76,8 @@ class CommandConflict:
 
         who = " and ".join(f"{e.distribution} {e.version}" for e in self.entries)
         return RegistrationConflict(
-            f"the command {self.name!r} is declared by {who}; uninstall one, or leave one out with "
+            f"the command {self.name!r} is declared by {who}; choose one with KERNELBAY_PREFER="
+            f'"{self.name}=<distribution>", uninstall one, or leave one out with '
             f"KERNELBAY_DISABLE_PLUGINS=<distribution>"
         )
 
