@@ -4,10 +4,7 @@ Contributed to the `kernelbay` CLI host through the `kernelbay.commands` entry p
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import sys
-from collections.abc import Iterator
 
 from kernelbay.cli import backend_options
 from kernelbay.errors import InputError
@@ -111,28 +108,6 @@ def kv_cache_memory_argument(value: str | None) -> int | None:
         raise InputError(f"--kv-cache-memory: {err}") from None
 
 
-@contextlib.contextmanager
-def cache_allocation_errors(kv_cache_memory: int | None) -> Iterator[None]:
-    """A --kv-cache-memory the device cannot hold is an InputError naming the option, not a traceback."""
-    try:
-        yield
-    except (MemoryError, RuntimeError, OSError) as err:
-        if kv_cache_memory is None or isinstance(err, InputError) or not _out_of_memory(err):
-            raise
-        raise InputError(
-            f"--kv-cache-memory {kv_cache_memory} bytes cannot be allocated on this device ({str(err)[:120]}); "
-            "give a smaller size"
-        ) from err
-
-
-def _out_of_memory(err: BaseException) -> bool:
-    """torch's CPU allocator (RuntimeError), CUDA's OutOfMemoryError, an anonymous mmap (ENOMEM), MemoryError."""
-    if isinstance(err, OSError):
-        return err.errno == errno.ENOMEM
-    text = str(err).lower()
-    return isinstance(err, MemoryError) or "can't allocate" in text or "out of memory" in text
-
-
 def prompt_ids(llm, args) -> list[int]:
     tokenizer = llm.tokenizer
     if tokenizer is not None and tokenizer.has_chat_template and not args.raw:
@@ -146,8 +121,7 @@ def run(args) -> int:
     params = sampling_params(args)  # bad flags and folders fail before torch is even imported
     args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)
     folder = check_model_folder(args.model if args.model else demo_model_folder())
-    with cache_allocation_errors(args.kv_cache_memory):
-        llm = build_llm(args, folder)
+    llm = build_llm(args, folder)  # a cache the device cannot hold is an InputError naming kv_cache_memory
     ids = prompt_ids(llm, args)
     try:
         for delta in llm.stream([ids], params):

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from kernelbay.errors import InputError
+from kernelbay_engine.args import FILE_QUANTIZATION, EngineArgs, EngineArgumentError, max_model_len_for
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.errors import PromptTooLong
 from kernelbay_engine.inputs import check_model_folder, demo_model_folder, model_errors
 from kernelbay_engine.loading.formats import format_for
-from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, plan_num_blocks
+from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, cache_allocation_errors, plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
@@ -116,8 +117,20 @@ class LLM:
         model_impl: str = "auto",
         moe_backend: str | None = None,
     ):
-        _check_prepack_policy(prepack_weights)
-        _check_quantization(quantization)
+        EngineArgs(  # every argument checked, naming it, before anything is read
+            max_num_seqs=max_num_seqs,
+            kv_cache_memory=kv_cache_memory,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_prefill=enable_chunked_prefill,
+            trust_remote_code=trust_remote_code,
+            progress=progress,
+            prepack_weights=prepack_weights,
+            quantization=quantization,
+            model_impl=model_impl,
+            dtype=dtype,
+        )
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         _check_file_quantization(quantization, self.folder)
         config, attention, moe = self._read_config_and_select(
@@ -141,7 +154,7 @@ class LLM:
             )
         self.config: ModelConfig = cast("ModelConfig", self.model.config)
         self.quant_report = file_report if quantization == FILE_QUANTIZATION else self._quantize(quantization)
-        self.max_model_len = _max_model_len(self.config, max_model_len)
+        self.max_model_len = max_model_len_for(max_model_len, self.config.max_position_embeddings)
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
         )
@@ -151,7 +164,8 @@ class LLM:
         scheduler_config = self._scheduler_config(
             kv_cache_memory, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill
         )
-        self.runner.allocate_cache(scheduler_config.num_blocks)
+        with cache_allocation_errors(kv_cache_memory, scheduler_config.num_blocks * self.runner.bytes_per_block):
+            self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
         self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
         self._tracked: dict[int, _Tracked] = {}
@@ -454,44 +468,12 @@ def _select_moe(config, moe_backend: str | None, model_dtype: str):
     return select_moe(config, requested=moe_backend, dtype=model_dtype)
 
 
-def _check_prepack_policy(policy) -> None:
-    from kernelbay_engine.layers.prepack import POLICIES
-
-    if policy not in POLICIES:
-        raise ValueError(f"prepack_weights must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
-
-
-def _check_quantization(mode) -> None:
-    from kernelbay_engine.quant import MODES
-
-    if mode is not None and mode not in (*MODES, FILE_QUANTIZATION):
-        raise ValueError(
-            f"quantization must be None or one of {', '.join(map(repr, MODES))}; got {mode!r} "
-            f"({FILE_QUANTIZATION!r} keeps a .gguf file's own quantized weights)"
-        )
-
-
-FILE_QUANTIZATION = "gguf"
-"""quantization= value that keeps a weight file's own quantized codes (formats with keep_quantized)."""
-
-
 def _check_file_quantization(mode, path: Path) -> None:
     if mode == FILE_QUANTIZATION and not hasattr(format_for(path), "keep_quantized"):
-        raise ValueError(
+        raise EngineArgumentError(
             f"quantization={mode!r} keeps a GGUF file's own quantized weights, but {str(path)!r} is not a .gguf "
             f"file; use quantization='int8' or 'int4' to quantize a float checkpoint"
         )
-
-
-def _max_model_len(config, requested: int | None) -> int:
-    limit = config.max_position_embeddings
-    if requested is None:
-        return limit
-    if not isinstance(requested, int) or not 1 < requested <= limit:
-        raise ValueError(
-            f"max_model_len must be an integer in [2, {limit}] (max_position_embeddings), got {requested!r}"
-        )
-    return requested
 
 
 _PROMPT_FORMS = "a string, a list of int token ids (or a 1-D integer numpy/torch array), or a list of those"

@@ -3,8 +3,11 @@ takes in every layer's cache."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import re
+from collections.abc import Iterator
 
 from kernelbay.errors import InputError
 from kernelbay_engine.errors import RequestTooLarge
@@ -104,3 +107,37 @@ def plan_num_blocks(
             f"bytes across the model's layers); give kv_cache_memory at least that much"
         )
     return int(blocks)
+
+
+class KVCacheUnallocatable(InputError, MemoryError):
+    """The planned KV cache is more than the device can allocate (exit code 1, naming kv_cache_memory)."""
+
+
+@contextlib.contextmanager
+def cache_allocation_errors(kv_cache_memory: int | float | str | None, num_bytes: int) -> Iterator[None]:
+    """Allocating `num_bytes` of cache: the device refusing it is a KVCacheUnallocatable naming kv_cache_memory."""
+    try:
+        yield
+    except (MemoryError, RuntimeError, OSError) as err:
+        if isinstance(err, InputError) or not _out_of_memory(err):
+            raise
+        raise KVCacheUnallocatable(
+            f"{_cache_named(kv_cache_memory, num_bytes)} cannot be allocated on this device ({str(err)[:120]}); "
+            "give a smaller kv_cache_memory"
+        ) from err
+
+
+def _cache_named(kv_cache_memory: int | float | str | None, num_bytes: int) -> str:
+    if kv_cache_memory is None:
+        return f"the default KV cache ({num_bytes} bytes)"
+    if isinstance(kv_cache_memory, str):
+        return f"kv_cache_memory={kv_cache_memory!r} ({num_bytes} bytes)"
+    return f"kv_cache_memory={num_bytes} bytes"
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """torch's CPU allocator (RuntimeError), CUDA's OutOfMemoryError, an anonymous mmap (ENOMEM), MemoryError."""
+    if isinstance(err, OSError):
+        return err.errno == errno.ENOMEM
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or "can't allocate" in text or "out of memory" in text

@@ -53,7 +53,7 @@ def _table_line(name: str, table, bits: int, group: int, source: str) -> str:
 
 def _planned(config, mode: str):
     """(path, layer, bits, group size, source) per linear; bits None: it keeps its loaded weight, `source` says why."""
-    from kernelbay_engine.llm import FILE_QUANTIZATION
+    from kernelbay_engine.args import FILE_QUANTIZATION
 
     if mode == FILE_QUANTIZATION:
         yield from _file_planned(config, mode)
