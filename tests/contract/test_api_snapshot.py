@@ -30,7 +30,7 @@ def test_snapshot_round_trip_is_lossless(tmp_path):
     snapshot.write_text(dump(load_tree(), CORE.parent))
     assert public_api(load_snapshot(snapshot)) == public_api(load_tree())
     assert str(CORE.parent) not in snapshot.read_text()
-    assert check(snapshot, CORE, tmp_path / "none.txt").undeclared == []
+    assert check(snapshot, CORE, tmp_path / "none.txt", tmp_path / "none.txt").undeclared == []
 
 
 @pytest.fixture
@@ -47,11 +47,17 @@ def copy(tmp_path) -> dict:
         assert done, f"{pattern!r} not in {relative}: the test's edit needs updating"
         path.write_text(text)
 
-    return dict(core=core, snapshot=snapshot, declared=tmp_path / "declared-breaks.txt", edit=edit)
+    return dict(
+        core=core,
+        snapshot=snapshot,
+        declared=tmp_path / "declared-breaks.txt",
+        deprecated=tmp_path / "deprecations.txt",
+        edit=edit,
+    )
 
 
 def _check(copy):
-    return check(copy["snapshot"], copy["core"], copy["declared"])
+    return check(copy["snapshot"], copy["core"], copy["declared"], copy["deprecated"])
 
 
 def _broken(result) -> dict[str, str]:
@@ -114,6 +120,16 @@ def test_declared_break_passes(copy):
         _check(copy)
 
 
+def test_listed_deprecation_passes(copy):
+    """A renamed name listed in the deprecations file (its old spelling kept working) passes like a declared break."""
+    copy["edit"]("registry/__init__.py", r"\bdef default_registry\(", "def default_registry_renamed(")
+    copy["deprecated"].write_text("kernelbay.registry.default_registry  # renamed; the old name warns until 0.2\n")
+    result = _check(copy)
+    assert result.undeclared == [] and [str(b).split(":")[0] for b in result.declared] == [
+        "kernelbay.registry.default_registry"
+    ]
+
+
 def test_private_changes_are_no_break(copy):
     """Renaming or removing private objects (in a public module, a private module, a public class) breaks
     nothing: the check concerns the public API only."""
@@ -129,6 +145,7 @@ def test_cli_exit_codes(copy, monkeypatch, capsys):
     monkeypatch.setattr(api_snapshot, "SNAPSHOT", copy["snapshot"])
     monkeypatch.setattr(api_snapshot, "CORE", copy["core"])
     monkeypatch.setattr(api_snapshot, "DECLARED", copy["declared"])
+    monkeypatch.setattr(api_snapshot, "DEPRECATED", copy["deprecated"])
     monkeypatch.setattr(api_snapshot, "REPO", copy["core"].parent)
     assert api_snapshot.main(["--check"]) == 0
     assert "public objects compared" in capsys.readouterr().out

@@ -50,7 +50,7 @@ def test_explain_gives_experts_top_k_active_parameters_and_a_kernel(name):
 def test_fp8_qwen3_moe_keeps_its_experts_fp8_block(name):
     """The CPU kernels declare fp8_block: the experts are read as stored (dequantized once in prepare_weights)."""
     moe = explain_model(CONFIGS / name)["moe"]
-    assert (moe["stored_format"], moe["dequantized"], moe["requirements"]["weight_format"]) == (
+    assert (moe["stored_format"], moe["dequantized"], moe["requirements"]["expert_format"]) == (
         "fp8_block",
         False,
         "fp8_block",

@@ -29,7 +29,7 @@ def test_mxfp4_experts_are_read_packed_by_a_kernel_that_declares_the_format():
     """GPT-OSS stores MXFP4 experts: TORCH_MOE declares mxfp4, so nothing is dequantized at load; it is said."""
     doc = explain_model(CONFIGS / "gpt-oss-20b", moe_backend="TORCH_MOE")
     assert (doc["moe"]["stored_format"], doc["moe"]["dequantized"]) == ("mxfp4", False)
-    assert doc["moe"]["requirements"]["weight_format"] == "mxfp4"
+    assert doc["moe"]["requirements"]["expert_format"] == "mxfp4"
 
 
 def test_an_unknown_moe_backend_is_exit_7_naming_the_known_ones():

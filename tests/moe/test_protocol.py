@@ -42,7 +42,7 @@ def test_construction_refuses_a_geometry_it_does_not_declare():
         ({"top_k": 9}, "top_k 9 exceeds num_experts 8"),
         ({"activation": "relu"}, "unknown MoE activation 'relu'"),
         ({"activation": "swigluoai"}, "swigluoai activation needs alpha and limit"),
-        ({"weight_format": "fp8_block"}, "block_size is given exactly when"),
+        ({"expert_format": "fp8_block"}, "block_size is given exactly when"),
         ({"hidden_size": 0}, "hidden_size must be a positive int"),
     ],
 )

@@ -1,6 +1,7 @@
 """Mixture-of-experts kernels: what an MoE layer computes, the `MoEBackend` protocol and its selection
 (DESIGN.md, "Kernels beyond attention"); backends come through the `kernelbay.moe_backends` entry points."""
 
+from .._deprecation import renamed_constants
 from ..attention._capabilities import MOE_BACKEND_ENV
 from ._backend import MoEBackend, MoEContractError, MoERequirements, select_moe_backend
 from ._geometry import (
@@ -11,10 +12,11 @@ from ._geometry import (
     dequantize_mxfp4,
     gated_activation,
 )
-from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
+from ._names import ACTIVATIONS, EXPERT_FORMATS, ROUTINGS, canonical_activation
 
 __all__ = [
     "ACTIVATIONS",
+    "EXPERT_FORMATS",
     "ExpertWeights",
     "MOE_BACKEND_ENV",
     "MoEBackend",
@@ -22,7 +24,6 @@ __all__ = [
     "MoEGeometry",
     "MoERequirements",
     "ROUTINGS",
-    "WEIGHT_FORMATS",
     "dense_weights",
     "dequantize_fp8_blocks",
     "dequantize_mxfp4",
@@ -30,3 +31,5 @@ __all__ = [
     "gated_activation",
     "select_moe_backend",
 ]
+
+__getattr__ = renamed_constants(__name__, {"WEIGHT_FORMATS": ("EXPERT_FORMATS", EXPERT_FORMATS)})

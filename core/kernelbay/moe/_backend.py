@@ -9,11 +9,12 @@ from typing import ClassVar
 
 import torch
 
+from .._deprecation import renamed_declaration, renamed_field
 from ..attention._capabilities import Check, Kernel, KernelContractError, Requirements, _Any
 from ..attention._selector import SelectionResult, select_for_layer_groups
 from ..dtypes import MODEL_DTYPES, normalize_dtype
 from ._geometry import ExpertWeights, MoEGeometry
-from ._names import ACTIVATIONS, ROUTINGS, WEIGHT_FORMATS, canonical_activation
+from ._names import ACTIVATIONS, EXPERT_FORMATS, ROUTINGS, canonical_activation
 
 
 class MoEContractError(KernelContractError):
@@ -28,7 +29,7 @@ class MoERequirements(Requirements):
     activation: str = "silu"
     routing: str = "softmax_topk"
     bias: bool = False  # expert biases (GPT-OSS)
-    weight_format: str = "dense"
+    expert_format: str = "dense"  # how the expert weights are stored: one of EXPERT_FORMATS
     platform: str | None = None
 
     def __post_init__(self):
@@ -36,16 +37,19 @@ class MoERequirements(Requirements):
         object.__setattr__(self, "activation", canonical_activation(self.activation))
         if self.routing not in ROUTINGS:
             raise ValueError(f"unknown MoE routing {self.routing!r}; kernelbay knows: {', '.join(ROUTINGS)}")
-        if self.weight_format not in WEIGHT_FORMATS:
-            raise ValueError(f"unknown expert weight format {self.weight_format!r}; use one of {WEIGHT_FORMATS}")
+        if self.expert_format not in EXPERT_FORMATS:
+            raise ValueError(f"unknown expert format {self.expert_format!r}; use one of {EXPERT_FORMATS}")
 
     @classmethod
     def from_geometry(cls, geometry: MoEGeometry, dtype: str = "bfloat16", routing: str = "softmax_topk", **kw):
-        return cls(dtype, geometry.activation, routing, geometry.has_bias, geometry.weight_format, **kw)
+        return cls(dtype, geometry.activation, routing, geometry.has_bias, geometry.expert_format, **kw)
 
     def describe(self) -> str:
-        extras = [self.routing] + (["bias"] if self.bias else []) + [f"weights={self.weight_format}"]
+        extras = [self.routing] + (["bias"] if self.bias else []) + [f"weights={self.expert_format}"]
         return f"MoE layers ({self.activation}, {self.dtype}, {', '.join(extras)})"
+
+
+renamed_field(MoERequirements, "weight_format", "expert_format")
 
 
 class MoEBackend(Kernel):
@@ -56,19 +60,23 @@ class MoEBackend(Kernel):
     CHECKS = (
         Check("activation", "activations", names=ACTIVATIONS),
         Check("routing", "routings", names=ROUTINGS),
-        Check("weight_format", "weight_formats", names=WEIGHT_FORMATS),
+        Check("expert_format", "expert_formats", names=EXPERT_FORMATS),
         Check("bias", "bias", "an expert bias"),
         Check("dtype", "dtypes", names=MODEL_DTYPES),
         Check("platform", "platforms"),
     )
-    GEOMETRY = frozenset({"activation", "weight_format", "bias"})
+    GEOMETRY = frozenset({"activation", "expert_format", "bias"})
     ContractError = MoEContractError
     dtypes: ClassVar[Collection[str] | _Any] = frozenset()
     activations: ClassVar[Collection[str] | _Any] = frozenset()
     routings: ClassVar[Collection[str] | _Any] = frozenset()
-    weight_formats: ClassVar[Collection[str] | _Any] = frozenset({"dense"})
+    expert_formats: ClassVar[Collection[str] | _Any] = frozenset({"dense"})
     platforms: ClassVar[Collection[str] | _Any] = frozenset()
     bias: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        renamed_declaration(cls, "weight_formats", "expert_formats")  # before the declarations are checked
+        super().__init_subclass__(**kwargs)
 
     def __init__(self, geometry: MoEGeometry, quant_config=None):
         if not isinstance(geometry, MoEGeometry):

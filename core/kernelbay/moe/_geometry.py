@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._names import WEIGHT_FORMATS, canonical_activation
+from .._deprecation import renamed_field
+from ._names import EXPERT_FORMATS, canonical_activation
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class MoEGeometry:
     down_bias: bool = False
     alpha: float | None = None  # swigluoai: sigmoid slope (GPT-OSS 1.702)
     limit: float | None = None  # swigluoai: clamp of gate (above) and up (both sides)
-    weight_format: str = "dense"
+    expert_format: str = "dense"  # how the expert weights are stored: one of EXPERT_FORMATS
     block_size: tuple[int, int] | None = None  # fp8_block: (rows, cols) of one scale block
 
     def __post_init__(self):
@@ -42,10 +43,10 @@ class MoEGeometry:
         ]
         if not problems and self.top_k > self.num_experts:
             problems.append(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
-        if self.weight_format not in WEIGHT_FORMATS:
-            problems.append(f"weight_format {self.weight_format!r} is not one of {', '.join(WEIGHT_FORMATS)}")
-        if (self.weight_format == "fp8_block") != (self.block_size is not None):
-            problems.append("block_size is given exactly when weight_format is 'fp8_block'")
+        if self.expert_format not in EXPERT_FORMATS:
+            problems.append(f"expert_format {self.expert_format!r} is not one of {', '.join(EXPERT_FORMATS)}")
+        if (self.expert_format == "fp8_block") != (self.block_size is not None):
+            problems.append("block_size is given exactly when expert_format is 'fp8_block'")
         if self.activation == "swigluoai" and (self.alpha is None or self.limit is None):
             problems.append("the swigluoai activation needs alpha and limit (config swiglu_alpha / swiglu_limit)")
         if problems:
@@ -56,9 +57,12 @@ class MoEGeometry:
         return self.gate_up_bias or self.down_bias
 
 
+renamed_field(MoEGeometry, "weight_format", "expert_format")
+
+
 @dataclass(frozen=True, slots=True)
 class ExpertWeights:
-    """The stacked weights of one MoE layer, in the format `MoEGeometry.weight_format` names.
+    """The stacked weights of one MoE layer, in the format `MoEGeometry.expert_format` names.
 
     dense:     gate_up [E, 2I, H], down [E, H, I] (float);
     fp8_block: the same shapes in float8_e4m3fn, gate_up_scale [E, ceil(2I/bn), ceil(H/bk)], down_scale likewise;
@@ -119,11 +123,11 @@ def dequantize_fp8_blocks(
 
 def dense_weights(geometry: MoEGeometry, weights: ExpertWeights, dtype=torch.float32) -> ExpertWeights:
     """The same weights as plain floats (what a kernel without the stored format, or the reference, computes with)."""
-    if geometry.weight_format == "dense":
+    if geometry.expert_format == "dense":
         gate_up, down = weights.gate_up.to(dtype), weights.down.to(dtype)
     elif weights.gate_up_scale is None or weights.down_scale is None:
-        raise ValueError(f"{geometry.weight_format} expert weights need gate_up_scale and down_scale")
-    elif geometry.weight_format == "fp8_block":
+        raise ValueError(f"{geometry.expert_format} expert weights need gate_up_scale and down_scale")
+    elif geometry.expert_format == "fp8_block":
         assert geometry.block_size is not None  # checked by MoEGeometry
         gate_up = dequantize_fp8_blocks(weights.gate_up, weights.gate_up_scale, geometry.block_size, dtype)
         down = dequantize_fp8_blocks(weights.down, weights.down_scale, geometry.block_size, dtype)

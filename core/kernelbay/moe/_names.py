@@ -4,8 +4,9 @@ from __future__ import annotations
 
 ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh", "swigluoai")
 """Gated activations, act(gate) * up; "swigluoai" is GPT-OSS's clamped SwiGLU, (up + 1) * gate * sigmoid(a * gate)."""
-WEIGHT_FORMATS = ("dense", "fp8_block", "mxfp4")
-"""How expert weights are stored: plain floats; FP8-e4m3 with 2-D block scales; MXFP4 (4-bit e2m1, a uint8 e8m0
+EXPERT_FORMATS = ("dense", "fp8_block", "mxfp4")
+"""How expert weights are stored (not to be confused with a checkpoint's weight format, the `kernelbay.weight_formats`
+slot): plain floats; FP8-e4m3 with 2-D block scales; MXFP4 (4-bit e2m1, a uint8 e8m0
 exponent per 32 values) as GPT-OSS checkpoints ship it."""
 ROUTINGS = ("softmax_topk", "grouped_topk", "noaux_tc")
 """How ids/weights were chosen: softmax then top-k (optionally renormalised; Mixtral, Qwen-MoE, GPT-OSS), DeepSeek-V2's

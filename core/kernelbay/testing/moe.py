@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .._deprecation import renamed_field
 from ..moe import ExpertWeights, MoEBackend, MoEGeometry, MoERequirements, dense_weights, gated_activation
 from .report import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult, is_installed_as
 
@@ -26,7 +27,7 @@ class MoESpec:
     bias: bool = False
     dtype: str = "float32"
     routing: str = "random"  # "random" | "ties" (equal weights) | "one_expert" | "few_experts" (most experts idle)
-    weight_format: str = "dense"
+    expert_format: str = "dense"
 
     def geometry(self) -> MoEGeometry:
         swiglu = self.activation == "swigluoai"
@@ -40,12 +41,15 @@ class MoESpec:
             self.bias,
             alpha=1.702 if swiglu else None,
             limit=7.0 if swiglu else None,
-            weight_format=self.weight_format,
-            block_size=(16, 16) if self.weight_format == "fp8_block" else None,
+            expert_format=self.expert_format,
+            block_size=(16, 16) if self.expert_format == "fp8_block" else None,
         )
 
     def requirements(self) -> MoERequirements:
         return MoERequirements.from_geometry(self.geometry(), dtype=self.dtype)
+
+
+renamed_field(MoESpec, "weight_format", "expert_format")
 
 
 MOE_SPECS = (
@@ -59,8 +63,8 @@ MOE_SPECS = (
     MoESpec("moe_gelu", tokens=8, activation="gelu_pytorch_tanh"),
     MoESpec("moe_swigluoai_bias", tokens=8, activation="swigluoai", bias=True),
     MoESpec("moe_bfloat16", tokens=16, dtype="bfloat16"),
-    MoESpec("moe_fp8_block", tokens=8, weight_format="fp8_block"),
-    MoESpec("moe_mxfp4", tokens=8, hidden=64, intermediate=64, weight_format="mxfp4"),
+    MoESpec("moe_fp8_block", tokens=8, expert_format="fp8_block"),
+    MoESpec("moe_mxfp4", tokens=8, hidden=64, intermediate=64, expert_format="mxfp4"),
 )
 _TOLERANCE = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 5e-3}
 
@@ -87,11 +91,11 @@ def _weights(spec: MoESpec, gen: torch.Generator) -> ExpertWeights:
 
     bias = spec.bias
     gate_up_bias, down_bias = (rand(e, 2 * i), rand(e, h)) if bias else (None, None)
-    if spec.weight_format == "fp8_block":
+    if spec.expert_format == "fp8_block":
         gate_up, down = rand(e, 2 * i, h).to(torch.float8_e4m3fn), rand(e, h, i).to(torch.float8_e4m3fn)
         scale = (rand(e, -(-2 * i // 16), -(-h // 16)).abs() + 0.5, rand(e, -(-h // 16), -(-i // 16)).abs() + 0.5)
         return ExpertWeights(gate_up, down, gate_up_bias, down_bias, *scale)
-    if spec.weight_format == "mxfp4":
+    if spec.expert_format == "mxfp4":
         packed = (
             torch.randint(0, 256, (e, 2 * i, h // 32, 16), generator=gen, dtype=torch.uint8),
             torch.randint(0, 256, (e, h, i // 32, 16), generator=gen, dtype=torch.uint8),

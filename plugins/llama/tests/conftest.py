@@ -15,7 +15,7 @@ def dense_only_moe_kernels(monkeypatch):
     from kernelbay_torch.moe import TorchGroupedMoEBackend, TorchMoEBackend
 
     for cls in (TorchMoEBackend, TorchGroupedMoEBackend):
-        monkeypatch.setattr(cls, "weight_formats", frozenset({"dense"}))
+        monkeypatch.setattr(cls, "expert_formats", frozenset({"dense"}))
     clear_selection_cache()
     yield
     monkeypatch.undo()

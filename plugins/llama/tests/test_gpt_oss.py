@@ -130,7 +130,7 @@ def test_mxfp4_experts_stay_packed_for_a_kernel_that_reads_them(mxfp4_gpt_oss, m
     assert (experts.gate_up_proj_blocks.dtype, experts.gate_up_proj_blocks.shape) == (torch.uint8, (4, 64, 2, 16))
     bind_moe_backends(model, moe_backend)
     layer = moe_layers(model)[0]
-    assert layer.backend.geometry.weight_format == "mxfp4" and layer.prepared.gate_up.dtype == torch.float32
+    assert layer.backend.geometry.expert_format == "mxfp4" and layer.prepared.gate_up.dtype == torch.float32
     compare_generation(reference, runner(model, "SDPA"), f"gpt_oss mxfp4 {moe_backend}")
 
 
@@ -141,7 +141,7 @@ def test_mxfp4_experts_are_dequantized_at_load_when_no_kernel_reads_them(mxfp4_g
     folder, reference = mxfp4_gpt_oss
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
     layer = moe_layers(model)[0]
-    assert layer.backend.geometry.weight_format == "dense" and layer.prepared.gate_up.dtype == torch.float32
+    assert layer.backend.geometry.expert_format == "dense" and layer.prepared.gate_up.dtype == torch.float32
     assert layer.prepared.gate_up_scale is None and layer.prepared.gate_up.shape == (4, 64, 64)
     compare_generation(reference, runner(model, "VANILLA"), "gpt_oss mxfp4 dequantized")
 

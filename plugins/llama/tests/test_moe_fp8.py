@@ -30,7 +30,7 @@ def test_fp8_experts_are_read_as_stored(fp8_qwen3_moe, moe_backend):
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False, moe_backend=moe_backend)
     layer = moe_layers(model)[0]
     assert layer.experts.stored_format() == ("fp8_block", (16, 16))
-    assert layer.backend.geometry.weight_format == "fp8_block" and layer.prepared.gate_up_scale is None
+    assert layer.backend.geometry.expert_format == "fp8_block" and layer.prepared.gate_up_scale is None
     # the CPU kernels dequantize once, in prepare_weights, and hold the only copy: the FP8 tensors are released
     assert layer.experts.released_by == moe_backend and not hasattr(layer.experts.gate_up_proj, "weight_scale_inv")
     compare_generation(reference, runner(model, "VANILLA"), f"qwen3_moe fp8 {moe_backend}", steps=3)
@@ -43,7 +43,7 @@ def test_experts_are_dequantized_at_load_when_no_kernel_reads_fp8(fp8_qwen3_moe)
     folder, reference = fp8_qwen3_moe
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
     layer = moe_layers(model)[0]
-    assert layer.backend.geometry.weight_format == "dense" and layer.backend.geometry.block_size is None
+    assert layer.backend.geometry.expert_format == "dense" and layer.backend.geometry.block_size is None
     assert isinstance(layer.prepared, ExpertWeights) and layer.prepared.gate_up.dtype == torch.float32
     assert layer.prepared.gate_up_scale is None
     compare_generation(reference, runner(model, "VANILLA"), "qwen3_moe fp8 dequantized", steps=3)

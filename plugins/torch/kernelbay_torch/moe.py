@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from kernelbay.attention import ANY
 from kernelbay.dtypes import MODEL_DTYPES
-from kernelbay.moe import ACTIVATIONS, WEIGHT_FORMATS, ExpertWeights, MoEBackend, dense_weights, gated_activation
+from kernelbay.moe import ACTIVATIONS, EXPERT_FORMATS, ExpertWeights, MoEBackend, dense_weights, gated_activation
 
 
 class TorchMoEBackend(MoEBackend):
@@ -19,12 +19,12 @@ class TorchMoEBackend(MoEBackend):
     dtypes = frozenset(MODEL_DTYPES)
     activations = frozenset(ACTIVATIONS)
     routings = ANY  # ids and weights arrive routed: any router's output is computed the same way
-    weight_formats = frozenset(WEIGHT_FORMATS)
+    expert_formats = frozenset(EXPERT_FORMATS)
     platforms = ANY
     bias = True
 
     def prepare_weights(self, weights: ExpertWeights) -> ExpertWeights:
-        if self.geometry.weight_format == "dense":
+        if self.geometry.expert_format == "dense":
             return weights
         dtype = weights.gate_up_bias.dtype if weights.gate_up_bias is not None else torch.get_default_dtype()
         return dense_weights(self.geometry, weights, dtype)

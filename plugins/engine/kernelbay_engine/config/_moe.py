@@ -68,7 +68,7 @@ class MoEConfig(Record):
     def num_moe_layers(self) -> int:
         return sum(self.layers)
 
-    def geometry(self, hidden_size: int, weight_format: str = "dense", block_size=None):
+    def geometry(self, hidden_size: int, expert_format: str = "dense", block_size=None):
         """The `kernelbay.moe.MoEGeometry` a backend is built from."""
         from kernelbay.moe import MoEGeometry
 
@@ -82,7 +82,7 @@ class MoEConfig(Record):
             self.bias,
             self.alpha,
             self.limit,
-            weight_format,
+            expert_format,
             block_size,
         )
 

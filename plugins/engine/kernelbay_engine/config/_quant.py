@@ -25,7 +25,7 @@ def resolve_quantization(f: Fields, folder: Path | None) -> QuantConfig | None:
     method = raw.get("quant_method") or _inferred_method(f, raw)
     return QuantConfig(
         quant_method=str(method),
-        fmt=_weight_format(raw, method),
+        element_type=_element_type(raw, method),
         weight_block_size=_block_size(f, raw),
         weight_granularity=_granularity(raw, method),
         activation_scheme=_activation_scheme(raw),
@@ -84,7 +84,7 @@ def _group_part(raw: dict, name: str) -> dict:
     return value
 
 
-def _weight_format(raw: dict, method: str) -> str | None:
+def _element_type(raw: dict, method: str) -> str | None:
     if raw.get("fmt"):
         return str(raw["fmt"])
     algo = str(raw.get("quant_algo") or "").upper()

@@ -95,7 +95,7 @@ class QuantConfig(Record):
     """What `quantization_config` says, parsed but not judged: the MODELS side decides what loads."""
 
     quant_method: str  # "fp8", "mxfp4", "compressed-tensors", "modelopt", "gptq", ...
-    fmt: str | None = None  # "e4m3" / "e5m2" for fp8 weights
+    element_type: str | None = None  # the quantized weights' element: "e4m3" / "e5m2" (fp8), "e2m1" (mxfp4)
     weight_block_size: tuple[int, int] | None = None  # [out, in] tile that shares one scale
     weight_granularity: str | None = None  # "block" | "tensor" | "channel" | "group"
     activation_scheme: str | None = None  # "dynamic" | "static"

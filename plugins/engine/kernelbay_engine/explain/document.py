@@ -14,7 +14,7 @@ from typing import Any
 
 from .text import COUNT_UNITS, candidate_lines, compact_layers, human_bytes, scaled
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # The config record's fields the document shows (docs/explain.schema.json), as its to_dict() gives them.
 CONFIG_FIELDS = (
     "model_type",

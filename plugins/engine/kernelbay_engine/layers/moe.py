@@ -316,7 +316,7 @@ def bind_moe_backends(model: nn.Module, requested: str | None = None, platform=N
     backends: dict[MoEGeometry, MoEBackend] = {}  # one instance per distinct geometry
     for layer in layers:
         fmt, block = layer.experts.stored_format()
-        geometry = replace(layer.geometry, weight_format=fmt, block_size=block)
+        geometry = replace(layer.geometry, expert_format=fmt, block_size=block)
         weights = loaded = layer.experts.expert_weights()
         if dequantized and fmt != "dense":  # no chosen kernel reads the stored format: dense floats, once
             weights, geometry = dense_weights(geometry, weights, dtype), layer.geometry

@@ -28,7 +28,7 @@ from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
 from kernelbay_engine.models.base import default_dtype, torch_dtype
 from kernelbay_engine.models.meta import build_module
-from kernelbay_engine.models.quant import WeightFormat, create_weights
+from kernelbay_engine.models.quant import LinearQuantization, create_weights
 
 logger = logging.getLogger("kernelbay.models")
 IMPLEMENTATION_MODES = ("auto", "require")
@@ -58,13 +58,13 @@ def _default_implementation(kind: str, name: str, declined) -> object | None:
 def _build(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
     from kernelbay_engine.attention import collect_attention_layers
 
-    weight_format = WeightFormat.from_quant_config(config.quantization)  # refuse unsupported formats first
+    linear_quantization = LinearQuantization.from_quant_config(config.quantization)  # refuse unsupported formats first
 
     def construct():
         with default_dtype(dtype), collect_attention_layers() as layers:
             model = impl(config)
         model.attention_registry = layers
-        create_weights(model, weight_format, dtype)
+        create_weights(model, linear_quantization, dtype)
         return model
 
     if getattr(impl, "builds_on_meta", False):  # it puts its own parameters on meta (the transformers fallback)

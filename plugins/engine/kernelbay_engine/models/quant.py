@@ -25,8 +25,9 @@ FP8_DTYPE = torch.float8_e4m3fn
 
 
 @dataclass(frozen=True, slots=True)
-class WeightFormat:
-    """The checkpoint's weight format, resolved once from `ModelConfig.quantization`."""
+class LinearQuantization:
+    """How the checkpoint's linear weights are quantized (FP8 blocks or plain), resolved once from
+    `ModelConfig.quantization`."""
 
     block_size: tuple[int, int] | None = None  # (rows, cols) of one FP8 scale block; None: plain weights
     not_converted: tuple[str, ...] = ()  # module paths kept in plain weights (dotted, matched by component)
@@ -36,19 +37,19 @@ class WeightFormat:
             raise ConfigError(f"weight_block_size must be two positive ints, got {self.block_size}")
 
     @classmethod
-    def from_quant_config(cls, quant) -> WeightFormat:
+    def from_quant_config(cls, quant) -> LinearQuantization:
         """`quant`: a `kernelbay_engine.config.QuantConfig` or None."""
         if quant is None:
             return cls()
         if getattr(quant, "quant_method", None) == "mxfp4":  # GPT-OSS: only its experts, which load as stored
             return cls()
-        method, fmt = getattr(quant, "quant_method", None), getattr(quant, "fmt", None) or "e4m3"
+        method, fmt = getattr(quant, "quant_method", None), getattr(quant, "element_type", None) or "e4m3"
         block = getattr(quant, "weight_block_size", None)
         problems = []
         if method != "fp8":
             problems.append(f"quant_method {method!r}: only 'fp8' (block-scaled e4m3) is supported")
         if fmt != "e4m3":
-            problems.append(f"fmt {fmt!r}: only 'e4m3' is supported")
+            problems.append(f"element type {fmt!r}: only 'e4m3' is supported")
         if not block:
             problems.append("weight_block_size is missing: per-tensor FP8 is not supported, only block scales")
         if problems:
@@ -172,7 +173,7 @@ def quantize_fp8_blocks(weight: torch.Tensor, block_size: tuple[int, int]) -> tu
     return q.flatten(-2).flatten(-3, -2)[..., :out, :inp].contiguous(), scale
 
 
-def create_weights(model: nn.Module, fmt: WeightFormat, dtype: torch.dtype) -> None:
+def create_weights(model: nn.Module, fmt: LinearQuantization, dtype: torch.dtype) -> None:
     """Give every `Linear` in `model` its method (exclusions honoured) and create all weights, in one pass."""
     for path, module in model.named_modules():
         if isinstance(module, Linear) and module.method is None:

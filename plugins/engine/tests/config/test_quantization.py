@@ -24,7 +24,7 @@ def test_no_quantization(write_config):
 def test_fp8_per_tensor_dynamic(write_config):
     """transformers' fp8 without weight_block_size: per-tensor scales, e4m3 by default."""
     q = quant(write_config, {"quant_method": "fp8", "activation_scheme": "dynamic"})
-    assert (q.quant_method, q.fmt, q.weight_block_size, q.weight_granularity, q.activation_scheme) == (
+    assert (q.quant_method, q.element_type, q.weight_block_size, q.weight_granularity, q.activation_scheme) == (
         "fp8",
         "e4m3",
         None,
@@ -50,7 +50,7 @@ def test_compressed_tensors_channel_fp8(write_config):
             "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"},
         },
     )
-    assert (q.quant_method, q.fmt, q.weight_granularity, q.activation_scheme) == (
+    assert (q.quant_method, q.element_type, q.weight_granularity, q.activation_scheme) == (
         "compressed-tensors",
         "e4m3",
         "channel",
@@ -91,7 +91,7 @@ def test_modelopt_hf_quant_config_file(write_config):
         )
     )
     q = ModelConfig.from_pretrained(folder).quantization
-    assert (q.quant_method, q.fmt, q.kv_cache_dtype, q.modules_to_not_convert) == (
+    assert (q.quant_method, q.element_type, q.kv_cache_dtype, q.modules_to_not_convert) == (
         "modelopt",
         "e4m3",
         "fp8_e4m3",
