@@ -48,6 +48,13 @@ class CachePlan:
     options: Mapping
 
     @property
+    def storage_key(self) -> str:
+        """What every block's bytes depend on besides its tokens: the layers' cache dtypes and layout (the root of the
+        prefix cache's block hashes)."""
+        dtypes = sorted({str(entry.spec.dtype) for entry in self.layers})
+        return f"{','.join(dtypes)}/{self.layout.value}"
+
+    @property
     def bytes_per_block(self) -> int:
         """Bytes one block takes across every layer's cache: the sum of the specs' page_size_bytes."""
         return sum(entry.spec.page_size_bytes for entry in self.layers)

@@ -1,18 +1,27 @@
-"""Paged KV-cache block allocator: a free list, per-request block tables and slot mapping.
+"""Paged KV-cache block allocator: a free list, per-request block tables, reference counts and the prefix cache.
 
 The engine keeps exactly one: the scheduler's (it allocates as it schedules, frees on preemption and
 finish, and hands each step's block tables to the runner). A `ModelRunner` driven by hand, without a
-scheduler, makes one for itself.
+scheduler, makes one for itself (without prefix caching).
+
+With prefix caching, a full block whose keys and values are computed is registered under its hash
+(`prefix_cache.hash_block`); when its last request lets go of it, it keeps its contents and stays findable
+until its memory is needed, evicted least-recently-used. A new request takes such blocks by reference
+(`match_prefix`, then `allocate(..., prefix=...)`), and several requests may share one. Only full blocks are
+ever shared, and a request never writes a block it shares: it is matched up to its last full block before
+its last token, which it always computes (as vLLM does), so no block needs copying on write.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 from kernelbay.attention import KVLayout, StepRequest
 from kernelbay.errors import KernelbayError
+from kernelbay_engine.prefix_cache import BlockHash
 
 
 class KVCacheExhausted(KernelbayError, MemoryError):
@@ -20,19 +29,21 @@ class KVCacheExhausted(KernelbayError, MemoryError):
 
 
 class _Request:
-    __slots__ = ("blocks", "num_tokens")
+    __slots__ = ("blocks", "num_tokens", "num_hashed")
 
     def __init__(self):
         self.blocks: list[int] = []
         self.num_tokens = 0
+        self.num_hashed = 0  # leading blocks already offered to the prefix cache
 
 
-_FREE, _USED = 0, 1
+# A block is free and empty, held by one or more requests, or free but keeping cached contents (evictable).
+_FREE, _USED, _CACHED = 0, 1, 2
 _FREE_RUNS = re.compile(rb"\x00+")
 
 
 class KVCacheManager:
-    """Hands out cache blocks to requests; a block belongs to at most one request at a time.
+    """Hands out cache blocks to requests; a block is held by one request, or by several sharing a cached prefix.
 
     Slots are logical (`block * block_size + offset`), the same for both layouts; the layout only
     decides the cache tensor's shape (see `KVCacheSpec.cache_shape`).
@@ -43,7 +54,14 @@ class KVCacheManager:
     block is used when no run fits, so placement never costs capacity.
     """
 
-    def __init__(self, num_blocks: int, block_size: int = 16, layout: KVLayout | str = KVLayout.NHD):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        layout: KVLayout | str = KVLayout.NHD,
+        *,
+        prefix_caching: bool = False,
+    ):
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
@@ -51,19 +69,34 @@ class KVCacheManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.layout = KVLayout.parse(layout)
-        self._free_map = bytearray(num_blocks)  # _FREE / _USED per block
-        self._num_free = num_blocks
-        self._owner: list[Hashable | None] = [None] * num_blocks
+        self.prefix_caching = prefix_caching
+        self._free_map = bytearray(num_blocks)  # _FREE / _USED / _CACHED per block
+        self._num_free = num_blocks  # _FREE blocks (empty); the _CACHED ones are in _evictable
+        self._refs = [0] * num_blocks  # requests holding each block
+        self._hash: list[BlockHash | None] = [None] * num_blocks
+        self._by_hash: dict[BlockHash, int] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced; least recently used first
         self._requests: dict[Hashable, _Request] = {}
 
     # -- queries -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return self._num_free
+        """Blocks an allocation may take: the empty ones and the cached ones no request holds (evicted on use)."""
+        return self._num_free + len(self._evictable)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered in the prefix cache (held by requests or evictable)."""
+        return len(self._by_hash)
+
+    @property
+    def num_referenced_blocks(self) -> int:
+        """Blocks some request holds (0 once every request is freed)."""
+        return sum(1 for refs in self._refs if refs)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - self._num_free
+        return self.num_blocks - self.num_free_blocks
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -105,20 +138,72 @@ class KVCacheManager:
         return self.blocks_needed(num_tokens) - (len(req.blocks) if req else 0)
 
     def can_allocate(self, num_tokens: int) -> bool:
-        return self.blocks_needed(num_tokens) <= self._num_free
+        return self.blocks_needed(num_tokens) <= self.num_free_blocks
 
     def can_append(self, request_id: Hashable, num_tokens: int = 1) -> bool:
-        return self._extra_blocks(self._get(request_id), num_tokens) <= self._num_free
+        return self._extra_blocks(self._get(request_id), num_tokens) <= self.num_free_blocks
+
+    def match_prefix(self, hashes: Sequence[BlockHash]) -> list[int]:
+        """The cached blocks of the longest prefix of `hashes` (a request's chain) found in the cache."""
+        blocks: list[int] = []
+        if not self.prefix_caching:
+            return blocks
+        for block_hash in hashes:
+            block = self._by_hash.get(block_hash)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
+    def admission_cost(self, prefix: Sequence[int], num_tokens: int) -> int:
+        """Free blocks `allocate(rid, num_tokens, prefix)` takes: the new ones, and the prefix's unheld ones."""
+        return self.blocks_needed(num_tokens) - len(prefix) + sum(1 for block in prefix if not self._refs[block])
+
+    def audit(self) -> list[str]:
+        """Where the ledger disagrees with itself (reference counts, free counts, the hash index); empty if sound."""
+        problems = []
+        refs = [0] * self.num_blocks
+        for req in self._requests.values():
+            for block in req.blocks:
+                refs[block] += 1
+        for block in range(self.num_blocks):
+            state, cached = self._free_map[block], self._hash[block] is not None
+            if refs[block] != self._refs[block]:
+                problems.append(f"block {block}: {self._refs[block]} references counted, {refs[block]} held")
+            expected = _USED if refs[block] else (_CACHED if cached else _FREE)
+            if state != expected or (state == _CACHED) != (block in self._evictable):
+                problems.append(f"block {block}: state {state}, expected {expected} ({refs[block]} holders)")
+        if self._num_free != self._free_map.count(_FREE):
+            problems.append(f"{self._num_free} free blocks counted, {self._free_map.count(_FREE)} free")
+        if any(self._hash[block] != block_hash for block_hash, block in self._by_hash.items()):
+            problems.append("the hash index names a block that holds another hash")
+        return problems
 
     # -- changes -------------------------------------------------------------------------------
-    def allocate(self, request_id: Hashable, num_tokens: int) -> tuple[int, ...]:
-        """Reserve blocks for a new request's first `num_tokens` tokens; returns its block table."""
+    def allocate(self, request_id: Hashable, num_tokens: int, prefix: Sequence[int] = ()) -> tuple[int, ...]:
+        """Reserve blocks for a new request's first `num_tokens` tokens; returns its block table.
+
+        `prefix`: cached blocks (`match_prefix`) holding its first tokens, shared rather than allocated. All or
+        nothing: when the blocks do not fit, nothing changes."""
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} already holds blocks; use append() to grow it or free() it first")
-        if num_tokens < 0:
-            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        if num_tokens < len(prefix) * self.block_size:
+            raise ValueError(f"num_tokens must cover the {len(prefix)} cached prefix block(s), got {num_tokens}")
+        if any(self._hash[block] is None for block in prefix):
+            raise ValueError(f"prefix blocks {list(prefix)} are not all cached blocks (take them from match_prefix)")
+        cost = self.admission_cost(prefix, num_tokens)
+        if cost > self.num_free_blocks:
+            raise KVCacheExhausted(
+                f"KV cache exhausted: request {request_id!r} needs {cost} free block(s) for {num_tokens} tokens "
+                f"but only {self.num_free_blocks} of {self.num_blocks} are free; free or preempt a request "
+                f"(KVCacheManager.free) or give the cache more blocks"
+            )
         req = _Request()
-        self._take(request_id, req, self.blocks_needed(num_tokens), num_tokens)
+        for block in prefix:
+            self._hold(block)
+            req.blocks.append(block)
+        req.num_hashed = len(prefix)
+        self._take(request_id, req, self.blocks_needed(num_tokens) - len(prefix), num_tokens)
         self._requests[request_id] = req
         return tuple(req.blocks)
 
@@ -148,26 +233,55 @@ class KVCacheManager:
         one must continue exactly where its cache ends.
         """
         needed = sum(self._step_extra(rid, start, n) for rid, start, n in batch)
-        if needed > self._num_free:
+        if needed > self.num_free_blocks:
             raise KVCacheExhausted(
-                f"this step needs {needed} more KV-cache block(s) but only {self._num_free} of "
+                f"this step needs {needed} more KV-cache block(s) but only {self.num_free_blocks} of "
                 f"{self.num_blocks} are free; run fewer requests per step or free finished ones"
             )
         for rid, start, n in batch:
             self.grow_to(rid, start + n)
         return [self.step_request(rid, n) for rid, _, n in batch]
 
+    def cache_blocks(self, request_id: Hashable, hashes: Sequence[BlockHash]) -> None:
+        """Register the request's first `len(hashes)` blocks, whose keys and values are computed, under `hashes`.
+
+        A block already cached (a shared prefix) stays as it is; so does a block whose hash another block
+        already holds (two requests computed the same prefix at once): the first keeps the entry."""
+        req = self._get(request_id)
+        if not self.prefix_caching:
+            return
+        if len(hashes) > len(req.blocks) or len(hashes) * self.block_size > req.num_tokens:
+            raise ValueError(
+                f"request {request_id!r} holds {req.num_tokens} tokens in {len(req.blocks)} block(s); "
+                f"it cannot register {len(hashes)} full block(s)"
+            )
+        for index in range(req.num_hashed, len(hashes)):
+            block, block_hash = req.blocks[index], hashes[index]
+            if self._hash[block] is None and block_hash not in self._by_hash:
+                self._hash[block] = block_hash
+                self._by_hash[block_hash] = block
+        req.num_hashed = max(req.num_hashed, len(hashes))
+
     def free(self, request_id: Hashable) -> int:
-        """Return every block of the request to the free list; returns how many."""
+        """Let go of every block of the request; returns how many it held.
+
+        A block nobody holds any more returns to the free list, or, if cached, stays findable until evicted;
+        the request's last blocks are evicted first (a later request is likelier to share its first ones)."""
         req = self._requests.pop(request_id, None)
         if req is None:
             raise KeyError(f"request {request_id!r} holds no blocks (never allocated or already freed)")
-        for block in req.blocks:
-            if self._owner[block] != request_id:
-                raise AssertionError(f"block {block} of {request_id!r} is owned by {self._owner[block]!r}")
-            self._owner[block] = None
-            self._free_map[block] = _FREE
-        self._num_free += len(req.blocks)
+        for block in reversed(req.blocks):
+            if self._refs[block] < 1:
+                raise AssertionError(f"block {block} of {request_id!r} has no reference left to release")
+            self._refs[block] -= 1
+            if self._refs[block]:
+                continue
+            if self._hash[block] is not None:
+                self._free_map[block] = _CACHED
+                self._evictable[block] = None
+            else:
+                self._free_map[block] = _FREE
+                self._num_free += 1
         return len(req.blocks)
 
     # -- internals -----------------------------------------------------------------------------
@@ -194,20 +308,39 @@ class KVCacheManager:
 
     def _take(self, request_id: Hashable, req: _Request, count: int, new_num_tokens: int) -> None:
         """All-or-nothing: either the request gets `count` more blocks or nothing changes."""
-        if count > self._num_free:
+        if count > self.num_free_blocks:
             raise KVCacheExhausted(
                 f"KV cache exhausted: request {request_id!r} needs {count} more block(s) for {new_num_tokens} "
-                f"tokens but only {self._num_free} of {self.num_blocks} are free; free or preempt a request "
+                f"tokens but only {self.num_free_blocks} of {self.num_blocks} are free; free or preempt a request "
                 f"(KVCacheManager.free) or give the cache more blocks"
             )
+        self._evict(count - self._num_free)
         for block in self._place(count, req.blocks[-1] if req.blocks else None):
-            if self._owner[block] is not None or self._free_map[block] != _FREE:
-                raise AssertionError(f"free block {block} is still owned by {self._owner[block]!r}")
-            self._owner[block] = request_id
+            if self._refs[block] or self._free_map[block] != _FREE:
+                raise AssertionError(f"free block {block} is still held ({self._refs[block]} references)")
+            self._refs[block] = 1
             self._free_map[block] = _USED
             req.blocks.append(block)
         self._num_free -= count
         req.num_tokens = new_num_tokens
+
+    def _hold(self, block: int) -> None:
+        """One more request holds a cached block (an evictable one is taken off the eviction order)."""
+        if not self._refs[block]:
+            del self._evictable[block]
+            self._free_map[block] = _USED
+        self._refs[block] += 1
+
+    def _evict(self, count: int) -> None:
+        """Empty the `count` least recently used evictable blocks (their contents leave the cache)."""
+        for _ in range(max(count, 0)):
+            block, _ = self._evictable.popitem(last=False)
+            block_hash = self._hash[block]
+            assert block_hash is not None, f"evictable block {block} holds no hash"
+            del self._by_hash[block_hash]
+            self._hash[block] = None
+            self._free_map[block] = _FREE
+            self._num_free += 1
 
     def _place(self, count: int, last: int | None) -> list[int]:
         """`count` free blocks: continuing after `last`, else centred in the largest free run, else any."""

@@ -39,9 +39,18 @@ class Request:
         "max_total_tokens",
         "logprobs",
         "prompt_logprobs",
+        "cache_keys",
+        "block_hashes",
     )
 
-    def __init__(self, request_id: int, prompt_token_ids: list[int], params: SamplingParams, max_model_len: int):
+    def __init__(
+        self,
+        request_id: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        max_model_len: int,
+        cache_keys: tuple = (),
+    ):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.output_token_ids: list[int] = []
@@ -59,6 +68,11 @@ class Request:
             [None] if params.prompt_logprobs is not None else None
         )
         """One entry per prompt token scored so far (None for the first), when asked for."""
+        self.cache_keys = cache_keys
+        """What besides its tokens changes this request's keys and values (an adapter, multimodal inputs): part of
+        every block hash, so only requests with equal keys share blocks (see kernelbay_engine.prefix_cache)."""
+        self.block_hashes: list[bytes] = []
+        """Prefix-cache hashes of its leading full blocks, extended as they fill (the scheduler's)."""
 
     @property
     def num_tokens(self) -> int:

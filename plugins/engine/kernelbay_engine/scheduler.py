@@ -11,6 +11,13 @@ request's blocks are free for the very next step. When a running request needs a
 free, the newest running request is preempted: its blocks are freed and it goes back to the front of
 the queue, to be recomputed from its tokens later (so its output is unchanged). A request that could
 not fit even in an empty cache is refused when it is added.
+
+With prefix caching on, a request is admitted with the cached blocks of its longest cached prefix (full
+blocks, up to the one before its last token) and only the rest is fed to the model, from `start_pos` =
+the tokens found, exactly as a later prefill chunk is. Full blocks are offered to the cache once their keys
+and values are computed: when the request's next chunk is scheduled, and when it finishes or is preempted.
+A request that asks for prompt log-probabilities skips the lookup until every prompt token is scored: a
+cached token is not computed, so it would have no log-probability (vLLM does the same).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from dataclasses import dataclass, field
 
 from kernelbay_engine.errors import RequestTooLarge
 from kernelbay_engine.kv_cache import KVCacheManager
+from kernelbay_engine.logprobs import wants_prompt_logits
+from kernelbay_engine.prefix_cache import PrefixCacheStats, extend_hashes, root_hash
 from kernelbay_engine.request import Request, RequestStatus
 
 
@@ -35,16 +44,19 @@ class SchedulerConfig:
     """Token budget of one step (decodes always get their one token)."""
     enable_chunked_prefill: bool = True
     """Split prompts at the budget; False: a prompt runs whole, alone in its step's prefill part if too long."""
+    enable_prefix_caching: bool = True
+    """Reuse the cached KV blocks of shared prompt prefixes (kernelbay_engine.prefix_cache)."""
+    cache_key: str = ""
+    """What changes every cached block's bytes besides its tokens (the cache dtypes): the hash chain's root."""
 
     def __post_init__(self):
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.enable_chunked_prefill, bool):
-            raise ValueError(
-                f"SchedulerConfig.enable_chunked_prefill must be True or False, got {self.enable_chunked_prefill!r}"
-            )
+        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"SchedulerConfig.{name} must be True or False, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +96,10 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.blocks = KVCacheManager(config.num_blocks, config.block_size)
-        """The engine's block ledger: free list and each running request's block table."""
+        self.blocks = KVCacheManager(config.num_blocks, config.block_size, prefix_caching=config.enable_prefix_caching)
+        """The engine's block ledger: free list, each running request's block table, the prefix cache."""
+        self.prefix_cache_stats = PrefixCacheStats()
+        self._hash_root = root_hash(config.block_size, config.cache_key)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -163,15 +177,46 @@ class Scheduler:
         admitted = 0
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            count = self._first_chunk(request.num_tokens, budget, admitted)
-            if count <= 0 or self.blocks.extra_blocks(request.request_id, count) > self.blocks.num_free_blocks:
+            prefix = self._cached_prefix(request)
+            found = len(prefix) * self.config.block_size
+            count = self._first_chunk(request.num_tokens - found, budget, admitted)
+            if count <= 0 or self.blocks.admission_cost(prefix, found + count) > self.blocks.num_free_blocks:
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             budget -= count
             admitted += 1
+            self.blocks.allocate(request.request_id, found, prefix)
+            request.num_cached = found
+            if self.blocks.prefix_caching:
+                self.prefix_cache_stats.record(request.num_tokens, found)
             self._commit(request, plan, count)
+
+    def _cached_prefix(self, request: Request) -> list[int]:
+        """The cached blocks the request may start from: its longest cached prefix of full blocks, short of its last
+        token (always computed, so that it samples; its block is then never a shared one). None while it still
+        needs prompt log-probabilities (a cached token is not computed, so it has none)."""
+        if not self.blocks.prefix_caching or wants_prompt_logits(request):
+            return []
+        usable = (request.num_tokens - 1) // self.config.block_size
+        if len(request.block_hashes) < usable:
+            self._extend_hashes(request)
+        return self.blocks.match_prefix(request.block_hashes[:usable])
+
+    def _extend_hashes(self, request: Request) -> None:
+        extend_hashes(
+            request.block_hashes, self._hash_root, request.all_token_ids(), self.config.block_size, request.cache_keys
+        )
+
+    def _cache_computed(self, request: Request) -> None:
+        """Offer the request's full blocks whose keys and values are computed to the prefix cache."""
+        if not self.blocks.prefix_caching or request.request_id not in self.blocks:
+            return
+        full = request.num_cached // self.config.block_size
+        if len(request.block_hashes) < full:
+            self._extend_hashes(request)
+        self.blocks.cache_blocks(request.request_id, request.block_hashes[:full])
 
     def _first_chunk(self, num_tokens: int, budget: int, admitted: int) -> int:
         """Tokens a waiting request may feed this step (0: it waits)."""
@@ -181,10 +226,12 @@ class Scheduler:
 
     def _commit(self, request: Request, plan: StepPlan, count: int) -> None:
         """Feed the next `count` uncached tokens of `request` this step and allocate the blocks they fill."""
+        self._cache_computed(request)
         tokens = request.uncached_token_ids()[:count]
         table = self.blocks.grow_to(request.request_id, request.num_cached + count)
         plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached, table))
 
     def _release(self, request: Request) -> None:
         if request.request_id in self.blocks:
+            self._cache_computed(request)
             self.blocks.free(request.request_id)

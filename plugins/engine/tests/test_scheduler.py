@@ -19,9 +19,13 @@ from .fakes import VOCAB, FakeRunner, reference_tokens
 MAX_LEN = 512
 
 
-def make_engine(num_blocks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, chunked=True):
+def make_engine(
+    num_blocks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, chunked=True, prefix_caching=True
+):
     runner = FakeRunner(num_blocks, block_size)
-    config = SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, chunked)
+    config = SchedulerConfig(
+        num_blocks, block_size, max_num_seqs, max_num_batched_tokens, chunked, enable_prefix_caching=prefix_caching
+    )
     return EngineCore(runner, Scheduler(config), eos_token_ids=(), max_model_len=MAX_LEN), runner
 
 
@@ -35,16 +39,23 @@ def random_prompts(count: int, seed: int = 0) -> list[tuple[list[int], int]]:
 
 
 def check_ledger(scheduler: Scheduler) -> None:
-    """The one ledger after a step: each running request holds ceil(cached / block_size) blocks of its own,
-    waiting ones hold none, and every other block is free."""
+    """The one ledger after a step: each running request holds ceil(cached / block_size) blocks, waiting ones
+    hold none, a block two requests hold is a full block of a shared prefix (the same place in both tables),
+    and the reference counts agree with the tables."""
     blocks = scheduler.blocks
     tables = {r.request_id: blocks.block_table(r.request_id) for r in scheduler.running}
     for r in scheduler.running:
         assert len(tables[r.request_id]) == blocks.blocks_needed(r.num_cached), f"request {r.request_id}"
-    held = [b for table in tables.values() for b in table]
-    assert len(held) == len(set(held)), "a block is held by two requests"
-    assert blocks.num_used_blocks == len(held) and set(blocks.request_ids()) == set(tables)
+    where: dict[int, set[int]] = {}
+    for r in scheduler.running:
+        for index, block in enumerate(tables[r.request_id]):
+            where.setdefault(block, set()).add(index)
+            if (index + 1) * blocks.block_size > r.num_cached:  # its partial last block: its own
+                assert block not in {b for rid, t in tables.items() if rid != r.request_id for b in t}
+    assert all(len(places) == 1 for places in where.values()), "a shared block sits at two places"
+    assert blocks.num_used_blocks == len(where) and set(blocks.request_ids()) == set(tables)
     assert not any(r.request_id in blocks for r in scheduler.waiting)
+    assert blocks.audit() == []
 
 
 def run_to_end(core: EngineCore, runner: FakeRunner) -> int:
@@ -157,7 +168,7 @@ def test_without_chunking_whole_prompts_wait_for_budget_and_a_long_one_runs_alon
         core.add(make_request(i, [i] * 6, 2))
     core.step()
     assert runner.steps[0] == [(0, 6)]
-    core.add(make_request(9, [1] * 30, 1))
+    core.add(make_request(9, [5] * 30, 1))  # shares no block with the others
     run_to_end(core, runner)
     assert (9, 30) in [entry for step in runner.steps for entry in step]
 
@@ -183,8 +194,8 @@ def test_long_prompt_is_prefilled_in_chunks_while_others_decode():
 
 def test_chunked_prompt_preempted_midway_is_recomputed_from_the_start():
     """A cache too small for two requests: the newer one, preempted in the middle of its chunked
-    prefill, starts over later and still gets its solo tokens."""
-    core, runner = make_engine(num_blocks=6, block_size=4, max_num_batched_tokens=5)
+    prefill, starts over later (no prefix cache to resume from) and still gets its solo tokens."""
+    core, runner = make_engine(num_blocks=6, block_size=4, max_num_batched_tokens=5, prefix_caching=False)
     old = make_request(0, [7] * 7, 14)  # grows to all 6 blocks
     new = make_request(1, list(range(16)), 2)  # fed 4 tokens a step; preempted at 12 of 16
     core.add(old)
