@@ -10,7 +10,16 @@ import sys
 from tests._paths import REAL_CONFIGS as CONFIGS
 from tests._paths import REPO
 
-__all__ = ["CONFIGS", "REPO", "run_cli"]
+__all__ = ["CONFIGS", "REPO", "run_cli", "without_notices"]
+
+# Lines a run may print on stderr whatever it is asked (a first native build on a fresh machine): a test of
+# something else reads stderr without them.
+NOTICES = ("kernelbay-engine: building its native CPU ops", "kernelbay-engine: removing ")
+
+
+def without_notices(stderr: str) -> str:
+    """stderr without the notice lines of NOTICES."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith(NOTICES))
 
 
 def run_cli(*args: str, timeout: int = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,7 +106,53 @@ def test_a_failed_build_is_warned_about_and_aten_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "NativeUnavailableWarning: kernelbay-engine could not build its native CPU ops" in done.stderr
     assert "Install a C++ compiler (g++) and ninja, or set KERNELBAY_NATIVE=0" in done.stderr
+    assert native.BUILDING in done.stderr  # a build ran (and failed): said, once
     assert "native CPU ops not in use:" in done.stdout
+
+
+def test_the_cache_entry_is_named_by_the_sources_and_flags(tmp_path):
+    """Two checkouts with the same sources share one entry; a changed byte or flag is another entry."""
+    copies = []
+    for checkout in ("a", "b"):
+        (tmp_path / checkout).mkdir()
+        copies.append([str(tmp_path / checkout / Path(src).name) for src in native.SOURCES])
+        for src, dst in zip(native.SOURCES, copies[-1], strict=True):
+            Path(dst).write_bytes(Path(src).read_bytes())
+    assert native.extension_name(copies[0]) == native.extension_name(copies[1]) == native.extension_name()
+    Path(copies[1][0]).write_bytes(Path(copies[1][0]).read_bytes() + b"\n")
+    assert native.extension_name(copies[1]) != native.extension_name(copies[0])
+    assert native.extension_name(copies[0], ("-O2",)) != native.extension_name(copies[0])
+    assert native.build_directory().name == native.extension_name()
+
+
+def test_a_slow_load_of_a_cached_build_says_nothing(ops):
+    """A busy machine loading the cached build slowly (3 s here) is not told that anything is being built."""
+    slow_load = """
+    import time, torch.utils.cpp_extension as ext
+    real = ext.load
+    ext.load = lambda *a, **k: (time.sleep(3), real(*a, **k))[1]
+"""
+    done = _run(slow_load + CHECK)
+    assert done.returncode == 0, done.stderr
+    assert "native CPU ops loaded" in done.stdout and native.BUILDING not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_stale_build_lock_is_removed_and_the_ops_built(tmp_path):
+    """A lock file left by a build killed midway (`touch .../lock`) is not waited on forever: it is removed,
+    the ops are built (said once on stderr, building from the entry's own copy of the sources), and a later
+    process loads that build without a notice."""
+    folder = tmp_path / native.extension_name()
+    folder.mkdir()
+    (folder / "lock").touch()
+    first = _run(CHECK, TORCH_EXTENSIONS_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    assert "left by a native build that did not finish" in first.stderr and native.BUILDING in first.stderr
+    assert f"native CPU ops loaded ({folder}" in first.stdout
+    assert str(Path(native.__file__).parent) not in (folder / "build.ninja").read_text()  # no checkout's path
+    again = _run(CHECK, TORCH_EXTENSIONS_DIR=str(tmp_path))
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert not (folder / "lock").exists()
 
 
 @pytest.mark.parametrize("heads", [1, 4, 12])

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kernelbay_engine.layers.linear import Linear, MergedLinear
-from kernelbay_engine.native import ops, tracked
+from kernelbay_engine.native import SILU_MUL_DTYPES, ops, tracked
 
 _gelu_tanh = partial(F.gelu, approximate="tanh")
 # Functions, not modules: the same ops as nn.SiLU / nn.GELU / nn.ReLU without a module call per layer.
@@ -59,7 +59,7 @@ class GatedMLP(nn.Module):
         else:
             y = gate_up(x)
         native = ops() if self.act_fn is F.silu else None
-        if native is not None and y.is_contiguous() and not tracked(y):
+        if native is not None and y.dtype in SILU_MUL_DTYPES and y.is_contiguous() and not tracked(y):
             return down(native.silu_mul(y), residual)  # split, silu and product in one call, the same bits
         gate, up = gate_up.split(y)
         return down(self.act_fn(gate) * up, residual)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from kernelbay_engine.native import ops, tracked
+from kernelbay_engine.native import QKV_ROPE_DTYPES, ops, tracked
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
@@ -222,7 +222,8 @@ class RotaryEmbedding(nn.Module):
         q and k rotated: one native call where it runs, else the cast, the split by heads and `apply`."""
         p, dim = self.params, qkv.shape[-1] // (heads + 2 * kv_heads)
         native = ops()
-        if native is not None and qkv.dim() == 2 and qkv.is_contiguous() and cos.dtype == torch.float32:
+        runnable = qkv.dtype in QKV_ROPE_DTYPES and qkv.dim() == 2 and qkv.is_contiguous()
+        if native is not None and runnable and cos.dtype == torch.float32:
             if not p.interleaved and p.rotary_dim == dim and not tracked(qkv):
                 return native.qkv_rope(qkv, heads, kv_heads, cos, sin)
         qkv = qkv.to(cos.dtype).view(-1, heads + 2 * kv_heads, dim)

@@ -59,6 +59,7 @@ def run_cases(tiny_llama, bad_folders, tmp_path_factory) -> dict[str, list[str]]
     return {
         "good": ["run", tiny, "--prompt", "the quick brown", "--max-tokens", "8"],
         "demo": ["run", "--prompt", "A", "--max-tokens", "3"],
+        "demo_float16": ["run", "--prompt", "A", "--max-tokens", "3", "--dtype", "float16"],
         "missing_folder": ["run", str(tmp_path_factory.mktemp("empty") / "nope"), "--prompt", "x"],
         "no_config": ["run", bad["no_config"], "--prompt", "x"],
         "malformed": ["run", bad["malformed"], "--prompt", "x"],

@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 
 from kernelbay_engine.errors import EXIT_CODES
+from tests.cli.conftest import without_notices
 
 ERROR_PREFIX = "kernelbay run: error: "
 
 
 def assert_error(result, exit_code: int, *fragments: str) -> None:
+    stderr = without_notices(result.stderr)
     assert result.returncode == exit_code, (result.returncode, result.stderr)
-    assert result.stderr.startswith(ERROR_PREFIX), result.stderr
-    assert "Traceback" not in result.stderr
+    assert stderr.startswith(ERROR_PREFIX), result.stderr
+    assert "Traceback" not in stderr
     for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
+        assert fragment in stderr, (fragment, result.stderr)
 
 
 def test_exit_codes_are_distinct():
@@ -38,6 +40,13 @@ def test_run_streams_the_completion(cli_runs, tiny_llama):
 def test_run_defaults_to_the_embedded_demo(cli_runs):
     """Without MODEL, `kernelbay run` uses the checkpoint shipped inside the package."""
     assert cli_runs["demo"].returncode == 0, cli_runs["demo"].stderr
+
+
+def test_run_in_float16(cli_runs):
+    """`--dtype float16`: the native ops that take only float32 / bfloat16 leave it to aten's path."""
+    result = cli_runs["demo_float16"]
+    assert result.returncode == 0 and without_notices(result.stderr) == "", result.stderr
+    assert result.stdout.strip()
 
 
 @pytest.mark.parametrize(
