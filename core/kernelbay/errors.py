@@ -1,7 +1,7 @@
 """Every exception kernelbay raises on purpose; each message says what is wrong and how to fix it.
 
 A user-input error (InputError) carries the exit code the CLI reports as `exit_code` (`kernelbay explain`,
-and the commands plugins add, such as `kernelbay run`); EXIT_CODES collects them (kernelbay-engine's own, 9-12,
+and the commands plugins add, such as `kernelbay run`); EXIT_CODES collects them (kernelbay-engine's own, 9-13,
 are in kernelbay_engine.errors), docs/engine.md tabulates them with their meanings.
 """
 

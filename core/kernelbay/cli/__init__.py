@@ -210,8 +210,19 @@ def _main(argv: list[str] | None) -> int:
             load_custom_module_dirs(args.custom_module_dirs)
         return handler(args)
     except KernelbayError as err:
+        _traceback_when_tracing(err)
         print(f"kernelbay{' ' + command if command else ''}: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)
+
+
+def _traceback_when_tracing(err: BaseException) -> None:
+    """Under --trace (KERNELBAY_TRACE=1) an error's traceback, its cause's included, precedes its one line."""
+    from kernelbay._trace import _tracing
+
+    if _tracing():
+        import traceback
+
+        traceback.print_exception(err, file=sys.stderr)
 
 
 if __name__ == "__main__":

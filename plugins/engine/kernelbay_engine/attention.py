@@ -16,6 +16,8 @@ from kernelbay.attention import (
     AttentionType,
     build_backend,
 )
+from kernelbay.errors import KernelbayError
+from kernelbay_engine.failures import KernelRaised
 
 
 class AttentionLayerRegistry:
@@ -101,7 +103,13 @@ class Attention(torch.nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata, forward_args=None
     ) -> torch.Tensor:
         """q [T, H, head_dim], k/v [T, kv_heads, head_dim] (MLA: latent, k_pe) -> [T, H, v_head_dim]."""
-        return self._bound().forward(q, k, v, metadata, forward_args)
+        backend = self._bound()
+        try:
+            return backend.forward(q, k, v, metadata, forward_args)
+        except KernelbayError:
+            raise
+        except Exception as err:  # whatever a plugin's kernel raises is named as its failure
+            raise KernelRaised("attention", backend.name, self, err) from err
 
     def cached_index_keys(self, keys: torch.Tensor, metadata: AttentionMetadata) -> list[torch.Tensor]:
         """DSA: write this step's indexer keys [T, index_head_dim] into the paged cache, then return each

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from kernelbay.cli import backend_options
-from kernelbay.errors import InputError
+from kernelbay.errors import InputError, KernelbayError
 
 
 def add_run_command(parser):
@@ -129,5 +129,8 @@ def run(args) -> int:
             sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except KernelbayError:  # e.g. a backend failing at decode: the error line starts below the partial text
+        sys.stdout.write("\n")
+        raise
     sys.stdout.write("\n")
     return 0

@@ -27,8 +27,17 @@ class RequestTooLarge(InputError, MemoryError):
     exit_code = 12
 
 
-# The core's codes and those of every InputError defined here: all that `kernelbay run` exits with.
+class BackendFailure(errors.KernelbayError, RuntimeError):
+    """A kernel backend raised inside `forward`, or a step's logits came out NaN/inf: the message names the
+    backend(s) with their distribution, the layer and the engine step; the backend's own exception is the
+    `__cause__` (the CLI prints its traceback under --trace). Not an input error: the installed kernel failed."""
+
+    exit_code = 13
+
+
+# The core's codes and those of every error defined here: all that `kernelbay run` exits with.
 EXIT_CODES = {
     **errors.EXIT_CODES,
     **{cls.__name__: cls.exit_code for cls in InputError.__subclasses__() if cls.__module__ == __name__},
+    BackendFailure.__name__: BackendFailure.exit_code,
 }

@@ -27,6 +27,7 @@ import torch
 from kernelbay.attention import AttentionMetadata, LayerGroupSelection
 from kernelbay.attention import StepRequest as MetadataRow
 from kernelbay_engine._runner_cache import CachePlan, plan_cache
+from kernelbay_engine.failures import KernelRaised, located, non_finite_logits
 from kernelbay_engine.kv_cache import KVCacheManager
 from kernelbay_engine.models.base import activation_dtype_device
 
@@ -104,6 +105,8 @@ class ModelRunner:
             selection=selection,
         )
         self.num_blocks: int | None = None
+        self.steps = 0
+        """Steps run so far (what a failure names)."""
         self._own_blocks: KVCacheManager | None = None  # made only when driven by hand (no block tables)
         self._table_source: str | None = None  # "caller" or "runner": who hands out this cache's blocks
         if num_blocks is not None:
@@ -158,13 +161,17 @@ class ModelRunner:
         """`step`, plus logits [len(token_ids), vocab_size] at every new position of the requests at the indices
         `every_position` (prompt log-probabilities need them)."""
         tokens, metadata = self.prepare(requests)
-        hidden = self.model(tokens, metadata.positions, metadata)  # [T, hidden]
+        self.steps += 1
+        try:
+            hidden = self.model(tokens, metadata.positions, metadata)  # [T, hidden]
+        except KernelRaised as err:
+            raise located(err, self._layer_name(err.module), self._step_name(requests)) from err.cause
         decode = hidden.shape[0] == len(requests)  # one new token per request: every row is a last token
         if decode and not every_position:
-            return self.model.compute_logits(hidden), {}
+            return self._finite(self.model.compute_logits(hidden), requests), {}
         starts = metadata.query_start_loc.to(torch.long)
         full = {i: self.model.compute_logits(hidden[starts[i] : starts[i + 1]]) for i in every_position}
-        return self.model.compute_logits(hidden if decode else hidden[starts[1:] - 1]), full
+        return self._finite(self.model.compute_logits(hidden if decode else hidden[starts[1:] - 1]), requests), full
 
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""
@@ -176,6 +183,29 @@ class ModelRunner:
         self._own_blocks.free(request_id)
 
     # -- internals -------------------------------------------------------------------------------
+    def _finite(self, logits: torch.Tensor, requests: Sequence[StepRequest]) -> torch.Tensor:
+        """`logits`, checked once per step: NaN or inf means a kernel returned garbage, named as a failure."""
+        if not bool(torch.isfinite(logits).all()):
+            raise non_finite_logits(self._step_name(requests), self._backends_in_use())
+        return logits
+
+    def _backends_in_use(self) -> list[tuple[str, str]]:
+        """(kind, name) of every attention and MoE backend the model's layers run."""
+        from kernelbay_engine.layers.moe import moe_layers
+
+        attention = dict.fromkeys(result.backend_name for _kind, result in self.cache.selection.groups)
+        moe = dict.fromkeys(layer.backend.name for layer in moe_layers(self.model) if layer.backend is not None)
+        return [("attention", name) for name in attention] + [("MoE", name) for name in moe]
+
+    def _layer_name(self, module: object) -> str:
+        return next((name for name, m in self.model.named_modules() if m is module), type(module).__name__)
+
+    def _step_name(self, requests: Sequence[StepRequest]) -> str:
+        """`engine step 3 (decode of 2 requests)`: which step, and what it ran."""
+        decode = all(len(r.token_ids) == 1 and r.start_pos > 0 for r in requests)
+        count = f"{len(requests)} request{'s' if len(requests) > 1 else ''}"
+        return f"engine step {self.steps} ({'decode' if decode else 'prefill'} of {count})"
+
     def _rows(self, requests: Sequence[StepRequest]) -> list[MetadataRow]:
         """The metadata rows: the given block tables, or blocks from the runner's own allocator."""
         sources = {"caller" if r.block_table is not None else "runner" for r in requests}

@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernelbay.errors import ConfigError
+from kernelbay.errors import ConfigError, KernelbayError
 from kernelbay.moe import ExpertWeights, MoEBackend, MoEGeometry, dense_weights
+from kernelbay_engine.failures import KernelRaised
 from kernelbay_engine.layers.activation import GatedMLP
 from kernelbay_engine.layers.linear import ExpertLinear, Linear
 
@@ -256,13 +257,23 @@ class SparseMoE(nn.Module):
                 "or call kernelbay_engine.layers.moe.bind_moe_backends(model) after load_weights"
             )
         ids, weights = self.gate(x)
-        out = self.backend.forward(x, ids, weights, self.prepared)
+        out = self._experts(x, ids, weights)
         if self.shared_name is not None:
             shared = getattr(self, self.shared_name)(x)
             if self.shared_expert_gate is not None:
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
             out = out + shared
         return out
+
+    def _experts(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The backend's forward; what it raises is named as its failure (the runner adds layer and step)."""
+        assert self.backend is not None and self.prepared is not None  # checked by forward
+        try:
+            return self.backend.forward(x, ids, weights, self.prepared)
+        except KernelbayError:
+            raise
+        except Exception as err:  # whatever a plugin's kernel raises is named as its failure
+            raise KernelRaised("MoE", self.backend.name, self, err) from err
 
 
 def no_moe_layers(requested: str, architecture: str) -> ConfigError:
