@@ -28,6 +28,7 @@ FIXTURE_PACKAGES = (
     "kb_conflict_b",
     "kb_oldapi",
     "kb_vendor",
+    "kb_exits",
 )
 
 

@@ -78,3 +78,11 @@ def test_unknown_command_prints_help():
     """No subcommand prints help and exits 2."""
     out = subprocess.run([sys.executable, "-m", "kernelbay.cli"], capture_output=True, text=True)
     assert out.returncode == 2 and "plugins" in out.stdout
+
+
+def test_a_plugin_calling_sys_exit_is_a_doctor_finding_not_the_exit_code(fixture_site):
+    """doctor imports every provider: one that calls sys.exit(3) is listed broken (doctor's own exit 1, not 3)."""
+    out = _cli(fixture_site, "doctor", KERNELBAY_PLUGINS="kb-fixture-exits")
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert "kb-fixture-exits: provider kb_exits.modeling is broken: provider kb_exits.modeling" in out.stdout
+    assert "called sys.exit(3)" in out.stdout

@@ -110,3 +110,39 @@ def test_name_clash_with_a_loaded_module_is_refused(make_registry, tmp_path):
     f = _write(tmp_path / "json.py", "x = 1\n")
     with pytest.raises(CustomModuleDirError, match="would be imported as 'json', but a module of that name"):
         load_custom_module_dirs([f])
+
+
+def test_a_file_named_like_an_installed_module_is_refused_before_it_shadows_it(make_registry, tmp_path):
+    """`colorsys.py` (a module installed but not imported yet) is refused naming the installed one, not imported."""
+    assert "colorsys" not in sys.modules  # the case: nothing loaded yet, so only the installed module can tell
+    make_registry()
+    f = _write(tmp_path / "colorsys.py", "x = 1\n")
+    with pytest.raises(CustomModuleDirError) as err:
+        load_custom_module_dirs([f])
+    assert "would be imported as 'colorsys', which would shadow the installed module 'colorsys' (" in str(err.value)
+    assert "colorsys" not in sys.modules
+
+
+def test_a_custom_dir_on_sys_path_is_not_a_clash_with_itself(make_registry, tmp_path, cleanup_modules, monkeypatch):
+    """Run from the folder holding it (`python -m` puts the cwd on sys.path), a custom dir finds only itself."""
+    make_registry()
+    _write(tmp_path / "my_selfpkg" / "__init__.py", "x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_custom_module_dirs([tmp_path / "my_selfpkg"]) == ["my_selfpkg"]
+
+
+def test_tqdm_py_in_a_custom_dir_is_refused_on_the_command_line(fixture_site, tmp_path):
+    """The reported case: `--custom-module-dirs ./tqdm.py` would break every progress bar; it is one error line."""
+    import subprocess
+
+    from .conftest import env_with_site
+
+    f = _write(tmp_path / "tqdm.py", "x = 1\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "kernelbay.cli", "plugins", "--custom-module-dirs", str(f)],
+        capture_output=True,
+        text=True,
+        env=env_with_site(fixture_site),
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "would be imported as 'tqdm', which would shadow the installed module 'tqdm'" in done.stderr

@@ -174,3 +174,26 @@ def test_unknown_kind_is_an_error(make_registry):
     reg = make_registry()
     with pytest.raises(ValueError, match="unknown slot kind 'models'; kinds are: model, vision_encoder"):
         reg.resolve("models", "X")
+
+
+def test_sys_exit_at_import_marks_the_plugin_broken_not_the_process_ended(make_registry):
+    """A provider calling sys.exit(3) while imported is a PluginImportError naming it and the call; its earlier
+    registration is dropped, and it stays broken (SystemExit is not allowed to end kernelbay)."""
+    reg = make_registry(KERNELBAY_PLUGINS="kb-fixture-exits")
+    with pytest.raises(PluginImportError) as err:
+        reg.resolve("model", "ExitingForCausalLM")
+    message = str(err.value)
+    assert "provider kb_exits.modeling (kb-fixture-exits 1.0, external) called sys.exit(3)" in message
+    assert "kb_exits/modeling.py:" in message and "KERNELBAY_DISABLE_PLUGINS=kb-fixture-exits" in message
+    assert reg.slot("model", "ExitingForCausalLM") is None
+    assert [b.provider.module for b in reg.broken()] == ["kb_exits.modeling"]
+    with pytest.raises(PluginImportError):  # stays broken
+        reg.resolve("model", "ExitingForCausalLM")
+
+
+def test_system_exit_from_a_backend_module_fails_only_that_resolution(make_registry):
+    """`raise SystemExit("...")` in a backend module is that backend's PluginImportError, with the message."""
+    reg = make_registry(KERNELBAY_PLUGINS="kb-fixture-exits")
+    with pytest.raises(PluginImportError, match=r"called sys.exit\('kb_exits: no accelerator found, giving up'\)"):
+        reg.resolve("attention_backend", "EXITING_ATTN")
+    assert reg.resolve("platform", "cpu") is not None

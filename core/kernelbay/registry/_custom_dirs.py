@@ -37,6 +37,8 @@ def _spec_for(path: Path, name: str):
 
 
 def _check_free(name: str, path: Path) -> None:
+    """A custom module takes a top-level name: refuse one that is loaded, or installed (it would shadow it for every
+    later `import name`, e.g. a `tqdm.py` breaking the progress bar), unless that is this very path."""
     existing = sys.modules.get(name)
     if existing is not None:
         where = getattr(existing, "__file__", None) or "a built-in module"
@@ -44,6 +46,27 @@ def _check_free(name: str, path: Path) -> None:
             f"custom module {str(path)!r} would be imported as {name!r}, but a module of "
             f"that name is already loaded from {where}; rename the file or folder"
         )
+    installed = _installed_location(name)
+    if installed is not None and installed != path:
+        raise CustomModuleDirError(
+            f"custom module {str(path)!r} would be imported as {name!r}, which would shadow the installed module "
+            f"{name!r} ({installed}) for every later `import {name}`; rename the file or folder"
+        )
+
+
+def _installed_location(name: str) -> Path | str | None:
+    """Where `import name` would load a top-level module from now (a file's path, a package's folder), or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a broken finder entry: nothing importable under that name
+        return None
+    if spec is None:
+        return None
+    if spec.origin in (None, "built-in", "frozen"):
+        locations = list(spec.submodule_search_locations or [])
+        return Path(locations[0]).resolve() if locations else str(spec.origin or "a namespace package")
+    origin = Path(spec.origin).resolve()
+    return origin.parent if spec.submodule_search_locations is not None else origin
 
 
 def _exec(path: Path, name: str) -> None:
@@ -54,8 +77,8 @@ def _exec(path: Path, name: str) -> None:
         spec.loader.exec_module(module)
     except BaseException as exc:
         drop_modules(name)
-        if not isinstance(exc, Exception):
-            raise  # Ctrl-C or SystemExit: not the module's fault, and the CLI turns it into exit 130
+        if isinstance(exc, KeyboardInterrupt):
+            raise  # Ctrl-C: not the module's fault, and the CLI turns it into exit 130
         raise CustomModuleDirError(
             f"custom module {str(path)!r} failed at {_where(exc)}: {type(exc).__name__}: {exc}"
         ) from exc

@@ -60,23 +60,31 @@ def translate(exc: BaseException, provider: Provider) -> PluginImportError:
         return PluginImportError(f"AttributeError inside provider {who} at {_where(exc)}: {exc}; {_fix_hint(provider)}")
     if isinstance(exc, SyntaxError):
         return PluginImportError(f"syntax error in provider {who} at {_where(exc)}: {exc.msg}; {_fix_hint(provider)}")
+    if isinstance(exc, SystemExit):
+        return PluginImportError(
+            f"provider {who} called sys.exit({exc.code!r}) while being imported (at {_where(exc)}); a plugin must "
+            f"never end the process: {_fix_hint(provider)}"
+        )
     return PluginImportError(
         f"provider {who} failed at {_where(exc)}: {type(exc).__name__}: {exc}; {_fix_hint(provider)}"
     )
 
 
-def import_module(provider: Provider):
-    """Import the provider's module; any failure comes back as a translated PluginImportError."""
+def import_module(provider: Provider, module: str | None = None):
+    """Import the provider's module (or `module`, one it names); any failure, `sys.exit()` included, comes back as a
+    translated PluginImportError. Only Ctrl-C passes through: it is the user's, not the plugin's."""
     try:
-        return importlib.import_module(provider.module)
-    except Exception as exc:  # every failure is translated and re-raised
+        return importlib.import_module(module or provider.module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # every failure is translated and re-raised, so the plugin is marked broken
         raise translate(exc, provider) from exc
 
 
 def load_attribute(target: str, provider: Provider):
     """`module:qual.name` -> the object, with the same error translation as a module import."""
     module_name, _, qualname = target.partition(":")
-    obj = import_module(provider) if provider.module == module_name else importlib.import_module(module_name)
+    obj = import_module(provider, module_name)
     try:
         for part in filter(None, qualname.split(".")):
             obj = getattr(obj, part)
