@@ -60,6 +60,11 @@ class KVCacheSpec:
         return self.planes * self.num_kv_heads * self.entry_width * ELEMENT_BYTES[self.dtype]
 
     @property
+    def index_bytes_per_token(self) -> int:
+        """The DSA indexer keys' share of `bytes_per_token` (0 without an indexer)."""
+        return self.planes * self.num_kv_heads * self.index_head_dim * ELEMENT_BYTES[self.dtype]
+
+    @property
     def entry_width(self) -> int:
         """Elements one token stores per plane and KV head: head_dim, plus the indexer key under DSA."""
         return self.head_dim + self.index_head_dim

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelbay.attention import IndexerSpec, LayerKind, MLASpec
-from kernelbay.dtypes import MODEL_DTYPES, element_bytes
+from kernelbay.attention import IndexerSpec, KVCacheSpec, LayerKind, MLASpec
+from kernelbay.dtypes import MODEL_DTYPES, storage_dtype
 from kernelbay.errors import ConfigError
 
 from ._fields import MAX_DIMENSION, MAX_LAYERS
@@ -129,10 +129,28 @@ class ModelConfig(Record):
     def _attention_kv_heads(self, index: int) -> int:
         return self.layer_num_kv_heads[index] or self.num_key_value_heads  # an encoder layer caches nothing
 
+    def layer_kv_cache_spec(self, index: int, kv_cache_dtype: str | None = None, block_size: int = 16):
+        """The default `KVCacheSpec` of layer `index` (what `AttentionBackend.get_kv_cache_spec` builds before a
+        backend adds to it), or None for a layer that caches nothing: the one home of the KV arithmetic."""
+        if self.layer_types[index] in CACHELESS_KINDS or not (self.mla or self.layer_num_kv_heads[index]):
+            return None
+        indexed = self.indexer is not None and self.layer_types[index] == LayerKind.INDEXED
+        try:
+            return KVCacheSpec(
+                num_kv_heads=1 if self.mla else self.layer_num_kv_heads[index],
+                head_dim=self.mla.cache_width if self.mla else self.head_dim,
+                dtype=storage_dtype(kv_cache_dtype, self.dtype),
+                block_size=block_size,
+                mla=self.mla is not None,
+                index_head_dim=self.indexer.cache_width if indexed and self.indexer else 0,
+            )
+        except ValueError as err:
+            raise ConfigError(f"kv_cache_dtype: {err}") from None
+
     def layer_kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> tuple[int, ...]:
-        """(num_hidden_layers,) bytes one token adds to each layer's KV cache."""
-        element = self._kv_element_bytes(kv_cache_dtype)
-        return tuple(self._layer_cache_width(i) * element for i in range(self.num_hidden_layers))
+        """(num_hidden_layers,) bytes one token adds to each layer's KV cache (`KVCacheSpec.bytes_per_token`)."""
+        specs = (self.layer_kv_cache_spec(i, kv_cache_dtype) for i in range(self.num_hidden_layers))
+        return tuple(spec.bytes_per_token if spec else 0 for spec in specs)
 
     def kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> int:
         """Bytes one token adds to the KV cache over all layers (MLA: the latent, not K and V)."""
@@ -140,27 +158,8 @@ class ModelConfig(Record):
 
     def indexer_kv_bytes_per_token(self, kv_cache_dtype: str | None = None) -> int:
         """The DSA indexer keys' share of `kv_bytes_per_token` (0 without an indexer)."""
-        if self.indexer is None:
-            return 0
-        return (
-            self.indexer.cache_width
-            * self._kv_element_bytes(kv_cache_dtype)
-            * self.layer_types.count(LayerKind.INDEXED)
-        )
-
-    def _kv_element_bytes(self, kv_cache_dtype: str | None) -> int:
-        try:
-            return element_bytes(kv_cache_dtype, self.dtype)
-        except ValueError as err:
-            raise ConfigError(f"kv_cache_dtype: {err}") from None
-
-    def _layer_cache_width(self, index: int) -> int:
-        if self.layer_types[index] in CACHELESS_KINDS:
-            return 0
-        indexer = self.indexer.cache_width if self.indexer and self.layer_types[index] == LayerKind.INDEXED else 0
-        if self.mla is not None:
-            return self.mla.cache_width + indexer
-        return 2 * self.layer_num_kv_heads[index] * self.head_dim + indexer
+        specs = (self.layer_kv_cache_spec(i, kv_cache_dtype) for i in range(self.num_hidden_layers))
+        return sum(spec.index_bytes_per_token for spec in specs if spec)
 
     def parameter_counts(self) -> dict[str, int]:
         """{"total": ..., "active_per_token": ...}: weights in the model and those one token reads (MoE: top-k

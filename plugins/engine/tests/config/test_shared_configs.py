@@ -146,3 +146,28 @@ def test_copies_of_one_checkpoint_agree(first, second):
     a = ModelConfig.from_pretrained(SHARED_CONFIGS / first)
     b = ModelConfig.from_pretrained(SHARED_CONFIGS / second)
     assert _geometry(a) == _geometry(b)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_kv_bytes_are_the_backends_cache_spec(kv_cache_dtype):
+    """The config prices each layer's KV cache with the same `KVCacheSpec` a backend builds from the layer's
+    geometry (one home of the arithmetic), on every real config whose geometry a backend accepts."""
+    from kernelbay.attention import AttentionBackend
+
+    compared = 0
+    for name in shared_config_dirs():
+        try:
+            cfg = ModelConfig.from_pretrained(SHARED_CONFIGS / name)
+        except ConfigError:
+            continue
+        for i in range(cfg.num_hidden_layers):
+            spec = cfg.layer_kv_cache_spec(i, kv_cache_dtype)
+            if spec is None:
+                continue
+            try:
+                geometry = cfg.layer_geometry(i, scale=1.0)
+            except ValueError:  # a geometry AttentionGeometry refuses: only the config can price it
+                continue
+            assert spec == AttentionBackend.get_kv_cache_spec(geometry, cfg.dtype, kv_cache_dtype, 16), name
+            compared += 1
+    assert compared > 1000
