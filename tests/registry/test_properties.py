@@ -111,3 +111,22 @@ def test_slots_by_key_stay_in_step_with_the_log(sequence, variants):
     for key, slot in from_log.items():
         assert reg._slots(key) == {key: slot}
     assert all(reg._slots(("model", name)) == {} for name in NAMES if ("model", name) not in from_log)
+
+
+@settings(max_examples=100, deadline=None)
+@given(claims, st.lists(st.sampled_from(PROVIDERS), max_size=3))
+def test_the_claims_index_is_the_log_regrouped(sequence, unregistered):
+    """The per-slot claims the registry reads slots from hold exactly the log's registrations (each provider's in
+    its order) after any registrations and unregistrations: the log is the one state, the index only regroups it."""
+    reg = _play(sequence)
+    for provider in unregistered:
+        reg.unregister_provider(provider.module)
+
+    def by_key_and_provider(regs):
+        grouped: dict = {}
+        for r in regs:
+            grouped.setdefault(r.key, {}).setdefault(r.provider, []).append(r)
+        return grouped
+
+    assert by_key_and_provider(r for regs in reg._claims.values() for r in regs) == by_key_and_provider(reg.log())
+    assert not [key for key, regs in reg._claims.items() if not regs]

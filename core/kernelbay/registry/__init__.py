@@ -119,9 +119,9 @@ def first_party_names(kind: str) -> dict[str, str]:
 
 def registered_slots(obj) -> list[tuple[str, str]]:
     """Every (kind, name) `obj` registered for in this process, including slots it lost since."""
-    from ._registry import _IMPORT_TIME
+    from ._registry import import_time_registrations
 
-    return list(dict.fromkeys(reg.key for regs in _IMPORT_TIME.values() for reg, o in regs if o is obj))
+    return list(dict.fromkeys(reg.key for reg, o in import_time_registrations() if o is obj))
 
 
 # The exports: every public name above but the modules (the records, the doors, the process registry's API).

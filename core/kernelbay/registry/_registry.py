@@ -235,7 +235,7 @@ class Registry:
                 trace("broken %s: %s", provider.module, err)
                 raise
             if preloaded:  # imported before this registry existed: its decorators will not run again
-                for reg, obj in _IMPORT_TIME.get(provider.module, ()):
+                for reg, obj in import_time_registrations(provider.module):
                     if obj is not None:
                         self._objects[reg.target] = obj
                     self._commit(reg.provider, [reg])
@@ -481,19 +481,21 @@ class Registry:
 
 # Registrations each module made while it executed, process-wide: a registry created after a
 # provider was imported (reset_registry, a second Registry) replays them instead of losing them, and
-# `registered_slots(obj)` reads every slot an object registered for.
-_IMPORT_TIME: dict[str, list[tuple[Registration, object | None]]] = {}
-
-
-_REMEMBERED: set[tuple[Registration, int]] = set()  # (registration, id of its object): what _IMPORT_TIME holds
+# `registered_slots(obj)` reads every slot an object registered for. Keyed by (registration, id of its object) so
+# a module imported twice adds nothing; the objects stay referenced here, so their ids are not reused.
+_IMPORT_TIME: dict[str, dict[tuple[Registration, int], object | None]] = {}
 
 
 def _remember_import_time(regs: list[Registration], objects: dict[str, object]) -> None:
     for reg in regs:
         obj = objects.get(reg.target)
-        if (reg, id(obj)) not in _REMEMBERED:  # the objects stay referenced here, so their ids are not reused
-            _REMEMBERED.add((reg, id(obj)))
-            _IMPORT_TIME.setdefault(reg.provider.module, []).append((reg, obj))
+        _IMPORT_TIME.setdefault(reg.provider.module, {}).setdefault((reg, id(obj)), obj)
+
+
+def import_time_registrations(module: str | None = None) -> list[tuple[Registration, object | None]]:
+    """(registration, object) pairs made while `module` (default: every module) executed, in order."""
+    tables = _IMPORT_TIME.values() if module is None else [_IMPORT_TIME.get(module, {})]
+    return [(reg, obj) for table in tables for (reg, _), obj in table.items()]
 
 
 def _check_origin(origin: str) -> str:
