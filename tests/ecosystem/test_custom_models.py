@@ -106,3 +106,41 @@ def test_override_and_acme_conflict_until_preferred(make_registry):
     make_registry(KERNELBAY_PREFER="LlamaForCausalLM=kernelbay-acme-llama")
     load_custom_module_dirs([OVERRIDE_DIR])
     assert resolve("model", "LlamaForCausalLM").__module__ == "kernelbay_acme_llama.modeling"
+
+
+def test_override_refusing_its_config_names_the_provider_and_its_custom_dir(make_registry, tmp_path):
+    """banned_token_ids outside the vocabulary: the override's ValueError comes as a ModelConstructionError naming
+    the class, the custom dir's path and origin, and the override's own message."""
+    from kernelbay_engine.errors import ModelConstructionError
+
+    make_registry(with_acme=False)
+    load_custom_module_dirs([OVERRIDE_DIR])
+    with pytest.raises(ModelConstructionError) as err:
+        AutoModelForCausalLM.from_pretrained(_demo_with(tmp_path, banned_token_ids=[99999]), progress=False)
+    message = str(err.value)
+    assert message.startswith("LlamaForCausalLM could not be built: llama_override.modeling.LlamaForCausalLM from ")
+    assert f"({OVERRIDE_DIR}, custom-dir)" in message
+    assert "ValueError: banned_token_ids [99999] are outside the vocabulary" in message
+
+
+def test_a_custom_model_whose_constructor_raises_is_one_error_line(sites, tmp_path):
+    """`kernelbay run --custom-module-dirs` with a class whose constructor raises: exit 1, one line naming the
+    provider and its path, no traceback."""
+    from .conftest import run_kernelbay
+
+    custom = tmp_path / "my_broken_llama.py"
+    custom.write_text(
+        "from kernelbay import register_model\n"
+        "from kernelbay_llama.modeling import LlamaForCausalLM as Builtin\n\n\n"
+        '@register_model("LlamaForCausalLM")\n'
+        "class LlamaForCausalLM(Builtin):\n"
+        "    def __init__(self, config):\n"
+        '        raise KeyError("rope_scaling")\n'
+    )
+    done = run_kernelbay(
+        sites, "run", "--prompt", "hi", "--max-tokens", "2", "--custom-module-dirs", str(custom), with_acme=False
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("kernelbay run: error: LlamaForCausalLM could not be built: "), line
+    assert f"from my_broken_llama ({custom}, custom-dir) raised KeyError: 'rope_scaling'" in line

@@ -35,6 +35,11 @@ class BackendFailure(errors.KernelbayError, RuntimeError):
     exit_code = 13
 
 
+class ModelConstructionError(errors.KernelbayError, RuntimeError):
+    """A model class's constructor raised: the message names the class, its provider and that provider's origin
+    (distribution or custom dir), with the cause; exit code 1 like any other kernelbay error."""
+
+
 # The core's codes and those of every error defined here: all that `kernelbay run` exits with.
 EXIT_CODES = {
     **errors.EXIT_CODES,

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kernelbay.errors import NoTarget
+from kernelbay.errors import KernelbayError, NoTarget
+from kernelbay_engine.errors import ModelConstructionError
 from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
 from kernelbay_engine.models.base import default_dtype, torch_dtype
@@ -126,7 +127,7 @@ def construct_model(
     impl = resolve_model(config, model_impl)  # a refusing fallback says why, before building
     _announce_fallback(kind, name, impl)
     try:
-        return _build(impl, config, dtype, meta)
+        return _build_named(impl, config, dtype, meta)
     except NoTarget as declined:
         if implementation == "require":
             raise
@@ -143,7 +144,36 @@ def construct_model(
             declined.reason,
             _describe(fallback),
         )
-        return _build(fallback, config, dtype, meta)
+        return _build_named(fallback, config, dtype, meta)
+
+
+def _build_named(impl, config, dtype: torch.dtype, meta: bool) -> nn.Module:
+    """`_build`, where whatever the class's constructor raises (not NoTarget, not a kernelbay error, which say what
+    they are) is a ModelConstructionError naming the class, its provider and where that comes from."""
+    try:
+        return _build(impl, config, dtype, meta)
+    except (NoTarget, KernelbayError):
+        raise
+    except Exception as err:  # a provider's own code failed: name it, never a bare traceback
+        raise ModelConstructionError(
+            f"{config.architecture} could not be built: {_describe(impl)} from {_provider_of(config, impl)} raised "
+            f"{type(err).__name__}: {err}; fix that provider (or the config.json field it names), or leave it out"
+        ) from err
+
+
+def _provider_of(config, impl) -> str:
+    """`module (distribution version | custom-dir path, origin)` of the registration serving `impl`."""
+    from kernelbay.registry import default_registry
+
+    registry = default_registry()
+    slot = registry.slot(config.model_kind, config.architecture)
+    claims = [slot.winner, *slot.displaced] if slot is not None else []
+    fallback = registry.fallback_claim(config.model_kind)
+    target = f"{impl.__module__}:{impl.__qualname__}"
+    for reg in [*claims, fallback]:
+        if reg is not None and reg.target == target:
+            return reg.provider.describe()
+    return f"module {impl.__module__}"
 
 
 def _tie(model: nn.Module) -> None:
