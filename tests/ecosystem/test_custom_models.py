@@ -144,3 +144,20 @@ def test_a_custom_model_whose_constructor_raises_is_one_error_line(sites, tmp_pa
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("kernelbay run: error: LlamaForCausalLM could not be built: "), line
     assert f"from my_broken_llama ({custom}, custom-dir) raised KeyError: 'rope_scaling'" in line
+
+
+def test_plugins_shows_the_conflict_run_and_explain_meet(sites):
+    """A custom dir and kernelbay-acme-llama both claim LlamaForCausalLM: `plugins` shows the CONFLICT (naming
+    both) that `explain` and `run` raise, not the custom dir holding the slot."""
+    from .conftest import run_kernelbay
+
+    listed = run_kernelbay(sites, "plugins", "--json", "--custom-module-dirs", str(OVERRIDE_DIR))
+    assert listed.returncode == 0, listed.stderr
+    slot = next(s for s in json.loads(listed.stdout)["slots"] if s["name"] == "LlamaForCausalLM")
+    assert slot["winner"] is None, slot
+    assert sorted(c["provider"]["origin"] for c in slot["conflict"]) == ["custom-dir", "external"]
+    assert {c["provider"]["distribution"] for c in slot["conflict"]} == {None, "kernelbay-acme-llama"}
+    text = run_kernelbay(sites, "plugins", "--custom-module-dirs", str(OVERRIDE_DIR)).stdout
+    assert any(line.split()[:3] == ["model", "LlamaForCausalLM", "CONFLICT:"] for line in text.splitlines()), text
+    explained = run_kernelbay(sites, "explain", str(DEMO), "--custom-module-dirs", str(OVERRIDE_DIR))
+    assert explained.returncode == 1 and "is claimed by two providers" in explained.stderr, explained.stderr

@@ -391,12 +391,18 @@ class Registry:
         return obj
 
     def indexed_slots(self) -> list[tuple[Slot, str]]:
-        """Every slot as (slot, state): "registered" (live) or "indexed" (predicted from metadata, not imported)."""
+        """Every slot as (slot, state): "registered" (a live claim on it) or "indexed" (predicted from metadata).
+
+        A slot is decided over the live claims and those of the indexed providers not imported yet together, as
+        `resolve` (which imports them first) will: a custom dir holding a slot an installed plugin also claims is
+        the conflict `run` meets, here too."""
         entries = self.discovery().in_group(MODEL_INDEX)
-        predicted = [Registration("model", e.name, e.module, e.provider) for e in entries]
-        out = {key: (slot, "indexed") for key, slot in self._slots(claims=predicted).items()}
-        out.update((key, (slot, "registered")) for key, slot in self._slots().items())
-        return [out[k] for k in sorted(out)]
+        skipped = self._attempted | self._unloaded  # imported (their claims are live) or removed
+        pending = [Registration("model", e.name, e.module, e.provider) for e in entries if e.module not in skipped]
+        live = [reg for regs in dict(self._claims).values() for reg in regs]
+        registered = self._slots().keys()
+        slots = self._slots(claims=[*live, *pending])
+        return [(slots[k], "registered" if k in registered else "indexed") for k in sorted(slots)]
 
     # ---- the log ------------------------------------------------------------------------
     def slot(self, kind: str, name: str) -> Slot | None:
