@@ -18,6 +18,7 @@ from ._moe import resolve_moe
 from ._quant import resolve_quantization
 from ._rope import resolve_position_embedding, resolve_rope
 from ._rules import FamilyRules, family_rules
+from ._transformers import causal_lm_class_names, has_transformers_name, model_types_by_class, transformers_names
 
 if TYPE_CHECKING:
     from ._model_config import ModelConfig
@@ -51,14 +52,12 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     refuses anyway (the transformers fallback refuses encoder-decoders, state-space models, ...): that reason says
     more. A malformed config of any other architecture (a name transformers does not know, a family rule's
     refusal) keeps its own error."""
-    import transformers
-
     from kernelbay.errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
     from kernelbay.registry import resolve_impl
 
     names = getattr(hf_config, "architectures", None)
     arch = names[0] if isinstance(names, (list, tuple)) and names else None
-    if not (isinstance(arch, str) and hasattr(transformers, arch)):
+    if not (isinstance(arch, str) and has_transformers_name(arch)):
         return
     try:
         resolve_impl("model", arch, hf_config=hf_config)
@@ -180,6 +179,7 @@ def _naming(f: Fields, model_type: str, encoder_only: bool, rules: FamilyRules) 
     encoder-only -> vision encoder; drafts -> EAGLE3<Arch>; a family's `architecture` rule may rename a legacy
     architectures[0]."""
     names = _architectures(f, model_type)
+    _check_family(f, names[0], model_type)
     architecture, kind, draft_vocab_size = names[0], "model", None
     if f.get("draft_vocab_size") is not None:
         architecture, kind = draft_architecture(names[0]), "draft_model"
@@ -202,9 +202,7 @@ def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{f.source}: architectures must be a list of class names, got {value!r}.")
         return tuple(value)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    default = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    default = causal_lm_class_names().get(model_type)
     if default is None:
         raise ConfigError(
             f"{f.source}: 'architectures' is missing and transformers has no causal-LM class for "
@@ -212,6 +210,23 @@ def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:
         )
     f.notes.append(f"no architectures in config: transformers' causal LM for {model_type!r} ({default}) used")
     return (default,)
+
+
+def _check_family(f: Fields, architecture: str, model_type: str) -> None:
+    """architectures[0] and model_type name one family: where transformers pairs the class with model_types and
+    knows this model_type too, it must be one of them (a Llama config saying gpt2 would get GPT-2's rules)."""
+    family = model_types_by_class().get(architecture)
+    (known_types,) = transformers_names("CONFIG_MAPPING")
+    if not family or model_type in family or model_type not in known_types:
+        return  # a class or model_type transformers does not know: its plugin pairs them
+    named = [t for t in sorted(family, key=len) if t.replace("_", "") in architecture.lower()]  # llama for Llama...
+    own_class = causal_lm_class_names().get(model_type)
+    instead = f", or architectures to [{own_class!r}]" if own_class else ""
+    raise ConfigError(
+        f"{f.source}: architectures[0] {architecture!r} belongs to model_type {' / '.join(map(repr, sorted(family)))}"
+        f", but model_type is {model_type!r}: one family's config rules would read another's model; set model_type "
+        f"to {(named or sorted(family))[0]!r}{instead}, whichever the checkpoint really is."
+    )
 
 
 def draft_architecture(architecture: str) -> str:

@@ -26,6 +26,7 @@ from kernelbay.errors import (
 
 from ._fields import MAX_LAYERS, check_size
 from ._geometry import LAYERS
+from ._transformers import transformers_names
 
 CONFIG_FILE = "config.json"
 FOLDER_FORMAT = "safetensors"  # the weight format of a model folder (a file's is named by its suffix)
@@ -126,7 +127,7 @@ def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
             f'{file}: auto_map must map Auto classes to code references ("module.Class"), got {auto_map!r}.'
         )
     remote = auto_map.get("AutoConfig")
-    from transformers import CONFIG_MAPPING, AutoConfig
+    CONFIG_MAPPING, AutoConfig = transformers_names("CONFIG_MAPPING", "AutoConfig")
 
     trusted = bool(trust_remote_code and remote)
     if trusted or model_type in CONFIG_MAPPING:  # AutoConfig also refuses a malformed auto_map
@@ -157,9 +158,9 @@ def config_class_for(model_type: str, remote: str | None = None):
     and Falcon-RW classes, kernelbay-deepseek's Kimi K2): built-in, so any plugin providing the same
     model_type wins.
     """
-    from transformers import CONFIG_MAPPING, PretrainedConfig
-
     from kernelbay.registry import names, resolve
+
+    CONFIG_MAPPING, PretrainedConfig = transformers_names("CONFIG_MAPPING", "PretrainedConfig")
 
     if model_type in CONFIG_MAPPING:
         return CONFIG_MAPPING[model_type]
@@ -176,10 +177,9 @@ def config_class_for(model_type: str, remote: str | None = None):
 
 
 def _unknown_model_type_message(model_type: str, remote: str | None, plugin_types: list[str]) -> str:
-    import transformers
-
+    (version,) = transformers_names("__version__")
     msg = (
-        f"model_type {model_type!r} is unknown to transformers {transformers.__version__} and no installed "
+        f"model_type {model_type!r} is unknown to transformers {version} and no installed "
         f"kernelbay plugin provides it (kernelbay.configs knows: {', '.join(sorted(plugin_types)) or 'none'})."
     )
     if remote:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kernelbay.errors import ConfigError
 from kernelbay.moe import ROUTINGS, canonical_activation
 
-from ._fields import Fields
+from ._fields import MAX_DIMENSION, Fields, check_size
 from ._records import Record
 
 if TYPE_CHECKING:
@@ -53,10 +53,15 @@ class MoEConfig(Record):
             problems.append(f"hidden_act: {err}")
         if self.routing not in ROUTINGS:
             problems.append(f"routing {self.routing!r} is not one of {', '.join(ROUTINGS)}")
+        if not 0 < self.num_experts <= MAX_DIMENSION:
+            problems.append(f"the expert count {self.num_experts} must be 1 to {MAX_DIMENSION}")
         if not 0 < self.top_k <= self.num_experts:
             problems.append(f"num_experts_per_tok={self.top_k} must be in 1..{self.num_experts} (the experts)")
-        if self.intermediate_size < 1:
-            problems.append(f"the expert width moe_intermediate_size={self.intermediate_size} must be positive")
+        if not 0 < self.intermediate_size <= MAX_DIMENSION:
+            width = self.intermediate_size
+            problems.append(f"the expert width moe_intermediate_size={width} must be 1 to {MAX_DIMENSION}")
+        if not 0 <= self.shared_intermediate_size <= MAX_DIMENSION:
+            problems.append(f"the shared experts' width {self.shared_intermediate_size} must be 0 to {MAX_DIMENSION}")
         if self.num_experts % self.num_groups or not 0 < self.top_groups <= self.num_groups:
             problems.append(f"n_group={self.num_groups} must divide the experts and topk_group be in 1..n_group")
         if not any(self.layers):
@@ -93,8 +98,15 @@ class MoEConfig(Record):
 def resolve_moe(f: Fields, n_layers: int, rules: FamilyRules) -> MoEConfig | None:
     """None for a dense model; the family's "moe" rule may set fields the config leaves implicit."""
     experts = f.get_int(*EXPERTS)
-    if not experts:
+    if experts is None or (experts == 0 and not f.written(*EXPERTS)):  # a config class's dense default
         return None
+    key = next(k for layer in (f.raw, f.parsed) for k in EXPERTS if layer.get(k) is not None)  # as f.get finds it
+    if experts < 1:
+        raise ConfigError(
+            f"{f.source}: {key}={experts} is not an expert count (1 to {MAX_DIMENSION}); "
+            f"for a dense model remove {key} and the experts per token"
+        )
+    check_size(f.source, key, experts)
     top_k = f.get_int(*TOP_K)
     if top_k is None:
         raise ConfigError(f"{f.source}: {EXPERTS} is set but the experts per token ({', '.join(TOP_K)}) is not")
@@ -130,6 +142,8 @@ def _shared_width(f: Fields) -> int:
     if width is not None:
         return width
     shared = f.get_int("n_shared_experts") or 0
+    if shared < 0:
+        raise ConfigError(f"{f.source}: n_shared_experts={shared} must be 0 (no shared expert) or more")
     return shared * (f.get_int("moe_intermediate_size") or 0)
 
 

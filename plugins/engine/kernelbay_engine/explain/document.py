@@ -57,10 +57,12 @@ def explain_model(
     linear kernel each layer would run)."""
     from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.models.auto import resolve_model
+    from kernelbay_engine.models.quant import LinearQuantization
 
     config = ModelConfig.from_pretrained(path, trust_remote_code=trust_remote_code)  # the folder's checks too
     kind, name = config.model_kind, config.architecture  # the slot it builds from (EAGLE3<Arch> for a draft)
     resolve_model(config, model_impl)  # imported as AutoModelForCausalLM does: the same error
+    LinearQuantization.from_quant_config(config.quantization)  # the one check `run` makes of the quantization
     options: dict[str, Any] = {"kind": kind, "name": name, "model_impl": model_impl, "moe_backend": moe_backend}
     options |= {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
     doc = {"schema_version": SCHEMA_VERSION, "model_path": config.source}

@@ -23,7 +23,14 @@ TINY_LLAMA = {
 
 
 def tiny(**changes) -> dict:
+    """The tiny Llama config with `changes`; another model_type brings transformers' class for it as architectures
+    (as a real checkpoint of that family names it), unless the changes name one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     data = dict(TINY_LLAMA)
+    own_class = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(changes.get("model_type"))
+    if own_class:
+        data["architectures"] = [own_class]
     data.update(changes)
     return {k: v for k, v in data.items() if v is not DROP}
 
