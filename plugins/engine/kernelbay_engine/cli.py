@@ -4,6 +4,7 @@ Contributed to the `kernelbay` CLI host through the `kernelbay.commands` entry p
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from kernelbay.cli import backend_options
@@ -18,12 +19,7 @@ def add_run_command(parser):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "model",
-        nargs="?",
-        metavar="MODEL",
-        help="model folder (config.json, safetensors weights, tokenizer); default: the demo",
-    )
+    add_engine_arguments(parser)
     parser.add_argument("--prompt", required=True, help="text to complete")
     parser.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens to generate (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
@@ -31,6 +27,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, default=0, help="0 (default) keeps every token")
     parser.add_argument("--seed", type=int, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
+    parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
+
+
+def add_engine_arguments(parser) -> None:
+    """MODEL and every option that shapes the engine: shared by `run` and `serve`."""
+    parser.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="model folder (config.json, safetensors weights, tokenizer); default: the demo",
+    )
     parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
     parser.add_argument(
         "--backend-option",
@@ -52,13 +59,18 @@ def add_arguments(parser) -> None:
         "--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized for the request)"
     )
     parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the cached KV blocks of shared prompt prefixes (default: on)",
+    )
+    parser.add_argument(
         "--model-impl",
         choices=("auto", "native", "transformers"),
         default="auto",
         help="auto (default): a native family if installed, else the transformers fallback; native: never the "
         "fallback; transformers: the fallback even where a native family exists",
     )
-    parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
     parser.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -82,15 +94,19 @@ def sampling_params(args):
 def build_llm(args, folder):
     from kernelbay_engine.llm import LLM
 
-    return LLM(
-        folder,
+    return LLM(folder, max_num_seqs=1, **engine_options(args))
+
+
+def engine_options(args) -> dict:
+    """LLM's keyword arguments from the options `add_engine_arguments` added (all but the model and batch size)."""
+    return dict(
         attention_backend=args.backend,
         moe_backend=args.moe_backend,
         dtype=args.dtype,
         quantization=args.quantization,
         model_impl=args.model_impl,
-        max_num_seqs=1,
         kv_cache_memory=args.kv_cache_memory,
+        enable_prefix_caching=args.enable_prefix_caching,
         trust_remote_code=args.trust_remote_code,
         attention_backend_options=backend_options(args.backend_option),
     )

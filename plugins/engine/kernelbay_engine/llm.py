@@ -26,9 +26,11 @@ from kernelbay_engine.inputs import check_model_folder, demo_model_folder, model
 from kernelbay_engine.loading.formats import format_for
 from kernelbay_engine.memory import DEFAULT_BLOCK_SIZE, cache_allocation_errors, plan_num_blocks
 from kernelbay_engine.outputs import RequestOutput, StreamDelta
+from kernelbay_engine.prefix_cache import prefix_caching_status
 from kernelbay_engine.request import Request
 from kernelbay_engine.sampling import SamplingParams
 from kernelbay_engine.scheduler import Scheduler, SchedulerConfig
+from kernelbay_engine.stats import EngineStats
 from kernelbay_engine.tokenizer import Tokenizer, TokenizerError, has_tokenizer
 
 if TYPE_CHECKING:
@@ -79,6 +81,9 @@ class LLM:
     (default: room for max_num_seqs full-context requests, capped at 512 MiB).
     enable_chunked_prefill: a prompt longer than what is left of a step's max_num_batched_tokens is
     fed over several steps (False: whole, alone).
+    enable_prefix_caching: prompts that start with the same full KV blocks as an earlier one reuse that
+    one's cached blocks and prefill only the rest (kernelbay_engine.prefix_cache; `llm.stats()` counts the
+    hits; `llm.prefix_caching` says whether it is on, and why). Outputs are the same with it off.
     prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
     that is measured faster (see kernelbay_engine.layers.prepack), "always" packs every eligible
     one, "never" none.
@@ -109,6 +114,7 @@ class LLM:
         max_model_len: int | None = None,
         max_num_batched_tokens: int = 2048,
         enable_chunked_prefill: bool = True,
+        enable_prefix_caching: bool = True,
         trust_remote_code: bool = False,
         progress: bool | None = None,
         attention_backend_options: Mapping[str, Mapping] | None = None,
@@ -136,6 +142,8 @@ class LLM:
         config, attention, moe = self._read_config_and_select(
             attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_remote_code
         )
+        self.prefix_caching = prefix_caching_status(attention, enable_prefix_caching)
+        """Whether prompts reuse cached prefix blocks, and why (`PrefixCaching(enabled, reason)`)."""
         from kernelbay_engine.models.auto import AutoModelForCausalLM
 
         file_report: dict[str, str] = {}
@@ -219,6 +227,22 @@ class LLM:
             ids = _token_ids(prompt)
         self._check_prompt(ids)
         return ids
+
+    def stats(self) -> EngineStats:
+        """Requests running and waiting, KV blocks in use and cached, prefix-cache queries and hits, now (safe from any
+        thread; no step waits)."""
+        scheduler = self._core.scheduler
+        blocks, cache = scheduler.blocks, scheduler.prefix_cache_stats
+        return EngineStats(
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
+            kv_blocks_used=blocks.num_referenced_blocks,
+            kv_blocks_total=blocks.num_blocks,
+            kv_blocks_cached=blocks.num_cached_blocks,
+            prefix_caching=self.prefix_caching.enabled,
+            prefix_cache_queries=cache.queries,
+            prefix_cache_hits=cache.hits,
+        )
 
     # -- requests ----------------------------------------------------------------------------------
     def _submit(self, prompts, sampling_params, *, stream: bool) -> _Call:
@@ -319,7 +343,10 @@ class LLM:
             assert tracked.text is not None  # a streamed call always tracks its text
             delta = tracked.text.delta(final=request.is_finished)
             reason = request.finish_reason.value if request.finish_reason else None
-            return StreamDelta(tracked.index, request.output_token_ids[-1], delta, reason)
+            logprobs = request.logprobs[-1] if request.logprobs else None
+            first = len(request.output_token_ids) == 1  # the prompt's log-probs ride on its first delta
+            prompt_logprobs = request.prompt_logprobs if first else None
+            return StreamDelta(tracked.index, request.output_token_ids[-1], delta, reason, logprobs, prompt_logprobs)
         return self._output(tracked) if request.is_finished else None
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
@@ -409,7 +436,15 @@ class LLM:
             max_num_seqs=max_num_seqs,
             max_model_len=self.max_model_len,
         )
-        return SchedulerConfig(num_blocks, block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill)
+        return SchedulerConfig(
+            num_blocks,
+            block_size,
+            max_num_seqs,
+            max_num_batched_tokens,
+            enable_chunked_prefill,
+            enable_prefix_caching=self.prefix_caching.enabled,
+            cache_key=self.runner.cache.storage_key,
+        )
 
     def _make_runner(self, block_size: int, attention_backend, kv_cache_dtype, backend_options, selection):
         """The runner with every layer's backend and cache spec chosen; its cache is allocated once planned."""

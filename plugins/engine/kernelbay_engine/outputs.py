@@ -47,29 +47,3 @@ class StreamDelta:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """A snapshot of the engine's counters (`LLM.stats()`); `kernelbay serve` exports them on /metrics."""
-
-    num_running: int
-    """Requests being prefilled or decoded."""
-    num_waiting: int
-    """Requests queued (new, or preempted and waiting to be recomputed)."""
-    num_blocks: int
-    """KV-cache blocks in all."""
-    num_free_blocks: int
-    """Blocks a new request may take: empty ones plus cached ones no request holds (evicted when taken)."""
-    num_cached_blocks: int
-    """Blocks whose contents are in the prefix cache (held by requests or kept after them)."""
-    prefix_caching: bool
-    """Prompts reuse cached prefix blocks (`LLM.prefix_caching` says why or why not)."""
-    prefix_cache_queries: int
-    """Tokens of admitted requests looked up in the prefix cache (again after a preemption)."""
-    prefix_cache_hits: int
-    """Of those, tokens found cached: their keys and values were not computed again."""
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0

@@ -1,0 +1,56 @@
+"""`kernelbay serve` as a process: SIGTERM stops accepting, lets running requests finish, and exits 0."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from .test_errors import _open_stream
+
+
+def _start(folder, *options) -> tuple[subprocess.Popen, str]:
+    """A `kernelbay serve` process on a free port; its URL once /health answers."""
+    command = [sys.executable, "-m", "kernelbay.cli", "serve", str(folder), "--port", "0", *options]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    line = process.stderr.readline().decode()
+    found = re.search(r"on (http://\S+)/v1", line)
+    assert found, f"no address announced: {line!r} {process.stderr.read().decode() if process.poll() else ''}"
+    url = found.group(1)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5):
+                return process, url
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline and process.poll() is None, "the server did not come up"
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_running_requests_and_exits_0(chat_llama):
+    """A stream running at SIGTERM completes (to `[DONE]`), new connections are refused, the exit code is 0."""
+    process, url = _start(chat_llama, "--shutdown-timeout", "30")
+    try:
+        body = {"prompt": "the", "max_tokens": 300, "ignore_eos": True, "stream_options": {"include_usage": True}}
+        connection, response = _open_stream(url, body, None)
+        process.send_signal(signal.SIGTERM)
+        events = [e for e in response.read().decode().split("\n\n") if e]
+        connection.close()
+        assert events[-1] == "data: [DONE]"
+        assert json.loads(events[-2].removeprefix("data: "))["usage"]["completion_tokens"] == 300
+        assert process.wait(30) == 0
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{url}/health", timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
