@@ -71,7 +71,7 @@ def prefix_caching_status(selection: LayerGroupSelection, requested: bool) -> Pr
             "so no prefix's blocks can be reused",
         )
     backends = ", ".join(sorted({result.backend_name for _, result in selection.groups}))
-    return PrefixCaching(True, f"on: full KV blocks of shared prompt prefixes are reused ({backends} read them)")
+    return PrefixCaching(True, f"on: prompts reuse the cached KV blocks of their shared prefixes (read by {backends})")
 
 
 @dataclass(slots=True)

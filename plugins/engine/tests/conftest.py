@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ def make_llm(tiny_llama):
     from kernelbay_engine import LLM
 
     def make(**options):
-        key = tuple(sorted(options.items()))
+        key = repr(sorted(options.items()))  # options may hold dicts (attention_backend_options)
         if key not in _LLMS:
             _LLMS[key] = LLM(tiny_llama, progress=False, **options)
         return _LLMS[key]
@@ -48,3 +50,37 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+_LIVE_LLMS: weakref.WeakSet = weakref.WeakSet()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _track_llms():
+    """Remember every LLM built in the session, so that each test's end can check its block ledger."""
+    from kernelbay_engine.llm import LLM
+
+    build = LLM.__init__
+
+    def init_and_track(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        _LIVE_LLMS.add(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LLM, "__init__", init_and_track)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_blocks(_track_llms):
+    """After every test, no LLM's request still holds a KV block (reference counts back to zero; cached blocks
+    may stay) and its ledger agrees with itself. A stream dropped without closing is collected first."""
+    yield
+    engines = [llm for llm in list(_LIVE_LLMS) if hasattr(llm, "_core")]
+    if any(llm._core.scheduler.blocks.num_referenced_blocks for llm in engines):
+        gc.collect()  # a suspended stream aborts its requests when it is collected
+    for llm in engines:
+        blocks = llm._core.scheduler.blocks
+        held = {rid: blocks.block_table(rid) for rid in blocks.request_ids()}
+        assert not held and blocks.num_referenced_blocks == 0, f"KV blocks still held after the test: {held}"
+        assert blocks.audit() == []

@@ -14,7 +14,7 @@ from typing import Any
 
 from .text import COUNT_UNITS, candidate_lines, compact_layers, human_bytes, scaled
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The config record's fields the document shows (docs/explain.schema.json), as its to_dict() gives them.
 CONFIG_FIELDS = (
     "model_type",
@@ -100,6 +100,7 @@ def _attention_section(config, r: dict) -> dict:
     candidates (the selector's error carries them)."""
     from kernelbay.attention import NoCapableBackend
     from kernelbay.platforms import current_platform
+    from kernelbay_engine.prefix_cache import prefix_caching_status
     from kernelbay_engine.selection import select_attention
 
     backend, kv_cache_dtype = r["backend"], r["kv_cache_dtype"]
@@ -109,9 +110,24 @@ def _attention_section(config, r: dict) -> dict:
         selection = select_attention(config, kv_cache_dtype=kv_cache_dtype, requested=backend)
     except NoCapableBackend as err:
         groups = [_group(kind, layers[kind], result, reports) for kind, result, reports in err.groups]
-        return {**section, "shared_backend": None, "runnable": False, "error": str(err), "layer_groups": groups}
+        return {
+            **section,
+            "shared_backend": None,
+            "runnable": False,
+            "error": str(err),
+            "layer_groups": groups,
+            "prefix_caching": None,
+        }
     groups = [_group(kind, layers[kind], result, result.candidates) for kind, result in selection.groups]
-    return {**section, "shared_backend": selection.shared, "runnable": True, "error": None, "layer_groups": groups}
+    caching = prefix_caching_status(selection, requested=True)  # the engine's default; `run` can turn it off
+    return {
+        **section,
+        "shared_backend": selection.shared,
+        "runnable": True,
+        "error": None,
+        "layer_groups": groups,
+        "prefix_caching": {"enabled": caching.enabled, "reason": caching.reason},
+    }
 
 
 def _group(kind: str, layers, result, reports) -> dict:
@@ -218,6 +234,8 @@ def _attention_lines(a: dict) -> list[str]:
     for g in a["layer_groups"]:
         lines.append(f"  {g['kind']:<20} layers {compact_layers(g['layers'])} -> {g['backend'] or 'NO BACKEND'}")
         lines += candidate_lines(g["candidates"], 10)
+    if a["prefix_caching"]:
+        lines.append(f"  prefix caching {a['prefix_caching']['reason']}")
     if a["error"]:
         lines.append(f"  cannot run: {a['error']}")
     return lines
