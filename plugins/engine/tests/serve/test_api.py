@@ -133,8 +133,12 @@ def test_echo_with_logprobs_scores_the_prompt(served):
     assert choice.text == prompt
     assert done.usage.completion_tokens == 0
     assert choice.logprobs.token_logprobs[0] is None and choice.logprobs.top_logprobs[0] is None
-    assert choice.logprobs.token_logprobs[1:] == pytest.approx([e[t] for e, t in zip(expected[1:], ids[1:])])
-    for top, entry in zip(choice.logprobs.top_logprobs[1:], expected[1:]):  # ids that print alike share a key
+    assert choice.logprobs.token_logprobs[1:] == pytest.approx(
+        [e[t] for e, t in zip(expected[1:], ids[1:], strict=True)]
+    )
+    for top, entry in zip(
+        choice.logprobs.top_logprobs[1:], expected[1:], strict=True
+    ):  # ids that print alike share a key
         assert all(any(v == pytest.approx(x) for x in entry.values()) for v in top.values())
     assert len(choice.logprobs.tokens) == len(ids)
 
@@ -146,7 +150,7 @@ def test_completion_logprobs_are_the_generated_tokens(served):
     client = served.client()
     done = client.completions.create(model=MODEL, prompt=PROMPTS[3], max_tokens=5, temperature=0, logprobs=3)
     values = done.choices[0].logprobs.token_logprobs
-    assert values == pytest.approx([e[t] for e, t in zip(expected.logprobs, expected.token_ids)])
+    assert values == pytest.approx([e[t] for e, t in zip(expected.logprobs, expected.token_ids, strict=True)])
     echoed = client.completions.create(
         model=MODEL, prompt=PROMPTS[3], max_tokens=5, temperature=0, logprobs=3, echo=True
     )
@@ -163,7 +167,9 @@ def test_chat_logprobs(served):
         model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2
     )
     content = done.choices[0].logprobs.content
-    assert [c.logprob for c in content] == pytest.approx([e[t] for e, t in zip(expected.logprobs, expected.token_ids)])
+    assert [c.logprob for c in content] == pytest.approx(
+        [e[t] for e, t in zip(expected.logprobs, expected.token_ids, strict=True)]
+    )
     assert all(len(c.top_logprobs) == 2 for c in content)
     assert all(c.top_logprobs[0].logprob >= c.top_logprobs[1].logprob for c in content)
 
