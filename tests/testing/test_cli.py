@@ -91,10 +91,11 @@ def test_backend_options_reach_the_backend():
 
 
 def test_unknown_names_are_errors_listing_the_known_ones():
-    """An unknown backend or spec is an error from the CLI host naming the known ones, exit code 1."""
+    """An unknown backend (exit 7, UnknownBackend) or spec (exit 1) is an error from the CLI host naming the
+    known ones."""
     done = check_backend("SPDA")
-    assert done.returncode == 1 and done.stdout == ""
-    assert "Unknown attention backend: 'SPDA'. Known attention backends: " in done.stderr
+    assert done.returncode == 7 and done.stdout == ""
+    assert "Unknown backend: 'SPDA'. Known backends: " in done.stderr
     assert "VANILLA" in done.stderr and "Did you mean: SDPA?" in done.stderr
     done = check_backend("VANILLA", "--spec", "small_decod")
     assert done.returncode == 1 and "Unknown batch spec: 'small_decod'" in done.stderr

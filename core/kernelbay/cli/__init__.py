@@ -8,11 +8,14 @@ metadata alone; a command's module is imported only when that command runs."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from .._version import __version__
+
+if TYPE_CHECKING:  # argparse is imported when parsing: the time before main() catches Ctrl-C stays short
+    import argparse
 
 # the core's subcommands -> module defining `add_arguments(parser)` and `run(args) -> int`; imported when used.
 COMMANDS = {
@@ -20,8 +23,14 @@ COMMANDS = {
     "doctor": ("kernelbay.cli._doctor", "check that every plugin registers what it advertises"),
     "check-backend": ("kernelbay.cli._check_backend", "run the conformance kit against one attention backend"),
 }
-# The runtime's commands and the distribution that provides them: named when it is not installed.
+# The runtime's commands and the distribution that provides them: named when it is not installed or not in use.
 RUNTIME_COMMANDS = dict.fromkeys(("run", "explain", "serve"), "kernelbay-engine")
+# What each does, for `kernelbay --help`, which imports no plugin (the commands' own parsers say the same).
+COMMAND_SUMMARIES = {
+    "run": "generate text from a model folder or .gguf file (default: the embedded demo)",
+    "explain": "config -> architecture -> provider -> per-layer backend, with reasons",
+    "serve": "serve a model over the OpenAI-compatible HTTP API",
+}
 
 
 def plugin_commands() -> dict:
@@ -83,6 +92,8 @@ class CommandConflict:
 
 
 def _parser(plugins: dict) -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="kernelbay", description="kernelbay: plugin platform for LLM inference")
     parser.add_argument("--version", action="version", version=f"kernelbay {__version__}")
     parser.add_argument("--trace", action="store_true", help="log discovery, imports, registrations, decisions")
@@ -90,11 +101,35 @@ def _parser(plugins: dict) -> argparse.ArgumentParser:
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     for name, entry in sorted(plugins.items()):
-        sub.add_parser(name, help=f"(from {entry.distribution} {entry.version})", add_help=False)
-    for name, dist in RUNTIME_COMMANDS.items():
+        sub.add_parser(name, help=_summary(name, f"from {entry.distribution} {entry.version}"), add_help=False)
+    for name in RUNTIME_COMMANDS:
         if name not in plugins:
-            sub.add_parser(name, help=f"(needs {dist}: not installed)", add_help=False)
+            dist, why, _fix = _unavailable(name)
+            sub.add_parser(name, help=_summary(name, f"needs {dist}: {why}"), add_help=False)
     return parser
+
+
+def _summary(name: str, source: str) -> str:
+    summary = COMMAND_SUMMARIES.get(name)
+    return f"{summary} ({source})" if summary else f"({source})"
+
+
+def _unavailable(name: str) -> tuple[str, str, str]:
+    """(distribution, why, how to fix) for a runtime command no plugin in use provides: its distribution is
+    installed but refused (left out by KERNELBAY_PLUGINS, disabled, a core version it does not support), or
+    not installed."""
+    from kernelbay.registry import default_registry
+    from kernelbay.registry._records import normalize_dist
+
+    dist = RUNTIME_COMMANDS[name]
+    info = default_registry().discovery().plugins.get(normalize_dist(dist))
+    if info is None or not info.refused:
+        return dist, "not installed", f"pip install {dist}"
+    if "KERNELBAY_PLUGINS" in info.refused:
+        return dist, "left out by KERNELBAY_PLUGINS", f"add {dist} to KERNELBAY_PLUGINS (or unset it)"
+    if "KERNELBAY_DISABLE_PLUGINS" in info.refused:
+        return dist, "disabled by KERNELBAY_DISABLE_PLUGINS", f"remove {dist} from KERNELBAY_DISABLE_PLUGINS"
+    return dist, f"installed but refused: {info.refused}", f"install a {dist} that supports this kernelbay"
 
 
 def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
@@ -106,8 +141,8 @@ def _command(name: str, plugins: dict, parser: argparse.ArgumentParser):
     if name not in plugins:
         from kernelbay.errors import InputError
 
-        dist = RUNTIME_COMMANDS[name]
-        raise InputError(f"`kernelbay {name}` is provided by {dist}, which is not installed: pip install {dist}")
+        dist, why, fix = _unavailable(name)
+        raise InputError(f"`kernelbay {name}` comes from {dist}, which is {why}: {fix}")
     if isinstance(plugins[name], CommandConflict):
         raise plugins[name].error()
     from kernelbay.registry._imports import load_attribute
@@ -138,19 +173,97 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head -1` reports for `yes`
 
 
+INTERRUPTED = "kernelbay: interrupted"
+_interrupts: list[int] = []  # SIGINTs the program received (see _remember_interrupts)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The host: Ctrl-C anywhere (imports, loading, allocation) exits 130 and a closed pipe exits quietly."""
+    """The host: Ctrl-C anywhere (imports, loading, allocation, streaming, after the output) says it was
+    interrupted and exits 130, and a closed pipe exits quietly. As the program (`argv` None), SIGINT is
+    remembered too, so that C code swallowing the KeyboardInterrupt (torch importing numpy) cannot lose it."""
+    program = False
     try:
+        program = argv is None and _remember_interrupts()
         code = _main(argv)
+        if _interrupts:  # a KeyboardInterrupt swallowed on the way, but Ctrl-C was pressed
+            raise KeyboardInterrupt
+        _done(program)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not in the interpreter's exit flush
-        return code
     except KeyboardInterrupt:
-        print("kernelbay: interrupted", file=sys.stderr)
-        _clear_unhandled_interrupt_flag()
-        return EXIT_INTERRUPTED
+        code = _interrupted(program)
     except BrokenPipeError:
+        _done(program)
         _silence_stdout()
-        return EXIT_BROKEN_PIPE
+        code = EXIT_BROKEN_PIPE
+    except Exception:
+        if not _interrupts:
+            raise
+        code = _interrupted(program)  # what a swallowed KeyboardInterrupt left half-imported failed
+    if program:
+        _exit_code.append(code)
+    return code
+
+
+def _interrupted(program: bool) -> int:
+    _done(program)
+    print(INTERRUPTED, file=sys.stderr)
+    _clear_unhandled_interrupt_flag()
+    return EXIT_INTERRUPTED
+
+
+def _remember_interrupts() -> bool:
+    """As the program, where SIGINT is Python's to handle (the main thread, SIGINT not ignored as in a background
+    job): record each SIGINT before raising KeyboardInterrupt, and end the process once the exit hooks ran."""
+    import atexit
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+
+    def remember(signum, frame):
+        _interrupts.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, remember)
+    atexit.register(_end_process)  # registered first: runs after every exit hook the command registers
+    return True
+
+
+_exit_code: list[int] = []  # the program's exit code, once main() has one
+
+
+def _done(program: bool) -> None:
+    """The command is done (its output written, or its interruption handled). What is left is the interpreter's
+    shutdown: exit hooks, then ~0.7 s of module teardown during which Python has given SIGINT back to the
+    system (a Ctrl-C there kills the process by the signal, without a word). So from here Ctrl-C says
+    "interrupted" and exits 130 at once, and `_end_process` skips the teardown (which only frees memory)."""
+    if not program:
+        return
+    import os
+    import signal
+
+    def leave(signum, frame):
+        os.write(2, f"{INTERRUPTED}\n".encode())
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, leave)
+
+
+def _end_process() -> None:
+    """The last exit hook: flush and end with main()'s code (nothing to do when an error escaped main())."""
+    import os
+
+    if not _exit_code:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be written
+            pass
+    os._exit(_exit_code[0])
 
 
 def _clear_unhandled_interrupt_flag() -> None:
@@ -178,6 +291,8 @@ def _silence_stdout() -> None:
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import argparse
+
     from kernelbay.errors import KernelbayError
 
     command = None
@@ -210,6 +325,8 @@ def _main(argv: list[str] | None) -> int:
             load_custom_module_dirs(args.custom_module_dirs)
         return handler(args)
     except KernelbayError as err:
+        if _interrupts:  # e.g. a config reader reporting the import a swallowed KeyboardInterrupt broke
+            raise KeyboardInterrupt from err
         _traceback_when_tracing(err)
         print(f"kernelbay{' ' + command if command else ''}: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)

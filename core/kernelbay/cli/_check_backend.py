@@ -29,7 +29,18 @@ def run(args) -> int:
     from ..testing.conformance import check_backend
     from . import backend_options
 
+    _check_installed(args.name)
     options = backend_options(args.backend_option, args.name).get(args.name)
     report = check_backend(args.name, args.spec or None, options=options, device=args.device)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.passed else 1
+
+
+def _check_installed(name: str) -> None:
+    """An unknown NAME is an UnknownBackend (exit 7), listing the installed attention and MoE backends."""
+    from ..errors import UnknownBackend, unknown_name_message
+    from ..registry import names
+
+    known = {*names("attention_backend"), *names("moe_backend")}
+    if name not in known:
+        raise UnknownBackend(unknown_name_message("backend", name, known))

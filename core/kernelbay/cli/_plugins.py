@@ -75,8 +75,11 @@ def render(doc: dict) -> str:
     lines = [f"kernelbay {doc['kernelbay_version']}", "", "Plugins:"]
     lines += [_plugin_line(p) for p in doc["plugins"]] or ["  (none)"]
     lines += ["", "Slots:"] + ([_slot_line(s) for s in doc["slots"]] or ["  (none)"])
-    lines += ["", "Broken plugins:"] + [f"  {b['provider']['module']}: {b['cause']}" for b in doc["broken"]]
-    lines.append(f"  {NOT_CHECKED}")
+    if doc["broken"]:
+        lines += ["", "Broken plugins:"] + [f"  {b['provider']['module']}: {b['cause']}" for b in doc["broken"]]
+        lines.append(f"  {NOT_CHECKED}")
+    else:
+        lines += ["", f"Broken plugins: none found {NOT_CHECKED}"]
     if doc["findings"]:
         lines += ["", "Findings:"] + [f"  {f}" for f in doc["findings"]]
     if "log" in doc:

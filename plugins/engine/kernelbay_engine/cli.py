@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelbay.cli import backend_options
+from kernelbay.cli import COMMAND_SUMMARIES, backend_options
 from kernelbay.errors import InputError, KernelbayError
 
 
 def add_run_command(parser):
     """The `kernelbay.commands` hook: add `run`'s arguments to its parser, return its handler."""
-    parser.description = "generate text with a model folder (default: the embedded demo)"
+    parser.description = COMMAND_SUMMARIES["run"]
     add_arguments(parser)
     return run
 
@@ -143,8 +143,10 @@ def run(args) -> int:
         for delta in llm.stream([ids], params):
             sys.stdout.write(delta.text)
             sys.stdout.flush()
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # the line ends, then the host says "interrupted" and exits 130
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        raise
     except KernelbayError:  # e.g. a backend failing at decode: the error line starts below the partial text
         sys.stdout.write("\n")
         raise

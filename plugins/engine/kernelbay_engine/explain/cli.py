@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import math
 
+from kernelbay.cli import COMMAND_SUMMARIES
+
 
 def add_explain_command(parser):
     """The `kernelbay.commands` hook: add `explain`'s arguments to its parser, return its handler."""
-    parser.description = "config -> architecture -> provider -> per-layer backend, with reasons"
+    parser.description = COMMAND_SUMMARIES["explain"]
     add_arguments(parser)
     return run
 
