@@ -64,7 +64,13 @@ def serve(args) -> int:
     folder = check_model_folder(args.model if args.model else demo_model_folder())
     config = serve_config(args, args.served_model_name or (folder.name if args.model else "kernelbay/demo"))
     args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)  # bad flags fail before torch loads
-    return run_server(build_serving_llm(args, folder), config, args)
+    listening = listen(args.host, args.port)  # a taken port fails before the model loads
+    try:
+        llm = build_serving_llm(args, folder)
+    except BaseException:
+        listening.close()
+        raise
+    return run_server(llm, config, args, listening)
 
 
 def serve_config(args, model_name: str):
@@ -102,14 +108,13 @@ def build_serving_llm(args, folder):
     return llm
 
 
-def run_server(llm, config, args) -> int:
-    """Serve until SIGTERM or Ctrl-C; 0 once every request has finished or been aborted."""
+def run_server(llm, config, args, listening: socket.socket) -> int:
+    """Serve on `listening` until SIGTERM or Ctrl-C; 0 once every request has finished or been aborted."""
     import uvicorn
 
     from kernelbay_engine.serve.app import build_app
 
     app = build_app(llm, config, max_num_seqs=args.max_num_seqs)
-    listening = listen(args.host, args.port)
     host, port = listening.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"kernelbay serve: {config.model_name} on http://{shown}:{port}/v1", file=sys.stderr, flush=True)

@@ -214,3 +214,4 @@ def test_metrics_report_tokens_latencies_and_the_cache(served):
     assert served.metric("kernelbay_requests_running") == 0
     assert served.metric("kernelbay_requests_waiting") == 0
     assert served.metric("kernelbay_kv_blocks_used") == 0
+    assert served.metric("kernelbay_prefix_cache_queries") >= served.metric("kernelbay_prefix_cache_hits") > 0

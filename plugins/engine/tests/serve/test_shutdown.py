@@ -21,9 +21,11 @@ def _start(folder, *options) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "kernelbay.cli", "serve", str(folder), "--port", "0", *options]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    found = re.search(r"on (http://\S+)/v1", line)
-    assert found, f"no address announced: {line!r} {process.stderr.read().decode() if process.poll() else ''}"
+    said = []
+    while not (found := re.search(r" on (http://\S+)/v1$", said[-1] if said else "")):
+        line = process.stderr.readline().decode()  # other notices (a native build) may come first
+        assert line, f"the server exited without announcing its address: {''.join(said)}"
+        said.append(line.rstrip("\n"))
     url = found.group(1)
     deadline = time.monotonic() + 60
     while True:
@@ -54,3 +56,33 @@ def test_sigterm_finishes_running_requests_and_exits_0(chat_llama):
         if process.poll() is None:
             process.kill()
         process.communicate()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--max-queued", "-1"], "--max-queued must be at least 0, got -1"),
+        (["--port", "70000"], "--port must be at most 65535, got 70000"),
+        (["--shutdown-timeout", "nan"], "--shutdown-timeout must be a number of seconds >= 0"),
+    ],
+)
+def test_bad_options_are_one_line_errors(capsys, options, message):
+    """A bad serve option is exit 1 with one line naming it, before anything loads."""
+    from kernelbay.cli import main
+
+    assert main(["serve", *options]) == 1
+    assert f"kernelbay serve: error: {message}" in capsys.readouterr().err
+
+
+def test_a_taken_port_fails_before_the_model_loads(capsys):
+    """Listening comes first: a port in use is exit 1 naming it, without loading the model."""
+    import socket
+
+    from kernelbay.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--max-model-len", "1"]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
