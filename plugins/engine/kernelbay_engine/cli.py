@@ -36,7 +36,7 @@ def add_engine_arguments(parser) -> None:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="model folder (config.json, safetensors weights, tokenizer); default: the demo",
+        help="model folder (config.json, safetensors weights, tokenizer) or .gguf file; default: the demo",
     )
     parser.add_argument("--backend", metavar="NAME", help="attention backend (default: the first capable one)")
     parser.add_argument(

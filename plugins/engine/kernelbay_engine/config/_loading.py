@@ -37,9 +37,7 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The folder and its config.json as a dict, or a ConfigError saying exactly what is wrong."""
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise ModelFolderNotFound(
-            f"Model folder {str(folder)!r} does not exist; pass a folder that holds {CONFIG_FILE}."
-        )
+        raise ModelFolderNotFound(_missing_model_message(folder))
     weight_file = model_weight_file(folder)
     if weight_file is not None:  # x.gguf, or a folder holding only that: the file describes itself
         return weight_file, read_weight_file_config(weight_file)
@@ -222,6 +220,14 @@ def weight_format_class(path: Path):
         return resolve("weight_format", name)
     except UnknownNameError as err:
         raise MissingConfigFile(f"{str(path)!r} is a {name} file, but no weight format can open it: {err}") from None
+
+
+def _missing_model_message(path: Path) -> str:
+    """A path that names a model file by its suffix (x.gguf) is a missing file, any other a missing folder."""
+    kind = format_name(path)
+    if kind is not None:
+        return f"Model file {str(path)!r} does not exist; pass an existing .{kind} file or a model folder."
+    return f"Model folder {str(path)!r} does not exist; pass a folder that holds {CONFIG_FILE}, or a model file."
 
 
 def model_weight_file(path: Path) -> Path | None:

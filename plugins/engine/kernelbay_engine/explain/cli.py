@@ -20,10 +20,14 @@ def add_explain_command(parser):
 def add_arguments(parser) -> None:
     from kernelbay.registry import MODEL_IMPLS
 
-    parser.add_argument("model", metavar="MODEL", help="model folder (only config.json is needed)")
+    parser.add_argument(
+        "model", metavar="MODEL", help="model folder (only config.json is needed) or .gguf file (its header is read)"
+    )
     parser.add_argument("--backend", metavar="NAME", help="attention backend to explain as requested")
     parser.add_argument(
-        "--quantization", metavar="NAME", help="explain the linear kernels of this quantization (int8, int4)"
+        "--quantization",
+        metavar="NAME",
+        help="explain the linear kernels of this quantization (int8, int4; gguf: a .gguf file's own codes)",
     )
     parser.add_argument("--moe-backend", metavar="NAME", help="MoE expert kernel to explain as requested")
     parser.add_argument(

@@ -108,6 +108,10 @@ class CheckpointReader:
         read_into(f, entry, dest)
 
 
+# how to opt in to pickle weights (the CLI and LLM load safetensors only)
+PICKLE_OPT_IN = "load it in Python: kernelbay_engine.AutoModelForCausalLM.from_pretrained(path, allow_pickle=True)"
+
+
 def open_folder(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
     """Index the weights of `folder`; refuses pickle files unless `allow_pickle`."""
     folder = Path(folder)
@@ -118,13 +122,13 @@ def open_folder(folder: str | Path, *, allow_pickle: bool = False) -> Checkpoint
     if not pickles:
         raise CheckpointError(
             f"{folder} has no weights: expected model.safetensors, sharded "
-            f"model-*.safetensors with {SAFETENSORS_INDEX}, or (opt-in) pytorch_model.bin"
+            f"model-*.safetensors with {SAFETENSORS_INDEX}, or pytorch_model.bin (pickle: {PICKLE_OPT_IN})"
         )
     if not allow_pickle:
         names = ", ".join(p.name for p in pickles)
         raise CheckpointError(
             f"{folder} only has pickle weights ({names}); loading pickle can run arbitrary code, so kernelbay "
-            f"refuses it. Convert the checkpoint to safetensors, or pass allow_pickle=True if you trust it."
+            f"refuses it. Convert the checkpoint to safetensors, or, if you trust it, {PICKLE_OPT_IN}."
         )
     return Checkpoint(folder, pickled=dict(_load_pickles(pickles)))
 

@@ -111,7 +111,8 @@ def test_shape_mismatch_names_the_tensor(llama, tmp_path):
 def test_pickle_weights_refused_unless_opted_in(llama, tmp_path):
     """pytorch_model.bin is refused (pickle runs code); allow_pickle=True loads the same values."""
     folder = write_pickle(llama, tmp_path / "pickle")
-    with pytest.raises(CheckpointError, match=r"refuses it.*allow_pickle=True"):
+    how = r"AutoModelForCausalLM\.from_pretrained\(path, allow_pickle=True\)"  # how to opt in, not only that one can
+    with pytest.raises(CheckpointError, match=r"refuses it.*" + how):
         AutoModelForCausalLM.from_pretrained(folder, progress=False)
     model = AutoModelForCausalLM.from_pretrained(folder, allow_pickle=True, progress=False)
     assert torch.equal(model.model.norm.weight, tensors(llama)["model.norm.weight"])
@@ -121,7 +122,8 @@ def test_folder_without_weights(llama, tmp_path):
     """A folder with only config.json says which weight files it expected."""
     from ._files import copy_config
 
-    with pytest.raises(CheckpointError, match=r"has no weights: expected model.safetensors"):
+    how = r"pytorch_model\.bin \(pickle: load it in Python: .*from_pretrained\(path, allow_pickle=True\)\)"
+    with pytest.raises(CheckpointError, match=r"has no weights: expected model.safetensors.*" + how):
         AutoModelForCausalLM.from_pretrained(copy_config(llama, tmp_path / "empty"), progress=False)
 
 
