@@ -134,12 +134,25 @@ def test_an_unavailable_backend_is_skipped_not_failed():
     assert {r.detail for r in report.results} == {"backend unavailable: libfake.so not found"}
 
 
-def test_claiming_nothing_is_not_called_conforming():
-    """A backend that refuses every spec fails nothing, but its summary does not say it conforms."""
+def test_claiming_no_spec_of_the_kit_fails_pointing_at_the_missing_declarations():
+    """A backend that declares no head size claims no spec at all: it would never be chosen, so the report fails,
+    and its last line names the declaration to add and where the guide lists them."""
     report = check_backend(_fakes.ClaimsNothing, ["small_decode", "gqa"])
-    assert report.passed and report.summary() == (
-        "FAKE_CLAIMS_NOTHING: claims none of these specs: 0 passed, 0 failed, 2 not claimed, 0 skipped"
+    assert not report.passed
+    assert report.summary() == "FAKE_CLAIMS_NOTHING: CLAIMS NO SPEC: 0 passed, 0 failed, 2 not claimed, 0 skipped"
+    assert report.render().splitlines()[-1] == (
+        "FAKE_CLAIMS_NOTHING can serve nothing: head_sizes refuse every common geometry (what a backend does not "
+        "declare, it does not get: the defaults are none); declare them on the class (see 'Capability declarations' "
+        "in docs/guides/attention-backend-plugin.md)"
     )
+    assert report.to_dict()["unserved"] == report.unserved and report.to_dict()["passed"] is False
+
+
+def test_claiming_none_of_a_chosen_subset_is_not_a_failure():
+    """SDPA checked only on a spec it refuses (soft-capping) claims none of *these* specs, but others: it passes."""
+    report = check_backend("SDPA", ["softcap"])
+    assert report.passed and report.unserved is None
+    assert report.summary() == "SDPA: claims none of these specs: 0 passed, 0 failed, 1 not claimed, 0 skipped"
 
 
 def test_report_to_dict_is_json():

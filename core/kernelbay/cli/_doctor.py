@@ -49,10 +49,21 @@ def _check_class_targets(reg, found) -> list[str]:
                 )
                 continue
             try:
-                reg.resolve(kind, entry.name)
+                target = reg.resolve(kind, entry.name)
             except Exception as exc:  # noqa: BLE001 - reported as a finding
                 findings.append(f"{entry.distribution}: {group} {entry.name!r}: {exc}")
+                continue
+            if kind == "attention_backend" and (gaps := _serves_nothing(target, entry.name)):
+                findings.append(f"{entry.distribution}: warning: {gaps}")
     return findings
+
+
+def _serves_nothing(backend, name: str) -> str | None:
+    """Why an installed attention backend can serve no common geometry (it would never be chosen), or None."""
+    from kernelbay.attention._capabilities import common_geometry_gaps, declarations_hint
+
+    gaps = common_geometry_gaps(backend)
+    return declarations_hint(name, gaps) if gaps else None
 
 
 def findings() -> list[str]:

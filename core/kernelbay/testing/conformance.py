@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
 from ..attention._backend import backend_class
-from ..attention._capabilities import _Any
+from ..attention._capabilities import _Any, common_geometry_gaps, declarations_hint, refused_declarations
 from ..platforms import Platform
 from .report import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult, is_installed_as
 from .runner import build_layer, make_data, reference_output, run_step
@@ -56,6 +56,16 @@ class BackendUnderTest:
         declared = [] if isinstance(platforms, _Any) else sorted(platforms)
         named = type("_KitPlatform", (_KitPlatform,), {"name": declared[0] if declared else "conformance-kit"})
         return named(self.name)
+
+    def unserved(self) -> str | None:
+        """None when the backend claims some spec of the whole kit; else what to declare (it would never be chosen:
+        the conservative defaults refuse everything a backend leaves undeclared)."""
+        every = [spec.requirements() for spec in select_specs(None)]
+        refused = [refused_declarations(self.cls, req) for req in every]
+        if any(not names for names in refused):
+            return None
+        gaps = common_geometry_gaps(self.cls) or list(dict.fromkeys(name for names in refused for name in names))
+        return declarations_hint(self.name, gaps)
 
     def check(self, spec: BatchSpec) -> SpecResult:
         """The verdict on one spec; anything the backend raises is a failure carrying its message."""
@@ -144,7 +154,7 @@ def check_backend(
     subject = BackendUnderTest.of(backend, options, device)
     chosen = select_specs(specs)
     clear_selection_cache()  # selections cached before a runtime registration must not answer for this class
-    return ConformanceReport(subject.name, tuple(subject.check(spec) for spec in chosen))
+    return ConformanceReport(subject.name, tuple(subject.check(spec) for spec in chosen), subject.unserved())
 
 
 def _is_moe_backend(backend) -> bool:

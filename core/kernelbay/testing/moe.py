@@ -213,4 +213,19 @@ def check_moe_backend(backend, specs=None) -> ConformanceReport:
         raise UnknownNameError(f"unknown MoE spec(s) {', '.join(unknown)}; specs: {', '.join(by_name)}")
     chosen = [by_name[s] if isinstance(s, str) else s for s in specs] if specs else list(MOE_SPECS)
     clear_selection_cache()
-    return ConformanceReport(name, tuple(check_moe_spec(cls, spec, name, installed) for spec in chosen))
+    return ConformanceReport(
+        name, tuple(check_moe_spec(cls, spec, name, installed) for spec in chosen), _unserved(cls, name)
+    )
+
+
+def _unserved(cls, name: str) -> str | None:
+    """None when the MoE backend claims some spec of the whole kit; else which declarations refuse them all."""
+    from ..attention._capabilities import declarations_hint, refused_declarations
+
+    refused = [refused_declarations(cls, spec.requirements()) for spec in MOE_SPECS]
+    if any(not names for names in refused):
+        return None
+    in_every = [n for n in refused[0] if all(n in names for names in refused)]
+    return declarations_hint(
+        name, in_every, "kernelbay.moe.MoEBackend: dtypes, activations, routings, expert_formats, platforms"
+    )

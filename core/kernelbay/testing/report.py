@@ -40,11 +40,13 @@ class ConformanceReport:
 
     backend: str
     results: tuple[SpecResult, ...]
+    unserved: str | None = None
+    """Set when the backend claims none of the kit's specs (it would never be selected): what to declare."""
 
     @property
     def passed(self) -> bool:
-        """No spec failed (refused and skipped specs are not failures)."""
-        return all(r.status != FAIL for r in self.results)
+        """No spec failed (refused and skipped specs are not failures), and the backend claims some spec."""
+        return self.unserved is None and all(r.status != FAIL for r in self.results)
 
     def counts(self) -> dict[str, int]:
         return {status: sum(r.status == status for r in self.results) for status in _MARKS}
@@ -52,7 +54,9 @@ class ConformanceReport:
     def summary(self) -> str:
         c = self.counts()
         verdict = "conforms" if self.passed else "DOES NOT CONFORM"
-        if self.passed and c[NOT_CLAIMED] and not c[PASS]:
+        if self.unserved is not None:
+            verdict = "CLAIMS NO SPEC"
+        elif self.passed and c[NOT_CLAIMED] and not c[PASS]:
             verdict = "claims none of these specs"
         return (
             f"{self.backend}: {verdict}: {c[PASS]} passed, {c[FAIL]} failed, {c[NOT_CLAIMED]} not claimed, "
@@ -60,7 +64,7 @@ class ConformanceReport:
         )
 
     def render(self) -> str:
-        return "\n".join([*(r.line() for r in self.results), self.summary()])
+        return "\n".join([*(r.line() for r in self.results), self.summary(), *filter(None, [self.unserved])])
 
     def to_dict(self) -> dict:
         return {
@@ -68,6 +72,7 @@ class ConformanceReport:
             "passed": self.passed,
             "counts": self.counts(),
             "results": [r.to_dict() for r in self.results],
+            "unserved": self.unserved,
         }
 
 

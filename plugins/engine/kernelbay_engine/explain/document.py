@@ -191,10 +191,27 @@ def _kv_section(config, r: dict) -> dict:
 # -- text ------------------------------------------------------------------------------------------
 def render_text(doc: dict) -> str:
     """The document for a terminal: one section per step of the resolution, in the document's order."""
-    lines = [f"model        {doc['model_path']}"]
+    lines = [*_preferred_backend_notes(doc["attention"]), f"model        {doc['model_path']}"]
     for key, (_, text) in SECTIONS.items():
         lines += text(doc[key])
     return "\n".join(lines)
+
+
+def _preferred_backend_notes(a: dict) -> list[str]:
+    """First of all: the platform's preferred attention backend cannot serve this model (a vendor's backend that
+    declares too little is otherwise passed over quietly for the next candidate), with its failures."""
+    if a["requested_backend"]:
+        return []
+    notes = {}
+    for group in a["layer_groups"]:
+        preferred = next((c for c in group["candidates"] if c["source"] == "platform priority"), None)
+        if preferred is not None and not preferred["capable"] and preferred["name"] not in notes:
+            instead = f"{group['backend']} serves it instead" if group["backend"] else "no backend can serve it"
+            notes[preferred["name"]] = (
+                f"note         {a['platform']}'s preferred attention backend {preferred['name']} cannot serve this "
+                f"model ({'; '.join(preferred['failures'])}); {instead}"
+            )
+    return list(notes.values())
 
 
 def _config_lines(c: dict) -> list[str]:

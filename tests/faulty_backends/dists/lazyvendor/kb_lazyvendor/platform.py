@@ -1,4 +1,6 @@
-"""The vendor's platform (selected with KERNELBAY_PLATFORM=lazyvendor): its own backend first."""
+"""The vendor's platform, current when its (simulated) device is visible: LAZYVENDOR_VISIBLE_DEVICES is set."""
+
+import os
 
 from kernelbay.platforms import Platform
 
@@ -8,7 +10,9 @@ class LazyPlatform(Platform):
     device_type = "cpu"
 
     def is_current(self):
-        return False, "fixture platform: only selected by name"
+        if os.environ.get("LAZYVENDOR_VISIBLE_DEVICES"):
+            return True, "LAZYVENDOR_VISIBLE_DEVICES is set"
+        return False, "no lazyvendor device visible (LAZYVENDOR_VISIBLE_DEVICES is not set)"
 
     def backend_priority(self):
         return ["LAZY_ATTN", "SDPA"]
