@@ -36,9 +36,12 @@ class EngineArgs:
     quantization: str | None = None
     model_impl: str = "auto"
     dtype: str | None = None
+    tensor_parallel_size: int = 1
+    """Ranks the model is sharded over; what the model and the machine allow is checked once the config is read
+    (`kernelbay_engine.distributed.sizes`)."""
 
     def __post_init__(self):
-        for name in ("max_num_seqs", "block_size", "max_num_batched_tokens"):
+        for name in ("max_num_seqs", "block_size", "max_num_batched_tokens", "tensor_parallel_size"):
             _require_count(name, getattr(self, name), minimum=1)
         if self.max_model_len is not None:
             _require_count("max_model_len", self.max_model_len, minimum=2)

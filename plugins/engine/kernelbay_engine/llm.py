@@ -122,6 +122,7 @@ class LLM:
         quantization: str | None = None,
         model_impl: str = "auto",
         moe_backend: str | None = None,
+        tensor_parallel_size: int = 1,
     ):
         EngineArgs(  # every argument checked, naming it, before anything is read
             max_num_seqs=max_num_seqs,
@@ -136,6 +137,7 @@ class LLM:
             quantization=quantization,
             model_impl=model_impl,
             dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
         )
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         _check_file_quantization(quantization, self.folder)
@@ -147,26 +149,43 @@ class LLM:
         from kernelbay_engine.models.auto import AutoModelForCausalLM
 
         file_report: dict[str, str] = {}
+        sharded = None  # rank 0's runner when the model is sharded over ranks (kernelbay_engine.distributed)
         with model_errors():
-            self.model = AutoModelForCausalLM.from_pretrained(
-                self.folder,
-                dtype=dtype,
-                attention_backend=attention_backend,
-                trust_remote_code=trust_remote_code,
-                progress=progress,
-                config=config,
-                model_impl=model_impl,
-                moe_backend=moe_backend,
-                moe_selection=moe,
-                before_load=self._file_codes_on_meta(file_report) if quantization == FILE_QUANTIZATION else None,
-            )
+            if tensor_parallel_size > 1:
+                shard_options = dict(
+                    dtype=dtype,
+                    model_impl=model_impl,
+                    moe_backend=moe_backend,
+                    attention_backend=attention_backend,
+                    attention_backend_options=attention_backend_options,
+                    kv_cache_dtype=kv_cache_dtype,
+                    block_size=block_size,
+                    trust_remote_code=trust_remote_code,
+                    prepack_weights=prepack_weights,
+                    max_num_seqs=max_num_seqs,
+                )
+                sharded = self._start_ranks(tensor_parallel_size, config, quantization, shard_options)
+                self.model = sharded.model
+            else:
+                self.model = AutoModelForCausalLM.from_pretrained(
+                    self.folder,
+                    dtype=dtype,
+                    attention_backend=attention_backend,
+                    trust_remote_code=trust_remote_code,
+                    progress=progress,
+                    config=config,
+                    model_impl=model_impl,
+                    moe_backend=moe_backend,
+                    moe_selection=moe,
+                    before_load=self._file_codes_on_meta(file_report) if quantization == FILE_QUANTIZATION else None,
+                )
         self.config: ModelConfig = cast("ModelConfig", self.model.config)
         self.quant_report = file_report if quantization == FILE_QUANTIZATION else self._quantize(quantization)
         self.max_model_len = max_model_len_for(max_model_len, self.config.max_position_embeddings)
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
         )
-        self.runner = self._make_runner(
+        self.runner = sharded or self._make_runner(
             block_size, attention_backend, kv_cache_dtype, attention_backend_options, attention
         )
         scheduler_config = self._scheduler_config(
@@ -458,6 +477,17 @@ class LLM:
             attention_backend_options=backend_options,
             selection=selection,
         )
+
+    def _start_ranks(self, n: int, config, quantization: str | None, options: dict):
+        """Rank 0's runner of the model sharded over `n` ranks (the others started and loaded); what `n` cannot shard
+        (sizes, options, the machine) is refused first, before any process starts or any weight is read."""
+        from kernelbay_engine.distributed import start_tensor_parallel
+        from kernelbay_engine.distributed.sizes import check_options, check_tensor_parallel
+
+        fmt = format_for(self.folder).name
+        check_options(n, quantization=quantization, model_impl=options["model_impl"], file_format=fmt)
+        check_tensor_parallel(config, n, source=str(self.folder))
+        return start_tensor_parallel(self.folder, n, options)
 
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""

@@ -10,7 +10,7 @@ from torch import nn
 
 from kernelbay import register_model
 from kernelbay.attention import AttentionMetadata
-from kernelbay_engine.layers import MLP, LayerNorm, LearnedPositionEmbedding, Linear
+from kernelbay_engine.layers import MLP, LayerNorm, LearnedPositionEmbedding, Linear, MergedLinear
 from kernelbay_engine.loading import NameRules
 from kernelbay_engine.models.base import CausalLM, VocabEmbedding
 
@@ -28,8 +28,11 @@ class GPT2Attention(nn.Module):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         hidden = config.hidden_size
-        self.c_attn = Linear(hidden, 3 * hidden, bias=True, checkpoint_transposed=True)
-        self.c_proj = Linear(hidden, hidden, bias=True, checkpoint_transposed=True)
+        width = config.num_attention_heads * config.head_dim  # hidden, or a tensor-parallel rank's share of it
+        # parts name the thirds of the fused tensor, so a tensor-parallel rank reads its heads of each
+        parts = {"q": width, "k": width, "v": width}
+        self.c_attn = MergedLinear(hidden, parts, bias=True, checkpoint_transposed=True)
+        self.c_proj = Linear(width, hidden, bias=True, checkpoint_transposed=True)
         self.core = AttentionCore(
             config, layer_idx, prefix=f"transformer.h.{layer_idx}.attn", scale=_scale(config, layer_idx)
         )

@@ -82,12 +82,12 @@ def native_block(
 ) -> NativeDecoderBlock | None:
     """The native path of a pre-norm layer (x + attn(norm(x)), then + mlp(norm(x))), or None where it cannot run:
     native ops unavailable, a linear on neither int8_dot nor fdot or with a bias, a norm with a unit offset or not
-    float32, a non-silu MLP, interleaved or partial RoPE."""
+    float32, a non-silu MLP, interleaved or partial RoPE, a linear sharded over ranks (`combine`)."""
     native = ops()
     linears = (qkv, o, mlp.gate_up_proj, mlp.down_proj)
     if native is None or mlp.act_fn is not F.silu:
         return None
-    if any(getattr(layer.method, "native", None) is None or layer.has_bias for layer in linears):
+    if any(getattr(layer.method, "native", None) is None or layer.has_bias or layer.combine for layer in linears):
         return None
     for norm in (input_norm, post_norm):
         if norm.unit_offset or norm.weight.dtype != torch.float32 or not norm.weight.is_contiguous():

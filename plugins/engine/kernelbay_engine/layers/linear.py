@@ -10,7 +10,7 @@ loader which rows of its weights each checkpoint tensor fills (`checkpoint_alias
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -49,6 +49,9 @@ class Linear(nn.Module):
         # The checkpoint stores W as [in, out] (GPT-2's Conv1D): the loader reads it transposed into [out, in].
         self.checkpoint_transposed = checkpoint_transposed
         self.method: LinearMethod | None = None
+        # Tensor parallelism: how the ranks' shares of the output combine (kernelbay_engine.distributed.layers);
+        # None: this rank's output is the layer's (replicated, or column-parallel and kept split).
+        self.combine: Callable | None = None
 
     def create_weights(self, method: LinearMethod, dtype: torch.dtype) -> None:
         """Called once, by `quant.create_weights`, after the per-layer method is known."""
@@ -64,6 +67,8 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """x W^T (+ b), plus `residual` when given (the output projection of a pre-norm block)."""
         method = self.method or self._require_method()
+        if self.combine is not None:
+            return self.combine(self, method, x, residual)
         return method.apply(self, x) if residual is None else method.apply_add(self, x, residual)
 
     @property
@@ -101,11 +106,23 @@ class MergedLinear(Linear):
     """
 
     def __init__(
-        self, in_features: int, parts: Mapping[str, int], *, bias: bool = False, batch_shape: tuple[int, ...] = ()
+        self,
+        in_features: int,
+        parts: Mapping[str, int],
+        *,
+        bias: bool = False,
+        batch_shape: tuple[int, ...] = (),
+        checkpoint_transposed: bool = False,
     ):
         if not parts:
             raise ValueError("MergedLinear needs at least one part")
-        super().__init__(in_features, sum(parts.values()), bias=bias, batch_shape=batch_shape)
+        super().__init__(
+            in_features,
+            sum(parts.values()),
+            bias=bias,
+            batch_shape=batch_shape,
+            checkpoint_transposed=checkpoint_transposed,
+        )
         self.parts = dict(parts)
         self._sizes = tuple(self.parts.values())
 
@@ -140,14 +157,17 @@ class ExpertLinear(MergedLinear):
 
     def __init__(self, in_features: int, parts: Mapping[str, int], *, num_experts: int, bias: bool = False):
         super().__init__(in_features, parts, bias=bias, batch_shape=(num_experts,))
+        self.first_expert = 0
+        """The checkpoint's number of expert 0 here (expert parallelism: a rank holds experts from it on)."""
 
     def checkpoint_aliases(self, prefix: str) -> dict[str, tuple[str, tuple]]:
         experts = prefix.rpartition(".")[0]
         aliases = {}
         for e in range(self.batch_shape[0]):
+            number = str(self.first_expert + e)
             aliases.update(
                 self._part_aliases(
-                    lambda part, param, e=e: _join(experts, str(e), part, param), lambda rows, e=e: (e, rows)
+                    lambda part, param, n=number: _join(experts, n, part, param), lambda rows, e=e: (e, rows)
                 )
             )
         return aliases

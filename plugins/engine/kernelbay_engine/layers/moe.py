@@ -228,6 +228,9 @@ class SparseMoE(nn.Module):
         self.shared_expert_gate = Linear(geometry.hidden_size, 1) if shared_size and shared_gate else None
         self.backend: MoEBackend | None = None
         self.prepared: ExpertWeights | None = None
+        self.expert_parallel = None
+        """Expert parallelism (`kernelbay_engine.distributed.layers.ExpertParallel`): this rank's experts and how
+        the ranks sum them; None: every expert is here."""
 
     @classmethod
     def from_config(cls, config, layer_idx: int, *, names: tuple[str, str, str] = DEFAULT_NAMES) -> SparseMoE | None:
@@ -257,7 +260,10 @@ class SparseMoE(nn.Module):
                 "or call kernelbay_engine.layers.moe.bind_moe_backends(model) after load_weights"
             )
         ids, weights = self.gate(x)
-        out = self._experts(x, ids, weights)
+        if self.expert_parallel is None:
+            out = self._experts(x, ids, weights)
+        else:  # this rank's experts on the tokens routed to them, summed over the ranks
+            out = self.expert_parallel.combine(self._experts(x, *self.expert_parallel.localize(ids, weights)))
         if self.shared_name is not None:
             shared = getattr(self, self.shared_name)(x)
             if self.shared_expert_gate is not None:

@@ -15,7 +15,14 @@ from pathlib import Path
 import torch
 
 from kernelbay_engine.loading.errors import CheckpointError
-from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, TensorEntry, read_index, read_into, shape_mismatch
+from kernelbay_engine.loading.safetensors_file import (
+    SHAPE_HINT,
+    TensorEntry,
+    read_index,
+    read_into,
+    read_slice_into,
+    shape_mismatch,
+)
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_PATTERNS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt")
@@ -102,10 +109,21 @@ class CheckpointReader:
                 raise CheckpointError(f"{shape_mismatch(name, src.shape, dest.shape)} {SHAPE_HINT}")
             dest.copy_(src)
             return
+        read_into(self._file(entry), entry, dest)
+
+    def read_slice_into(self, name: str, dest: torch.Tensor, dim: int, start: int) -> None:
+        """Fill `dest` with the tensor's [start : start + dest.shape[dim]] along `dim`, reading only those bytes."""
+        entry = self.checkpoint.entries.get(name)
+        if entry is None:
+            dest.copy_(self.checkpoint.pickled[name].narrow(dim, start, dest.shape[dim]))
+            return
+        read_slice_into(self._file(entry), entry, dest, dim, start)
+
+    def _file(self, entry: TensorEntry):
         f = self._files.get(entry.path)
         if f is None:
             f = self._files[entry.path] = self._stack.enter_context(open(entry.path, "rb", buffering=0))
-        read_into(f, entry, dest)
+        return f
 
 
 # how to opt in to pickle weights (the CLI and LLM load safetensors only)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -16,7 +18,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]  # tqdm ships no stub
 
 from kernelbay_engine.loading.errors import CheckpointError
 from kernelbay_engine.loading.formats import WeightSource
-from kernelbay_engine.loading.plan import LoadPlan, NameRules, make_plan
+from kernelbay_engine.loading.plan import LoadPlan, NameRules, SourcePiece, make_plan
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
 
 logger = logging.getLogger("kernelbay.models")
@@ -47,7 +49,7 @@ def _map_whole(model: nn.Module, reader, name: str, target) -> bool:
     """mmap mode: make a still-unallocated parameter a view of the file itself; False if it cannot be."""
     module, attr = _slot(model, target.param)
     param = _param(module, attr)
-    if target.index or target.transposed or not param.is_meta:
+    if target.index or target.transposed or target.source or not param.is_meta:
         return False
     mapped = reader.mapped(name, param.dtype)
     if mapped is None or tuple(mapped.shape) != tuple(param.shape):
@@ -62,7 +64,12 @@ def _load_one(model: nn.Module, reader, name: str, target, mmap: bool) -> None:
     else:
         dest = _materialize(model, target.param)
         loaded = dest[target.index] if target.index else dest
-        reader.read_into(name, loaded.t() if target.transposed else loaded)
+        stored = loaded.t() if target.transposed else loaded  # in the checkpoint's layout
+        if not target.source:
+            reader.read_into(name, stored)
+        for piece in target.source:  # a rank's share: only its slices are read
+            part = stored.narrow(piece.dim, piece.dest_start, piece.length)
+            reader.read_slice_into(name, part, piece.dim, piece.start)
     if not _all_finite(loaded):
         raise CheckpointError(
             f"{name} in {reader.checkpoint.folder} holds NaN or infinite values (as {loaded.dtype}); "
@@ -100,7 +107,10 @@ def _check_shapes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) ->
     wrong = [
         shape_mismatch(name, checkpoint.shape(name), _stored_shape(params[t.param], t))
         for name, t in plan.assignments.items()
-        if not t.index and t.param in params and tuple(checkpoint.shape(name)) != _stored_shape(params[t.param], t)
+        if not t.index
+        and not t.source
+        and t.param in params
+        and tuple(checkpoint.shape(name)) != _stored_shape(params[t.param], t)
     ]
     if wrong:
         raise CheckpointError("\n".join([*wrong, SHAPE_HINT]))
@@ -118,6 +128,7 @@ def load_weights(
     *,
     progress: bool | None = None,
     mmap: bool = False,
+    sources: Mapping[str, tuple[SourcePiece, ...]] | None = None,
 ) -> LoadPlan:
     """Load every tensor the plan maps (the plan raises first if anything is missing or unexpected).
 
@@ -125,8 +136,14 @@ def load_weights(
     the file (paged in on first use, shared with the page cache); fused, sliced or cast ones are read.
     Only for checkpoints nobody rewrites while the model lives: untouched pages follow the file.
     Every float tensor is checked for NaN/inf once as it loads (in mmap mode too: that pages the file in once).
+    `sources`: a tensor-parallel rank's share, by model-side name (the checkpoint name after the family's renames):
+    the pieces of that tensor it reads (kernelbay_engine.distributed.sharding); the others are read whole.
     """
     plan = make_plan(model, checkpoint.names, rules)
+    if sources:
+        plan.assignments = {
+            name: replace(t, source=sources.get(rules.rename(name), ())) for name, t in plan.assignments.items()
+        }
     _check_shapes(model, checkpoint, plan)
     names = checkpoint.in_file_order(plan.assignments)
     total = sum(checkpoint.nbytes_of(n) for n in names)

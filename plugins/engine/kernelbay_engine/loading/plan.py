@@ -18,6 +18,18 @@ class Target:
     param: str
     index: tuple = ()
     transposed: bool = False  # the checkpoint holds this 2-D weight as [in, out] (GPT-2's Conv1D)
+    source: tuple[SourcePiece, ...] = ()  # a rank's share: pieces of the checkpoint tensor (); () reads all of it
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePiece:
+    """Checkpoint tensor [..., start : start + length, ...] along `dim` (checkpoint coordinates) into the same axis of
+    the destination at `dest_start` (tensor parallelism: a rank reads only its slice)."""
+
+    dim: int
+    start: int
+    length: int
+    dest_start: int = 0
 
 
 _NONE = Target("")

@@ -125,3 +125,26 @@ def read_into(f, entry: TensorEntry, dest: torch.Tensor) -> None:
             raise CheckpointError(f"{entry.path}: file ends inside {entry.name} (read {got} of {expected} bytes)")
     if not direct:
         dest.copy_(target)
+
+
+def read_slice_into(f, entry: TensorEntry, dest: torch.Tensor, dim: int, start: int) -> None:
+    """Fill `dest` with entry[..., start : start + dest.shape[dim], ...] along `dim`, reading only those bytes: one
+    contiguous run per index of the axes before `dim` (a single read for dim 0)."""
+    shape, length = entry.shape, dest.shape[dim]
+    wanted = (*shape[:dim], length, *shape[dim + 1 :])
+    if tuple(dest.shape) != wanted or not 0 <= start <= shape[dim] - length:
+        raise CheckpointError(
+            f"{entry.name}: rows [{start}, {start + length}) of axis {dim} do not fit its shape {list(shape)} "
+            f"into {list(dest.shape)}; {SHAPE_HINT}"
+        )
+    item = entry.dtype.itemsize
+    inner = math.prod(shape[dim + 1 :])
+    run = length * inner * item  # bytes of one contiguous run
+    target = torch.empty(wanted, dtype=entry.dtype)
+    view = _byte_view(target)
+    for outer in range(math.prod(shape[:dim])):
+        f.seek(entry.start + ((outer * shape[dim] + start) * inner) * item)
+        got = f.readinto(view[outer * run : (outer + 1) * run])
+        if got != run:
+            raise CheckpointError(f"{entry.path}: file ends inside {entry.name} (read {got} of {run} bytes)")
+    dest.copy_(target)

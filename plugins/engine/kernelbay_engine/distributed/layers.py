@@ -1,0 +1,85 @@
+"""The sharded layers' communication: what a rank's share of a layer computes, and how the ranks combine it.
+
+- `RowParallel`: a linear whose input features are split (o_proj, down_proj, c_proj): each rank multiplies its
+  columns, the ranks sum; the bias and the residual are added once (rank 0 holds the bias, the others zeros).
+- `VocabParallelHead`: the LM head split by vocabulary rows; the ranks' logits are gathered side by side (what the
+  driver samples from), the padding of an uneven split cut off.
+- `VocabParallelEmbedding`: the embedding table split by vocabulary rows; a rank looks up the ids it holds, zeros
+  elsewhere, and the ranks sum.
+- `ExpertParallel`: an MoE layer holding experts [first, first + count); the router stays whole on every rank, each
+  rank runs its own experts on the tokens routed to them (others weigh 0), the ranks sum.
+Column-parallel linears (q/k/v, gate/up, MLA's per-head projections) need nothing: their outputs stay split by head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from kernelbay_engine.distributed.group import TensorParallelGroup
+from kernelbay_engine.models.base import VocabEmbedding
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RowParallel:
+    """`Linear.combine` of a row-parallel linear."""
+
+    group: TensorParallelGroup
+
+    def __call__(self, layer, method, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        if residual is not None and self.group.parallel.is_driver:
+            y = method.apply_add(layer, x, residual)
+        else:
+            y = method.apply(layer, x)
+        return self.group.all_reduce(y.contiguous())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VocabParallelHead:
+    """`Linear.combine` of the LM head: every rank's vocabulary rows gathered, `vocab_size` columns kept."""
+
+    group: TensorParallelGroup
+    vocab_size: int
+
+    def __call__(self, layer, method, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        if residual is not None:
+            raise ValueError("the LM head adds no residual")
+        return self.group.all_gather_last(method.apply(layer, x))[..., : self.vocab_size]
+
+
+class VocabParallelEmbedding(VocabEmbedding):
+    """weight: [rows, hidden], the vocabulary rows [first, first + rows) (the last rank's tail zero padding)."""
+
+    def __init__(self, rows: int, hidden_size: int, *, first: int, group: TensorParallelGroup, scale=None):
+        super().__init__(rows, hidden_size, scale=scale)
+        self.first = first
+        self.group = group
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        local = input_ids - self.first
+        elsewhere = (local < 0) | (local >= self.weight.shape[0])
+        x = nn.functional.embedding(local.masked_fill(elsewhere, 0), self.weight)
+        x = self.group.all_reduce(x.masked_fill(elsewhere.unsqueeze(-1), 0.0))
+        if self.scale is not None:
+            x = x * torch.tensor(self.scale).to(x.dtype)  # rounded like transformers
+        return x
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ExpertParallel:
+    """`SparseMoE.expert_parallel`: the rank's experts [first, first + count) and the group that sums them."""
+
+    first: int
+    count: int
+    group: TensorParallelGroup
+
+    def localize(self, ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The router's (ids [T, k], weights [T, k]) as this rank's expert indices; another rank's expert weighs 0."""
+        local = ids - self.first
+        mine = (local >= 0) & (local < self.count)
+        return torch.where(mine, local, 0), torch.where(mine, weights, torch.zeros_like(weights))
+
+    def combine(self, out: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(out.contiguous())

@@ -1,0 +1,69 @@
+"""A rank's model: built from its per-rank config on meta, sharded against the whole model, and filled with only
+its slices of the checkpoint."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from kernelbay_engine.distributed.group import TensorParallelGroup
+from kernelbay_engine.distributed.sharding import RankShards, shard_model
+from kernelbay_engine.distributed.sizes import rank_config
+from kernelbay_engine.layers.moe import bind_moe_backends
+from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+
+
+def load_rank_model(
+    folder,
+    config,
+    group: TensorParallelGroup,
+    *,
+    dtype: str | None = None,
+    model_impl: str = "auto",
+    moe_backend: str | None = None,
+    attention_backend: str | None = None,
+    progress: bool | None = False,
+) -> tuple[nn.Module, RankShards]:
+    """This rank's share of the model at `folder` (`config`: its whole ModelConfig), loaded, MoE kernels bound."""
+    from kernelbay_engine.models.auto import AutoModelForCausalLM
+
+    parallel = group.parallel
+    whole = AutoModelForCausalLM.from_config(config, dtype=dtype, model_impl=model_impl)
+    model = AutoModelForCausalLM.from_config(
+        rank_config(config, parallel.world_size), dtype=dtype, model_impl=model_impl
+    )
+    shards = shard_model(model, whole, parallel, group)
+    del whole
+    for name in shards.padded:  # rows past the checkpoint's (uneven vocabulary split) stay zero
+        _zeros(model, name)
+    rules = model.checkpoint_rules()
+    rules = NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
+    load_weights(model, open_checkpoint(folder), rules, progress=progress, sources=shards.sources)
+    model.tie_weights()
+    if not parallel.is_driver:  # a row-parallel bias is added once, by rank 0
+        for linear in shards.zero_bias:
+            linear.bias.data.zero_()
+    bind_moe_backends(model, moe_backend)  # each layer's kernel built for this rank's experts
+    model.requested_attention_backend = attention_backend
+    return model.eval(), shards
+
+
+def _zeros(model: nn.Module, name: str) -> None:
+    module_path, _, attr = name.rpartition(".")
+    module = model.get_submodule(module_path)
+    param = module._parameters[attr]
+    assert param is not None
+    module._parameters[attr] = nn.Parameter(torch.zeros(param.shape, dtype=param.dtype), requires_grad=False)
+
+
+def weight_bytes(model: nn.Module, names: set[str] | None = None) -> int:
+    """Bytes of `model`'s parameters (each storage once), or of those named in `names`."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if (names is not None and name not in names) or p.is_meta:
+            continue
+        key = (p.untyped_storage().data_ptr(), p.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += p.numel() * p.element_size()
+    return total

@@ -1,0 +1,187 @@
+"""Shard a rank's model: which slice of every checkpoint tensor it reads, and how its layers combine over the ranks.
+
+The rank's model is built from its per-rank config (`sizes.rank_config`: its share of the heads, KV heads and FFN
+width), so every family's own code builds per-rank projections and attention geometry. This pass compares it with
+the whole model (both on meta, nothing allocated) and, for every parameter, reads the split off the shapes:
+- a dimension that shrank is split: the rank reads its block of it (its heads; with fewer KV heads than ranks the
+  KV head it shares with its neighbours), per part for fused projections (q/k/v, gate/up, GPT-2's c_attn);
+- a linear whose input features shrank is row-parallel (`layers.RowParallel`: summed over the ranks, the bias on
+  rank 0); one whose output shrank is column-parallel and needs nothing;
+- what did not shrink is replicated (norms, MLA's latent projections, routers, shared experts).
+Three modules are split explicitly: the embedding and the LM head by vocabulary rows, and each MoE layer's experts
+by expert (`layers.ExpertParallel`), the router whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+
+from kernelbay.errors import ConfigError
+from kernelbay_engine.distributed.group import TensorParallelGroup
+from kernelbay_engine.distributed.layers import ExpertParallel, RowParallel, VocabParallelEmbedding, VocabParallelHead
+from kernelbay_engine.distributed.parallel import ParallelConfig
+from kernelbay_engine.layers.linear import ExpertLinear, Linear, MergedLinear
+from kernelbay_engine.layers.moe import Experts, moe_layers
+from kernelbay_engine.loading.plan import SourcePiece
+from kernelbay_engine.models.quant import LinearQuantization, UnquantizedLinearMethod, create_weights
+
+
+@dataclass
+class RankShards:
+    """What the pass decided for one rank's model."""
+
+    sources: dict[str, tuple[SourcePiece, ...]] = field(default_factory=dict)
+    """Model-side tensor name -> the pieces of the checkpoint tensor this rank reads (absent: the whole tensor)."""
+    ignore: list[str] = field(default_factory=list)
+    """Regexes of checkpoint tensors this rank does not hold (other ranks' experts)."""
+    zero_bias: list[Linear] = field(default_factory=list)
+    """Row-parallel linears whose bias only rank 0 adds (the others zero theirs once loaded)."""
+    padded: list[str] = field(default_factory=list)
+    """Parameters with rows past the checkpoint's (an uneven vocabulary split): zeroed before loading."""
+    sharded: set[str] = field(default_factory=set)
+    """Parameters this rank holds a share of (not a replica)."""
+
+
+def shard_model(model: nn.Module, whole: nn.Module, parallel: ParallelConfig, group: TensorParallelGroup) -> RankShards:
+    """Split `model` (the rank's, on meta) against `whole` (the full model, on meta); see the module docstring."""
+    shards = RankShards()
+    skip = _shard_vocabulary(model, parallel, group, shards) | _shard_experts(model, parallel, group, shards)
+    whole_modules = dict(whole.named_modules())
+    for path, module in model.named_modules():
+        if path in skip or any(path.startswith(f"{s}.") for s in skip):
+            continue
+        reference = whole_modules.get(path)
+        if reference is None:
+            raise ConfigError(f"tensor parallelism: {path} exists only in the per-rank model; it cannot be sharded")
+        _shard_module(path, module, reference, parallel, group, shards)
+    return shards
+
+
+def _shard_module(path, module, reference, parallel, group, shards: RankShards) -> None:
+    if isinstance(module, Linear) and module.in_features != reference.in_features:
+        if module.out_features != reference.out_features:
+            raise ConfigError(f"tensor parallelism: {path} would be split on both its inputs and outputs")
+        module.combine = RowParallel(group)
+        if module.has_bias:
+            shards.zero_bias.append(module)
+    for name, param in module.named_parameters(recurse=False):
+        full = reference._parameters[name]
+        if param.shape == full.shape:
+            continue
+        shards.sharded.add(_join(path, name))
+        if isinstance(module, MergedLinear) and not isinstance(module, ExpertLinear) and name in ("weight", "bias"):
+            _merged_pieces(path, name, module, reference, parallel, shards)
+        else:
+            transposed = name == "weight" and module.checkpoint_transposed if isinstance(module, Linear) else False
+            shards.sources[_join(path, name)] = (_piece(path, name, param.shape, full.shape, parallel, transposed),)
+
+
+def _piece(path, name, shape, full_shape, parallel: ParallelConfig, transposed: bool) -> SourcePiece:
+    """The one split dimension of a parameter, as a slice of the checkpoint tensor."""
+    split = [d for d, (a, b) in enumerate(zip(shape, full_shape, strict=True)) if a != b]
+    if len(split) != 1:
+        raise ConfigError(
+            f"tensor parallelism: {_join(path, name)} {list(full_shape)} -> {list(shape)} is split on {len(split)} "
+            "dimensions; only one can be"
+        )
+    dim = split[0]
+    local = shape[dim]
+    stored_dim = 1 - dim if transposed else dim
+    return SourcePiece(stored_dim, parallel.block(full_shape[dim], local) * local, local)
+
+
+def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, parallel, shards: RankShards) -> None:
+    """A fused projection: each part split by head on its own (q/k/v parts differ in size with GQA)."""
+    out_dim = 1 if name == "weight" and module.checkpoint_transposed else 0
+    whole_rows, rows = reference.part_rows(), module.part_rows()
+    fused, parent = [], path.rpartition(".")[0]
+    for part, (start, local) in rows.items():
+        full_start, full = whole_rows[part]
+        begin = parallel.block(full, local) * local
+        fused.append(SourcePiece(out_dim, full_start + begin, local, start))
+        shards.sources[_join(parent, part, name)] = (SourcePiece(0, begin, local),)  # a part stored on its own
+    shards.sources[_join(path, name)] = tuple(fused)
+    if module.in_features != reference.in_features:
+        raise ConfigError(f"tensor parallelism: the fused {path} would be split on its inputs too")
+
+
+def _shard_vocabulary(model, parallel: ParallelConfig, group: TensorParallelGroup, shards: RankShards) -> set[str]:
+    """The embedding and the LM head split by vocabulary rows (the head's logits gathered for sampling)."""
+    embedding = model.input_embeddings()
+    vocab, hidden = embedding.weight.shape
+    rows = parallel.padded_share(vocab)
+    first = parallel.rank * rows
+    path = _path_of(model, embedding)
+    sharded = VocabParallelEmbedding(rows, hidden, first=first, group=group, scale=embedding.scale)
+    sharded.weight = nn.Parameter(torch.empty(rows, hidden, dtype=embedding.weight.dtype, device="meta"), False)
+    _replace(model, path, sharded)
+    held = max(0, min(rows, vocab - first))
+    shards.sources[f"{path}.weight"] = (SourcePiece(0, first, held),)
+    shards.sharded.add(f"{path}.weight")
+    if held < rows:
+        shards.padded.append(f"{path}.weight")
+    head = model.lm_head
+    if head.method is not None and not isinstance(head.method, UnquantizedLinearMethod):
+        raise ConfigError(f"tensor parallelism: the LM head's {type(head.method).__name__} weights are not sharded yet")
+    with torch.device("meta"):
+        local = Linear(hidden, rows, bias=head.has_bias, quantizable=False)
+        create_weights(local, LinearQuantization(), embedding.weight.dtype)
+    local.combine = VocabParallelHead(group, vocab)
+    model.lm_head = local
+    if model.tied:
+        model.tie_weights()
+    else:
+        shards.sources["lm_head.weight"] = (SourcePiece(0, first, held),)
+        shards.sharded.add("lm_head.weight")
+        if held < rows:
+            shards.padded.append("lm_head.weight")
+    if head.has_bias:
+        raise ConfigError("tensor parallelism: an LM head with a bias is not sharded yet")
+    return {path, "lm_head"}
+
+
+def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, shards: RankShards) -> set[str]:
+    """Each MoE layer keeps experts [rank * E/N, (rank + 1) * E/N); the router and any shared expert stay whole."""
+    done = set()
+    for layer in moe_layers(model):
+        path = _path_of(model, layer)
+        geometry, old = layer.geometry, layer.experts
+        count = geometry.num_experts // parallel.world_size
+        first = parallel.rank * count
+        gate, up = old.gate_up_proj.parts
+        (down,) = old.down_proj.parts
+        with torch.device("meta"):
+            local = Experts(
+                geometry.hidden_size, geometry.intermediate_size, count, bias=geometry.has_bias, names=(gate, up, down)
+            )
+            create_weights(local, LinearQuantization(), old.gate_up_proj.weight.dtype)
+        for linear in (local.gate_up_proj, local.down_proj):
+            linear.first_expert = first
+        layer.experts = local
+        layer.geometry = replace(geometry, num_experts=count, top_k=min(geometry.top_k, count))
+        layer.expert_parallel = ExpertParallel(first, count, group)
+        for name in ("gate_up_proj.weight", "down_proj.weight"):  # transformers' stacked layout [E, ...]
+            shards.sources[f"{path}.experts.{name}"] = (SourcePiece(0, first, count),)
+        shards.sharded.update(f"{path}.experts.{n}" for n, _ in local.named_parameters())
+        others = [str(e) for e in range(geometry.num_experts) if not first <= e < first + count]
+        if others:
+            shards.ignore.append(rf"{re.escape(path)}\.experts\.(?:{'|'.join(others)})\..*")
+        done.add(f"{path}.experts")
+    return done
+
+
+def _path_of(model: nn.Module, target: nn.Module) -> str:
+    return next(path for path, m in model.named_modules() if m is target)
+
+
+def _replace(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, module)
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)

@@ -1,0 +1,96 @@
+"""What tensor parallelism of N can shard, checked before any weight is read, and the per-rank config a rank's
+model is built from (its heads, KV heads and FFN width; hidden size, vocabulary and experts stay whole in it)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from kernelbay_engine.args import EngineArgumentError
+
+
+def size_problems(config, n: int) -> list[str]:
+    """Every reason `config` cannot run at tensor_parallel_size=n (empty: it can)."""
+    if n == 1:
+        return []
+    problems = []
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    if heads % n:
+        problems.append(f"num_attention_heads={heads} is not divisible by {n} (each rank takes an equal share)")
+    if config.mla is None and kv % n and n % kv:
+        problems.append(
+            f"num_key_value_heads={kv} neither divides by {n} nor divides {n} (KV heads are split, or replicated "
+            f"when fewer than the ranks)"
+        )
+    if config.intermediate_size % n:
+        problems.append(f"intermediate_size={config.intermediate_size} is not divisible by {n}")
+    if config.moe is not None and config.moe.num_experts % n:
+        problems.append(f"the {config.moe.num_experts} experts do not split evenly over {n} ranks")
+    return problems + _unsupported(config)
+
+
+def _unsupported(config) -> list[str]:
+    """What the sharded layers do not handle yet (refused, never run wrong)."""
+    problems = []
+    if config.quantization is not None:
+        problems.append(f"quantized checkpoints ({config.quantization.quant_method}) are not sharded yet")
+    if config.indexer is not None:
+        problems.append("DSA's lightning indexer (DeepSeek-V3.2) is not sharded yet")
+    if len(set(config.layer_num_kv_heads) - {0}) > 1:
+        problems.append("layers with different KV head counts are not sharded yet")
+    return problems
+
+
+def check_tensor_parallel(config, n: int, *, source: str) -> None:
+    """Refuse, with every reason, a tensor_parallel_size this model or machine cannot run (before any load)."""
+    problems = size_problems(config, n)
+    limit = max_ranks()
+    if n > limit:
+        problems.append(f"this machine runs at most {limit} ranks (one per CPU core{_gpu_note()})")
+    if problems:
+        raise EngineArgumentError(
+            f"tensor_parallel_size={n} cannot run {config.architecture} ({source}): " + "; ".join(problems)
+        )
+
+
+def check_options(n: int, *, quantization, model_impl: str, file_format: str) -> None:
+    """Options sharded ranks cannot honour yet, refused by name."""
+    if n == 1:
+        return
+    if quantization is not None:
+        raise EngineArgumentError(
+            f"quantization={quantization!r} is not sharded yet; use tensor_parallel_size=1 or leave quantization out"
+        )
+    if model_impl == "transformers":
+        raise EngineArgumentError("model_impl='transformers' (the fallback) is not sharded; use model_impl='native'")
+    if file_format != "safetensors":
+        raise EngineArgumentError(
+            f"{file_format} weights are not sharded yet (slices are read from safetensors); use tensor_parallel_size=1"
+        )
+
+
+def max_ranks() -> int:
+    """Ranks this machine can run: one per CUDA device where there are any, else one per CPU core."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _gpu_note() -> str:
+    return "" if max_ranks() == (os.cpu_count() or 1) else " or CUDA device"
+
+
+def rank_config(config, n: int):
+    """The config one of `n` ranks builds its model from: its share of the heads, KV heads and FFN width."""
+    if n == 1:
+        return config
+    kv = max(config.num_key_value_heads // n, 1)
+    return replace(
+        config,
+        num_attention_heads=config.num_attention_heads // n,
+        num_key_value_heads=kv,
+        layer_num_kv_heads=tuple(kv if k else 0 for k in config.layer_num_kv_heads),
+        intermediate_size=config.intermediate_size // n,
+    )
