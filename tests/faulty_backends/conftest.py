@@ -17,7 +17,8 @@ KERNELBAY = str(Path(sys.executable).with_name("kernelbay"))
 
 @pytest.fixture(scope="session")
 def faulty_site(tmp_path_factory) -> Path:
-    """A site holding kb-fixture-faulty (FAULTY_RAISES, FAULTY_DECODE, FAULTY_NAN) and kb-fixture-lazyvendor."""
+    """A site holding kb-fixture-faulty (FAULTY_RAISES, FAULTY_DECODE, FAULTY_NAN, FAULTY_MOE) and
+    kb-fixture-lazyvendor."""
     return install_into(tmp_path_factory.mktemp("faulty-site"), DISTS / "faulty", DISTS / "lazyvendor")
 
 

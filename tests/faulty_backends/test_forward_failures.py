@@ -55,3 +55,50 @@ def test_nan_logits_are_an_error_naming_the_backends_in_use(kernelbay_cli):
     assert done.stdout.strip() == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
     assert "the logits of engine step 1 (prefill of 1 request) are not finite" in done.stderr
     assert "attention 'FAULTY_NAN' (kb-fixture-faulty 2.1, external)" in done.stderr
+
+
+def test_an_moe_backend_raising_in_forward_names_it_and_the_layer(faulty_site, tmp_path):
+    """Through the API: FAULTY_MOE raising in a tiny Mixtral's experts is a BackendFailure naming the MoE backend,
+    its distribution, the MoE layer's name and the step (a subprocess: the fixture site on its path)."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    import transformers
+
+    config = transformers.MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
+    torch.manual_seed(0)
+    transformers.MixtralForCausalLM(config).eval().save_pretrained(tmp_path)
+    script = (
+        "import sys\n"
+        "from kernelbay_engine import LLM, SamplingParams\n"
+        "from kernelbay_engine.errors import BackendFailure\n"
+        "llm = LLM(sys.argv[1], moe_backend='FAULTY_MOE', progress=False, max_num_seqs=1)\n"
+        "try:\n"
+        "    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0))\n"
+        "except BackendFailure as err:\n"
+        "    print(err)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(faulty_site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    message = done.stdout.strip()
+    assert message.startswith(
+        "MoE backend 'FAULTY_MOE' (kb-fixture-faulty 2.1, external) failed in layer model.layers.0."
+    )
+    assert "at engine step 1 (prefill of 1 request): IndexError: expert kernel: routing table out of range" in message
+    assert "moe_backend= (--moe-backend NAME)" in message

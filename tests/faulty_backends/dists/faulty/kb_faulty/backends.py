@@ -1,7 +1,8 @@
-"""Attention backends that fail at run time, each in one way: VANILLA's capabilities, a broken forward."""
+"""Kernel backends that fail at run time, each in one way: a first-party backend's capabilities, a broken forward."""
 
 import torch
 
+from kernelbay_torch.moe import TorchMoEBackend
 from kernelbay_torch.vanilla import VanillaBackend
 
 
@@ -34,3 +35,12 @@ class ReturnsNaN(VanillaBackend):
 
     def _attend(self, q, md, args):
         return torch.full_like(super()._attend(q, md, args), float("nan"))
+
+
+class MoERaises(TorchMoEBackend):
+    """TORCH_MOE's capabilities; its expert kernel raises."""
+
+    name = "FAULTY_MOE"
+
+    def _experts(self, x, topk_ids, topk_weights, weights):
+        raise IndexError("expert kernel: routing table out of range")
