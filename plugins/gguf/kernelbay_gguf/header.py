@@ -50,6 +50,8 @@ class HeaderTensor:
 class Header:
     metadata: dict[str, Any]  # key -> value; an array is given as its length
     tensors: tuple[HeaderTensor, ...]
+    data_start: int = 0  # absolute offset of the tensor data section (the first tensor's bytes)
+    alignment: int = GGUF_DEFAULT_ALIGNMENT  # each tensor's offset is a multiple of it; padding fills the gaps
 
 
 class _Cursor:
@@ -113,7 +115,7 @@ def read_header(path: Path) -> Header:
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise HeaderError(f"general.alignment {alignment!r} is not a power of two")
         data_start = -(-cursor.pos // alignment) * alignment
-    return Header(metadata, tuple(_placed(entry, data_start) for entry in table))
+    return Header(metadata, tuple(_placed(entry, data_start) for entry in table), data_start, alignment)
 
 
 def _tensor_entry(cursor: _Cursor) -> tuple[str, tuple[int, ...], int, int]:

@@ -12,7 +12,15 @@ from typing import Any
 from kernelbay_engine.loading import CheckpointError
 from kernelbay_gguf.header import HeaderError, read_header
 from kernelbay_gguf.metadata import architecture
-from kernelbay_gguf.tensors import GGUFSource, TensorInfo, as_stored_by, check_tensor, tensor_info
+from kernelbay_gguf.tensors import (
+    DataLayout,
+    GGUFSource,
+    TensorInfo,
+    as_stored_by,
+    check_layout,
+    check_tensor,
+    tensor_info,
+)
 
 _FIX = "the file is truncated or not a GGUF model: re-download it"
 
@@ -24,6 +32,7 @@ class ParsedFile:
     metadata: dict[str, Any]  # key -> value; an array is given as its length (header.py)
     tensors: tuple[TensorInfo, ...]
     has_tokenizer: bool
+    layout: DataLayout  # where the tensor data lies: what the tensor table must tile
 
 
 class _Unreadable(Exception):
@@ -38,7 +47,8 @@ def _parse(path: Path, size: int, mtime: int) -> ParsedFile:
         tensors = tuple(tensor_info(t, size) for t in header.tensors)
     except (HeaderError, ValueError, OSError) as err:  # ValueError: mmap of an empty file
         raise _Unreadable(f"{path} is not a readable GGUF file ({err}); {_FIX}") from None
-    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata)
+    layout = DataLayout(header.data_start, header.alignment, size)
+    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata, layout)
 
 
 def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> ParsedFile:
@@ -59,8 +69,9 @@ def open_source(path: Path) -> GGUFSource:
     if arch.permuted_qk:
         n_head = fields[f"{name}.attention.head_count"]
         heads = (n_head, fields.get(f"{name}.attention.head_count_kv", n_head))
-    tensors = (as_stored_by(check_tensor(path, t), arch, heads) for t in parsed.tensors)
-    return GGUFSource(path, tensors, arch)
+    checked = [check_tensor(path, t) for t in parsed.tensors]  # each readable and present, then the table whole
+    check_layout(path, checked, parsed.layout)
+    return GGUFSource(path, (as_stored_by(t, arch, heads) for t in checked), arch)
 
 
 def release_free_heap() -> None:

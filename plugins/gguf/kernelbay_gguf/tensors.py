@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES, quant_shape_to_byte_shape
 from gguf import GGMLQuantizationType as Q
-from gguf import quant_shape_to_byte_shape
 from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
@@ -113,12 +113,69 @@ def check_tensor(path: Path, info: TensorInfo) -> TensorInfo:
             f"{path}: tensor {info.name!r} is stored as {info.qtype.name}, which kernelbay-gguf cannot read "
             f"(supported: {supported}); re-quantize the model to one of those"
         )
+    block = GGML_QUANT_SIZES[info.qtype][0]
+    if info.shape and info.shape[-1] % block:
+        raise CheckpointError(
+            f"{path}: tensor {info.name!r} is {info.qtype.name} with rows of {info.shape[-1]} values, not a multiple "
+            f"of its block of {block}; the header's type or shape is wrong: re-download or re-convert the file"
+        )
     if info.present != info.nbytes:
         raise CheckpointError(
             f"{path}: tensor {info.name!r} needs {info.nbytes} bytes at offset {info.start}, the file holds "
             f"{info.present} there; the file is truncated or its tensor offsets are wrong: re-download it"
         )
     return info
+
+
+@dataclass(frozen=True, slots=True)
+class DataLayout:
+    """The file's tensor data section: where it starts, the alignment of every tensor offset, the file's size."""
+
+    start: int
+    alignment: int
+    file_size: int
+
+    def padded(self, end: int) -> int:
+        """`end` rounded up to the alignment: where the next tensor starts."""
+        return -(-end // self.alignment) * self.alignment
+
+
+def check_layout(path: Path, tensors: Iterable[TensorInfo], layout: DataLayout) -> None:
+    """The tensor table tiles the data section as GGUF writers lay it out: in offset order, the first tensor at
+    the section's start, each next one where the previous one's bytes (from its type and shape) end, padded to the
+    alignment, and the last one ending the file. A tensor whose type or shape was changed in the header (an F32
+    norm retyped F16 or Q4_1) no longer fits the space it has, and would read garbage: refused, naming it."""
+    ordered = sorted(tensors, key=lambda t: t.start)
+    expected = layout.start
+    for before, info in zip([None, *ordered], ordered, strict=False):  # (previous, tensor) pairs
+        if info.start != expected:
+            raise CheckpointError(f"{path}: {_misplaced(before, info, expected, layout)}; {_LAYOUT_FIX}")
+        expected = layout.padded(info.start + info.nbytes)
+    if ordered and not ordered[-1].start + ordered[-1].nbytes <= layout.file_size <= expected:
+        last = ordered[-1]
+        space = layout.file_size - last.start
+        raise CheckpointError(f"{path}: {_declared(last)}, but the file leaves it {space} bytes; {_LAYOUT_FIX}")
+
+
+_LAYOUT_FIX = (
+    "the header's tensor table does not match the data (a tensor's type or shape was changed, or the file is "
+    "corrupt): re-download or re-convert it"
+)
+
+
+def _declared(info: TensorInfo) -> str:
+    return f"tensor {info.name!r} is declared {info.qtype.name} {list(info.shape)}, which takes {info.nbytes} bytes"
+
+
+def _misplaced(before: TensorInfo | None, info: TensorInfo, expected: int, layout: DataLayout) -> str:
+    if before is None:
+        return f"the first tensor, {info.name!r}, starts at byte {info.start}, not where the data does ({expected})"
+    space = info.start - before.start
+    padded = expected - before.start
+    return (
+        f"{_declared(before)} ({padded} with padding to {layout.alignment}), but the next tensor, {info.name!r}, "
+        f"starts {space} bytes after it"
+    )
 
 
 def as_stored_by(info: TensorInfo, arch: Architecture, heads: tuple[int, int] | None) -> TensorInfo:

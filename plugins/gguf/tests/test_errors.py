@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernelbay_gguf.tensors import SUPPORTED_TYPES
 
 from kernelbay.errors import MalformedConfig, MissingConfigFile, UnsupportedArchitecture
 from kernelbay_engine.config import ModelConfig
@@ -148,3 +153,101 @@ def test_folder_with_only_a_gguf_says_to_install_the_plugin(tmp_path, tiny_llama
     assert done.returncode == MissingConfigFile.exit_code, done.stderr
     assert "model.gguf' is a gguf file, but no weight format can open it" in done.stderr
     assert "kernelbay-gguf" in done.stderr
+
+
+# ---- the tensor table against the data (issue 28: a retyped tensor ran with garbage) ---------------------------
+@dataclass(frozen=True)
+class _Entry:
+    """One tensor of the table: where its type field lies, and what it declares."""
+
+    name: str
+    type_at: int
+    qtype: Q
+    row: int  # values per row (the innermost dimension)
+    elements: int
+    nbytes: int
+    start: int
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tmp_path_factory, tiny_llama) -> tuple[bytes, list[_Entry]]:
+    """The tiny Llama as GGUF bytes, and its tensor table (read once: writing and parsing cost seconds)."""
+    path = write_gguf(tmp_path_factory.mktemp("table") / "m.gguf", tiny_llama, "llama")
+    entries = [
+        _Entry(t.name, _type_offset(t.field), Q(t.tensor_type), int(t.shape[0]), int(t.n_elements), int(t.n_bytes),
+               int(t.data_offset))
+        for t in gguf.GGUFReader(path).tensors
+    ]  # fmt: skip
+    return path.read_bytes(), sorted(entries, key=lambda e: e.start)
+
+
+def _type_offset(field) -> int:
+    return field.offset + sum(part.nbytes for part in field.parts[:-2])  # name, n_dims, dims, then type, offset
+
+
+def _retyped(llama_gguf, folder, name: str, qtype: Q):
+    """A copy of the file with one tensor's ggml type rewritten in the table, its bytes left as they are."""
+    data, entries = llama_gguf
+    at = next(e.type_at for e in entries if e.name == name)
+    path = folder / "m.gguf"
+    path.write_bytes(data[:at] + struct.pack("<I", int(qtype)) + data[at + 4 :])
+    return path
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_retyped_norm_is_refused_naming_it(tmp_path, llama_gguf, qtype):
+    """blk.0.attn_norm.weight declared F16 / Q4_1 / Q8_0 over its F32 bytes: it no longer fills its space."""
+    path = _retyped(llama_gguf, tmp_path, "blk.0.attn_norm.weight", qtype)
+    expected = rf"m\.gguf: tensor 'blk\.0\.attn_norm\.weight' is declared {qtype.name} \[64\].*next tensor"
+    with pytest.raises(CheckpointError, match=expected):
+        open_checkpoint(path)
+
+
+def test_retyped_last_tensor_is_refused_against_the_file_end(tmp_path, llama_gguf):
+    """The last tensor has no next one: its declared size is checked against where the file ends."""
+    last = llama_gguf[1][-1].name
+    path = _retyped(llama_gguf, tmp_path, last, Q.F16)
+    with pytest.raises(CheckpointError, match=rf"'{re.escape(last)}' is declared F16 .* the file leaves it"):
+        open_checkpoint(path)
+
+
+def test_retyped_tensor_is_refused_by_the_model_load_too(tmp_path, llama_gguf):
+    """What LLM and `kernelbay run` reach: the load refuses before any weight is read (exit 9, CheckpointError)."""
+    from kernelbay_engine import AutoModelForCausalLM
+
+    path = _retyped(llama_gguf, tmp_path, "blk.0.attn_norm.weight", Q.F16)
+    with pytest.raises(CheckpointError, match=r"attn_norm\.weight' is declared F16"):
+        AutoModelForCausalLM.from_pretrained(path, progress=False)
+
+
+def test_rows_not_a_multiple_of_the_block_are_refused(tmp_path, llama_gguf):
+    """A weight of 64-value rows declared Q4_K (blocks of 256 values): refused before its size is trusted."""
+    path = _retyped(llama_gguf, tmp_path, "blk.0.attn_q.weight", Q.Q4_K)
+    with pytest.raises(CheckpointError, match=r"'blk\.0\.attn_q\.weight' is Q4_K with rows of 64 values"):
+        open_checkpoint(path)
+
+
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // gguf.GGUF_DEFAULT_ALIGNMENT) * gguf.GGUF_DEFAULT_ALIGNMENT
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_retype_that_changes_a_tensors_space_is_refused(data, tmp_path_factory, llama_gguf):
+    """Fuzz: any tensor retyped to any readable type; unless its declared size pads to the same space (F16 <->
+    BF16: the header alone cannot tell), the table no longer tiles the data and the file is refused, naming it."""
+    entry = data.draw(st.sampled_from(llama_gguf[1]), label="tensor")
+    qtype = data.draw(st.sampled_from(sorted(SUPPORTED_TYPES - {entry.qtype}, key=int)), label="type")
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    fits = entry.row % block == 0 and _padded(entry.elements // block * block_bytes) == _padded(entry.nbytes)
+    path = _retyped(llama_gguf, tmp_path_factory.mktemp("retype"), entry.name, qtype)
+    if fits:
+        open_checkpoint(path)  # indistinguishable from a file written that way
+        return
+    with pytest.raises(CheckpointError, match=re.escape(entry.name)):
+        open_checkpoint(path)
+
+
+def test_real_llama_cpp_file_tiles_exactly(smollm2):
+    """SmolLM2's Q4_1 file from llama.cpp (272 tensors, alignment 32) passes the table check unchanged."""
+    assert len(open_checkpoint(smollm2).names) == 272
