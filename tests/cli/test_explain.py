@@ -163,7 +163,7 @@ def test_tokens_that_fit_counts_whole_blocks():
 
 
 def test_explain_without_the_engine_names_the_distribution(monkeypatch):
-    """With kernelbay-engine left out, `kernelbay explain` is an error naming the distribution to install."""
+    """With kernelbay-engine disabled, `kernelbay explain` is an error naming the distribution and the way back."""
     from kernelbay.registry import default_registry, reset_registry
 
     monkeypatch.setenv("KERNELBAY_DISABLE_PLUGINS", "kernelbay-engine")
@@ -173,8 +173,8 @@ def test_explain_without_the_engine_names_the_distribution(monkeypatch):
         code, _, err = explain_in_process(str(CONFIGS / "gemma-2-2b"))
     finally:
         reset_registry(previous)
-    assert code == 1 and "`kernelbay explain` is provided by kernelbay-engine" in err, err
-    assert "pip install kernelbay-engine" in err
+    assert code == 1 and "`kernelbay explain` comes from kernelbay-engine, which is disabled by" in err, err
+    assert "remove kernelbay-engine from KERNELBAY_DISABLE_PLUGINS" in err
 
 
 def test_text_output_shows_how_defaults_and_quirks_were_resolved():

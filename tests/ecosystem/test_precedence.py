@@ -169,3 +169,23 @@ def test_explain_shows_acme_chosen_and_why_not_the_others(sites):
     assert candidates["ACME_INT8"]["chosen"]
     assert candidates["SDPA"]["reason"] == "capable, but ACME_INT8 comes first"
     assert "platform: acme is not supported (supported: cuda)" in candidates["FLASHINFER"]["failures"]
+
+
+@pytest.mark.slow
+def test_explain_and_run_agree_on_a_declining_provider(sites):
+    """On a plain CPU acme's Llama declines (NoTarget): explain names the built-in Llama as the provider and the
+    decline as its note, in the words `run` warns with, and run falls back to that same provider."""
+    import json
+
+    demo = str(REPO / "plugins/engine/kernelbay_engine/demo")
+    doc = json.loads(run_kernelbay(sites, "explain", demo, "--json").stdout)
+    assert (doc["provider"]["distribution"], doc["provider"]["origin"]) == ("kernelbay-llama", "built-in")
+    note = doc["provider"]["note"]
+    assert note.startswith("kernelbay_acme_llama.modeling (kernelbay-acme-llama 0.1.0, external) declined ")
+    assert note.endswith(
+        "falling back to the default implementation kernelbay_llama.modeling (kernelbay-llama 0.1.0, built-in)"
+    )
+    text = run_kernelbay(sites, "explain", demo).stdout
+    assert "provider     kernelbay_llama.modeling (kernelbay-llama 0.1.0, built-in)" in text and note in text
+    done = run_kernelbay(sites, "run", demo, "--prompt", "A", "--max-tokens", "2")
+    assert done.returncode == 0 and note in done.stderr, done.stderr

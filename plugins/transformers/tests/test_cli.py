@@ -27,7 +27,7 @@ def test_explain_names_the_fallback_where_it_serves(olmo2):
     done = run_cli("explain", olmo2)
     assert done.returncode == 0, done.stderr
     assert f"provider     {FALLBACK}" in done.stdout
-    assert "the fallback: no native implementation installed" in done.stdout
+    assert "the fallback serves: no native implementation installed" in done.stdout
     doc = json.loads(run_cli("explain", olmo2, "--json").stdout)
     assert (doc["provider"]["origin"], doc["provider"]["distribution"]) == ("fallback", "kernelbay-transformers")
 
@@ -48,6 +48,21 @@ def test_model_impl_transformers_on_a_native_architecture(tiny_checkpoints):
     assert f"provider     {FALLBACK}" in done.stdout
     assert "although a native implementation is installed" in done.stdout
     assert "displaces kernelbay_llama.modeling" in done.stdout
+
+
+def test_run_and_explain_give_one_reason_for_model_impl_transformers():
+    """--model-impl transformers on the (Llama) demo: run's warning and explain's note give the same reason,
+    naming the native provider that is installed (never "no native implementation installed")."""
+    reason = (
+        "model_impl='transformers', although a native implementation is installed "
+        "(kernelbay_llama.modeling (kernelbay-llama 0.1.0, built-in))"
+    )
+    run = run_cli("run", "--prompt", "A", "--max-tokens", "2", "--model-impl", "transformers")
+    assert run.returncode == 0, run.stderr
+    assert f"LlamaForCausalLM runs on the fallback provider {FALLBACK}: {reason}" in run.stderr
+    demo = str(REPO / "plugins/engine/kernelbay_engine/demo")
+    explain = run_cli("explain", demo, "--model-impl", "transformers")
+    assert f"the fallback serves: {reason}" in explain.stdout
 
 
 def test_an_external_provider_wins_over_the_fallback(tiny_checkpoints):

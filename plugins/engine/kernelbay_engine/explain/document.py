@@ -74,8 +74,9 @@ def _config_section(config, _options: dict) -> dict:
     return {field: data[field] for field in CONFIG_FIELDS}
 
 
-def _provider_section(_config, r: dict) -> dict:
+def _provider_section(config, r: dict) -> dict:
     from kernelbay.registry import Provider, default_registry, slot_info
+    from kernelbay_engine.models.auto import fallback_reason
 
     kind, model_impl = r["kind"], r["model_impl"]
     info = slot_info(kind, r["name"]) or {}
@@ -84,14 +85,28 @@ def _provider_section(_config, r: dict) -> dict:
     if model_impl == "transformers" or not claims:  # resolve_impl succeeded: the fallback serves
         fallback = default_registry().fallback_claim(kind)
         if fallback is not None:
-            note = (
-                "model_impl='transformers': the fallback serves although a native implementation is installed"
-                if claims
-                else "the fallback: no native implementation installed"
-            )
+            note = f"the fallback serves: {fallback_reason(kind, r['name'])}"
             claims.insert(0, fallback.to_dict())
+    elif model_impl == "auto":
+        claims, note = _after_declines(config, r["name"], claims)
     serving = claims[0]["provider"] if claims else dict.fromkeys(Provider._fields)
     return {**serving, "displaced": [c["provider"] for c in claims[1:]], "note": note}
+
+
+def _after_declines(config, name: str, claims: list[dict]) -> tuple[list[dict], str | None]:
+    """The claims from the one that will serve on: a winner that declines this config (NoTarget, as an external
+    build does off its hardware) gives way to the built-in implementation it displaced, as in `run`."""
+    from kernelbay.registry import Provider
+    from kernelbay_engine.models.auto import _import_target, decline_message, declined_reason
+
+    builtin = next((i for i, c in enumerate(claims[1:], 1) if c["provider"]["origin"] == "built-in"), None)
+    if builtin is None:  # nothing to fall back to: a decline would be an error, which building reports
+        return claims, None
+    reason = declined_reason(_import_target(claims[0]["target"]), config)
+    if reason is None:
+        return claims, None
+    decliner, serving = (Provider(**claims[i]["provider"]).describe() for i in (0, builtin))
+    return [claims[builtin], *claims[builtin + 1 :]], decline_message(decliner, name, reason, serving)
 
 
 # -- attention -----------------------------------------------------------------------------------

@@ -88,14 +88,42 @@ def _announce_fallback(kind: str, name: str, impl) -> None:
     fallback = registry.fallback_claim(kind)
     if fallback is None or _import_target(fallback.target) is not impl:
         return
-    slot = registry.slot(kind, name)
-    native = slot.winner if slot is not None else None
-    why = (
-        f"model_impl='transformers' (the native provider is {native.provider.describe()})"
-        if native is not None
-        else "no native implementation installed"
+    logger.warning(
+        "%s runs on the fallback provider %s: %s", name, fallback.provider.describe(), fallback_reason(kind, name)
     )
-    logger.warning("%s runs on the fallback provider %s: %s", name, fallback.provider.describe(), why)
+
+
+def fallback_reason(kind: str, name: str) -> str:
+    """Why the transformers fallback serves `name`, in the words run's warning and explain's note share: the
+    slot as the index and the registrations know it (the native provider is imported to be named)."""
+    from kernelbay.registry import slot_info
+
+    native = (slot_info(kind, name) or {}).get("winner")
+    if native is None:
+        return "no native implementation installed"
+    who = _describe_provider(native["provider"])
+    return f"model_impl='transformers', although a native implementation is installed ({who})"
+
+
+def _describe_provider(provider: dict) -> str:
+    from kernelbay.registry import Provider
+
+    return Provider(**provider).describe()
+
+
+def decline_message(decliner: str, name: str, reason: str, fallback: str) -> str:
+    """One text for an implementation declining (NoTarget): run's warning and explain's note."""
+    return f"{decliner} declined {name}: {reason}; falling back to the default implementation {fallback}"
+
+
+def declined_reason(impl, config) -> str | None:
+    """The reason `impl` declines `config` (its constructor's NoTarget), heard by building it on meta (no
+    weights, discarded): the check construct_model makes, for explain to show; None when it builds."""
+    try:
+        _build_named(impl, config, torch_dtype(config.dtype), meta=True)
+    except NoTarget as declined:
+        return declined.reason
+    return None
 
 
 def _describe(impl) -> str:
@@ -138,11 +166,7 @@ def construct_model(
                 f"implementation of {name} is installed to fall back to"
             ) from declined
         logger.warning(
-            "%s declined %s: %s; falling back to the default implementation %s",
-            _describe(impl),
-            name,
-            declined.reason,
-            _describe(fallback),
+            "%s", decline_message(_provider_of(config, impl), name, declined.reason, _provider_of(config, fallback))
         )
         return _build_named(fallback, config, dtype, meta)
 
