@@ -161,3 +161,15 @@ def test_plugins_shows_the_conflict_run_and_explain_meet(sites):
     assert any(line.split()[:3] == ["model", "LlamaForCausalLM", "CONFLICT:"] for line in text.splitlines()), text
     explained = run_kernelbay(sites, "explain", str(DEMO), "--custom-module-dirs", str(OVERRIDE_DIR))
     assert explained.returncode == 1 and "is claimed by two providers" in explained.stderr, explained.stderr
+
+
+def test_masked_logits_are_not_mistaken_for_a_failing_kernel(make_registry, tmp_path):
+    """The override's banned tokens are -inf logits, a mask: generation runs (the per-step NaN/+inf check lets -inf
+    through) and never samples them."""
+    from kernelbay_engine import LLM, SamplingParams
+
+    make_registry(with_acme=False)
+    load_custom_module_dirs([OVERRIDE_DIR])
+    llm = LLM(_demo_with(tmp_path, banned_token_ids=[5, 7]), progress=False, max_num_seqs=1)
+    out = llm.generate([[1, 5, 7, 9]], SamplingParams(max_tokens=6, temperature=0))[0]
+    assert len(out.token_ids) == 6 and not {5, 7} & set(out.token_ids)

@@ -28,7 +28,7 @@ class RequestTooLarge(InputError, MemoryError):
 
 
 class BackendFailure(errors.KernelbayError, RuntimeError):
-    """A kernel backend raised inside `forward`, or a step's logits came out NaN/inf: the message names the
+    """A kernel backend raised inside `forward`, or a step's logits came out NaN or +inf: the message names the
     backend(s) with their distribution, the layer and the engine step; the backend's own exception is the
     `__cause__` (the CLI prints its traceback under --trace). Not an input error: the installed kernel failed."""
 

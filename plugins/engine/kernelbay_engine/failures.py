@@ -2,7 +2,7 @@
 that ships it), in which layer, at which engine step — a `BackendFailure` (exit code 13), never a bare traceback.
 
 A layer turns its backend's exception into a `KernelRaised` (the backend named); the runner, which knows the
-layer's name and the step, re-raises it located (`located`). Logits that are not finite are `non_finite_logits`,
+layer's name and the step, re-raises it located (`located`). Logits holding NaN or +inf are `non_finite_logits`,
 naming every backend the step used: a kernel returning NaN would otherwise decode as garbage text, silently."""
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def located(err: KernelRaised, layer: str, step: str) -> BackendFailure:
 
 
 def non_finite_logits(step: str, backends: Iterable[tuple[str, str]]) -> BackendFailure:
-    """The step's logits hold NaN or inf; `backends` are the (kind, name) pairs the step ran."""
+    """The step's logits hold NaN or +inf; `backends` are the (kind, name) pairs the step ran."""
     named = "; ".join(f"{kind} {describe_backend(kind, name)}" for kind, name in backends)
     return BackendFailure(
-        f"the logits of {step} are not finite (NaN or inf), so no token can be sampled; the kernels in use: "
+        f"the logits of {step} are not finite (NaN or +inf), so no token can be sampled; the kernels in use: "
         f"{named}. A backend returned garbage: check it with `kernelbay check-backend NAME`, or run another "
         f"with {_CHOOSE['attention']} / {_CHOOSE['MoE']}"
     )
