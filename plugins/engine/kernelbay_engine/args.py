@@ -30,6 +30,7 @@ class EngineArgs:
     """Checked against the model's max_position_embeddings once the config is read (`max_model_len_for`)."""
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
     trust_remote_code: bool = False
     progress: bool | None = None
     prepack_weights: str = "auto"
@@ -39,18 +40,23 @@ class EngineArgs:
     tensor_parallel_size: int = 1
     """Ranks the model is sharded over; what the model and the machine allow is checked once the config is read
     (`kernelbay_engine.distributed.sizes`)."""
+    speculative: str | None = None
+    """None (plain decoding) or "ngram" (prompt-lookup proposals, kernelbay_engine.speculative)."""
+    num_speculative_tokens: int | None = None
+    """Tokens proposed per step (default DEFAULT_NUM_SPECULATIVE_TOKENS); only with `speculative`."""
 
     def __post_init__(self):
         for name in ("max_num_seqs", "block_size", "max_num_batched_tokens", "tensor_parallel_size"):
             _require_count(name, getattr(self, name), minimum=1)
         if self.max_model_len is not None:
             _require_count("max_model_len", self.max_model_len, minimum=2)
-        for name in ("enable_chunked_prefill", "trust_remote_code"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "trust_remote_code"):
             _require_bool(name, getattr(self, name))
         if self.progress is not None:
             _require_bool("progress", self.progress, "True, False or None (a bar when stderr is a terminal)")
         self._check_memory()
         self._check_choices()
+        self._check_speculation()
 
     def _check_memory(self) -> None:
         from kernelbay_engine.memory import parse_memory
@@ -76,6 +82,25 @@ class EngineArgs:
                 normalize_dtype(self.dtype)
             except ValueError:
                 _require_choice("dtype", self.dtype, MODEL_DTYPES, "None (the checkpoint's) or ")
+
+    def _check_speculation(self) -> None:
+        from kernelbay_engine.speculative import MAX_NUM_SPECULATIVE_TOKENS, NGRAM
+
+        if self.speculative is None:
+            if self.num_speculative_tokens is not None:
+                raise EngineArgumentError(
+                    f"num_speculative_tokens={self.num_speculative_tokens!r} needs speculative decoding; "
+                    f"pass speculative={NGRAM!r} too, or drop num_speculative_tokens"
+                )
+            return
+        _require_choice("speculative", self.speculative, (NGRAM,), "None or ")
+        if self.num_speculative_tokens is not None:
+            _require_count("num_speculative_tokens", self.num_speculative_tokens, minimum=1)
+            if self.num_speculative_tokens > MAX_NUM_SPECULATIVE_TOKENS:
+                raise EngineArgumentError(
+                    f"num_speculative_tokens must be at most {MAX_NUM_SPECULATIVE_TOKENS}, "
+                    f"got {self.num_speculative_tokens}"
+                )
 
 
 def max_model_len_for(requested: int | None, max_position_embeddings: int) -> int:

@@ -28,6 +28,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
     parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="print the engine's counters on stderr at the end (speculative acceptance, prefix-cache hits)",
+    )
 
 
 def add_engine_arguments(parser) -> None:
@@ -57,6 +62,18 @@ def add_engine_arguments(parser) -> None:
     )
     parser.add_argument(
         "--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized for the request)"
+    )
+    parser.add_argument(
+        "--speculative",
+        choices=("ngram",),
+        help="speculative decoding: ngram proposes next tokens by prompt lookup, verified in the same step "
+        "(same greedy output, same sampling distribution)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        metavar="K",
+        help="tokens proposed per step with --speculative (default 4)",
     )
     parser.add_argument(
         "--enable-prefix-caching",
@@ -107,6 +124,8 @@ def engine_options(args) -> dict:
         model_impl=args.model_impl,
         kv_cache_memory=args.kv_cache_memory,
         enable_prefix_caching=args.enable_prefix_caching,
+        speculative=args.speculative,
+        num_speculative_tokens=args.num_speculative_tokens,
         trust_remote_code=args.trust_remote_code,
         attention_backend_options=backend_options(args.backend_option),
     )
@@ -151,4 +170,17 @@ def run(args) -> int:
         sys.stdout.write("\n")
         raise
     sys.stdout.write("\n")
+    if args.stats:
+        print_stats(llm.stats())
     return 0
+
+
+def print_stats(stats) -> None:
+    """The engine's counters after a run, one `name: value` line each, on stderr (stdout holds the text)."""
+    lines = [
+        f"prefix cache hits: {stats.prefix_cache_hits} of {stats.prefix_cache_queries} prompt tokens",
+        f"speculative proposals: {stats.spec_draft_tokens} tokens in {stats.spec_verifications} verifications",
+        f"speculative acceptance rate: {stats.spec_acceptance_rate:.3f}",
+        f"speculative mean accepted length: {stats.spec_mean_accepted_length:.2f} tokens per verification",
+    ]
+    sys.stderr.write("".join(f"{line}\n" for line in lines))

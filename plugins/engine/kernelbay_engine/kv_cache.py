@@ -242,6 +242,31 @@ class KVCacheManager:
             self.grow_to(rid, start + n)
         return [self.step_request(rid, n) for rid, _, n in batch]
 
+    def truncate(self, request_id: Hashable, num_tokens: int) -> int:
+        """Shrink the request to its first `num_tokens` tokens (speculative tokens the model rejected); the blocks
+        past them return to the free list. Returns how many were freed.
+
+        Those blocks were taken for the rejected tokens alone, so this request is their only holder and none is
+        registered in the prefix cache (a block is registered only once its tokens are accepted)."""
+        req = self._get(request_id)
+        if not 0 <= num_tokens <= req.num_tokens:
+            raise ValueError(f"request {request_id!r} holds {req.num_tokens} tokens; it cannot shrink to {num_tokens}")
+        if num_tokens < req.num_hashed * self.block_size:  # a later write would land in a cached block
+            raise ValueError(
+                f"request {request_id!r}: its first {req.num_hashed} blocks are cached; it cannot shrink into them"
+            )
+        keep = self.blocks_needed(num_tokens)
+        for block in req.blocks[keep:]:
+            if self._refs[block] != 1 or self._hash[block] is not None:
+                raise AssertionError(f"block {block} of {request_id!r} is shared or cached; it cannot be rolled back")
+            self._refs[block] = 0
+            self._free_map[block] = _FREE
+            self._num_free += 1
+        freed = len(req.blocks) - keep
+        del req.blocks[keep:]
+        req.num_tokens = num_tokens
+        return freed
+
     def cache_blocks(self, request_id: Hashable, hashes: Sequence[BlockHash]) -> None:
         """Register the request's first `len(hashes)` blocks, whose keys and values are computed, under `hashes`.
 

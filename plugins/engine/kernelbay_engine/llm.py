@@ -70,6 +70,8 @@ class _Tracked:
     request: Request
     text: TextTracker | None
     """None when nobody needs the text before the end (no stop strings, not streaming)."""
+    delivered: int = 0
+    """Generated tokens already handed to the call (a step may add several: speculative decoding)."""
 
 
 class LLM:
@@ -95,6 +97,9 @@ class LLM:
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
     or KERNELBAY_MOE_BACKEND); unknown or incapable names fail before any weight is read.
+    speculative: "ngram" proposes up to `num_speculative_tokens` (default 4) next tokens per step by prompt
+    lookup and verifies them in the same step (kernelbay_engine.speculative): greedy outputs are those of
+    plain decoding, sampled ones follow the same distribution; `llm.stats()` reports the acceptance.
 
     Safe to call from many threads, and streams may be interleaved with other calls: whichever call
     finds no step running advances the whole batch and hands every call its own tokens (see
@@ -123,6 +128,8 @@ class LLM:
         model_impl: str = "auto",
         moe_backend: str | None = None,
         tensor_parallel_size: int = 1,
+        speculative: str | None = None,
+        num_speculative_tokens: int | None = None,
     ):
         EngineArgs(  # every argument checked, naming it, before anything is read
             max_num_seqs=max_num_seqs,
@@ -131,6 +138,7 @@ class LLM:
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
             enable_chunked_prefill=enable_chunked_prefill,
+            enable_prefix_caching=enable_prefix_caching,
             trust_remote_code=trust_remote_code,
             progress=progress,
             prepack_weights=prepack_weights,
@@ -138,6 +146,8 @@ class LLM:
             model_impl=model_impl,
             dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
+            speculative=speculative,
+            num_speculative_tokens=num_speculative_tokens,
         )
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
         _check_file_quantization(quantization, self.folder)
@@ -194,7 +204,13 @@ class LLM:
         with cache_allocation_errors(kv_cache_memory, scheduler_config.num_blocks * self.runner.bytes_per_block):
             self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
-        self._core = EngineCore(self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len)
+        self._core = EngineCore(
+            self.runner,
+            Scheduler(scheduler_config),
+            self._eos_token_ids(),
+            self.max_model_len,
+            _proposer(speculative, num_speculative_tokens),
+        )
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
         # The scheduler is touched only by the thread holding the step flag, or under the lock while it is
@@ -251,7 +267,7 @@ class LLM:
         """Requests running and waiting, KV blocks in use and cached, prefix-cache queries and hits, now (safe from any
         thread; no step waits)."""
         scheduler = self._core.scheduler
-        blocks, cache = scheduler.blocks, scheduler.prefix_cache_stats
+        blocks, cache, spec = scheduler.blocks, scheduler.prefix_cache_stats, self._core.speculation_stats
         return EngineStats(
             running=len(scheduler.running),
             waiting=len(scheduler.waiting),
@@ -261,6 +277,9 @@ class LLM:
             prefix_caching=self.prefix_caching.enabled,
             prefix_cache_queries=cache.queries,
             prefix_cache_hits=cache.hits,
+            spec_draft_tokens=spec.draft_tokens,
+            spec_accepted_tokens=spec.accepted_tokens,
+            spec_verifications=spec.verifications,
         )
 
     # -- requests ----------------------------------------------------------------------------------
@@ -344,29 +363,42 @@ class LLM:
         for request in self._core.step():
             tracked = self._tracked[request.request_id]
             try:
-                event = self._on_token(tracked)
+                events = self._on_tokens(tracked)
             except Exception as err:  # noqa: BLE001 - e.g. a decode failure fails its own call only
                 self._core.abort(request)
-                event = _Failure(err)
+                events = [_Failure(err)]
             if request.is_finished:
                 del self._tracked[request.request_id]
-            deliveries.append((tracked.call, event, request.is_finished))
+            deliveries += [(tracked.call, event, False) for event in events[:-1]]
+            deliveries.append((tracked.call, events[-1] if events else None, request.is_finished))
         return deliveries
 
-    def _on_token(self, tracked: _Tracked):
-        """The event a new token gives its call: a delta when streaming, the output when it finished."""
+    def _on_tokens(self, tracked: _Tracked) -> list:
+        """The events the request's new tokens give its call, token by token (a stop string may end it early)."""
+        events = []
+        while tracked.delivered < len(tracked.request.output_token_ids):
+            tracked.delivered += 1
+            event = self._on_token(tracked, tracked.delivered)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _on_token(self, tracked: _Tracked, count: int):
+        """The event the request's `count`-th generated token gives its call: a delta when streaming, the output
+        when it finished with this token."""
         request = tracked.request
-        if tracked.text is not None and tracked.text.update(request.output_token_ids):
-            self._core.stop(request)
+        if tracked.text is not None and tracked.text.update(request.output_token_ids[:count]):
+            self._core.stop(request, count)
+        last = count == len(request.output_token_ids)
         if tracked.call.stream:
             assert tracked.text is not None  # a streamed call always tracks its text
-            delta = tracked.text.delta(final=request.is_finished)
-            reason = request.finish_reason.value if request.finish_reason else None
-            logprobs = request.logprobs[-1] if request.logprobs else None
-            first = len(request.output_token_ids) == 1  # the prompt's log-probs ride on its first delta
-            prompt_logprobs = request.prompt_logprobs if first else None
-            return StreamDelta(tracked.index, request.output_token_ids[-1], delta, reason, logprobs, prompt_logprobs)
-        return self._output(tracked) if request.is_finished else None
+            delta = tracked.text.delta(final=request.is_finished and last)
+            reason = request.finish_reason.value if request.finish_reason and last else None
+            logprobs = request.logprobs[count - 1] if request.logprobs else None
+            prompt_logprobs = request.prompt_logprobs if count == 1 else None  # they ride on the first delta
+            token = request.output_token_ids[count - 1]
+            return StreamDelta(tracked.index, token, delta, reason, logprobs, prompt_logprobs)
+        return self._output(tracked) if request.is_finished and last else None
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
         request = tracked.request
@@ -510,14 +542,28 @@ class LLM:
         return quantize_model(self.model, mode)
 
     def _eos_token_ids(self) -> set[int]:
+        """Every end-of-sequence token: config.json's, generation_config.json's (what transformers stops at) and
+        the tokenizer's."""
+        from kernelbay_engine.config._generation import generation_eos_token_ids
+
         eos = getattr(self.config.hf_config, "eos_token_id", None)
         ids = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
+        ids |= generation_eos_token_ids(self.folder, self.config.vocab_size)
         return ids | (self.tokenizer.eos_token_ids if self.tokenizer else set())
 
     @property
     def attention_backends(self) -> dict[str, str]:
         """Layer kind -> the backend serving it."""
         return {kind: result.backend_name for kind, result in self.runner.cache.selection.groups}
+
+
+def _proposer(speculative: str | None, num_speculative_tokens: int | None):
+    """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs."""
+    from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
+
+    if speculative is None:
+        return None
+    return NgramProposer(num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
 
 
 def _select_moe(config, moe_backend: str | None, model_dtype: str):

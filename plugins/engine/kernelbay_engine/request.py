@@ -41,6 +41,7 @@ class Request:
         "prompt_logprobs",
         "cache_keys",
         "block_hashes",
+        "spec_token_ids",
     )
 
     def __init__(
@@ -73,6 +74,8 @@ class Request:
         every block hash, so only requests with equal keys share blocks (see kernelbay_engine.prefix_cache)."""
         self.block_hashes: list[bytes] = []
         """Prefix-cache hashes of its leading full blocks, extended as they fill (the scheduler's)."""
+        self.spec_token_ids: list[int] = []
+        """Proposed tokens the next step verifies after its last token (speculative decoding; empty otherwise)."""
 
     @property
     def num_tokens(self) -> int:

@@ -158,6 +158,22 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return int(ids[choice]) if ids is not None else choice
 
 
+def target_probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [N, vocab] -> [N, vocab] float32: the distribution `sample_row` draws each row from (temperature,
+    top-k, top-p), dense over the vocabulary (what speculative verification compares proposals against)."""
+    import torch
+
+    logits = logits.float() / params.temperature
+    vocab = logits.shape[-1]
+    k = params.top_k if 0 < params.top_k < vocab else vocab
+    values, ids = torch.topk(logits, k, dim=-1)
+    probs = torch.softmax(values, dim=-1)
+    if params.top_p < 1:
+        probs = _nucleus(probs, params.top_p)
+    probs = probs / probs.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(logits).scatter_(-1, ids, probs)
+
+
 def _nucleus(sorted_probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the most likely tokens (probs sorted descending) until their mass reaches top_p; at least one."""
     mass_before = sorted_probs.cumsum(-1) - sorted_probs

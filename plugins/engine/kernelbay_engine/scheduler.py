@@ -68,6 +68,8 @@ class ScheduledChunk:
     start_pos: int
     block_table: tuple[int, ...]
     """The request's blocks, in token order, covering every position up to `end_pos`."""
+    num_draft: int = 0
+    """Trailing proposed tokens in `token_ids` for the model to verify (speculative decoding)."""
 
     @property
     def end_pos(self) -> int:
@@ -76,7 +78,7 @@ class ScheduledChunk:
     @property
     def samples(self) -> bool:
         """True when this chunk reaches the end of the request's tokens (a prefill chunk does not)."""
-        return self.end_pos == self.request.num_tokens
+        return self.end_pos - self.num_draft == self.request.num_tokens
 
 
 @dataclass(slots=True)
@@ -124,6 +126,11 @@ class Scheduler:
             self._schedule_waiting(plan, budget)
         return plan
 
+    def roll_back(self, request: Request) -> None:
+        """Give back the blocks a verification step took for proposed tokens the model rejected: the request's
+        ledger shrinks to its `num_cached` tokens (those blocks never held an accepted token, so none is cached)."""
+        self.blocks.truncate(request.request_id, request.num_cached)
+
     def finish(self, request: Request) -> None:
         """Drop a finished request; its blocks are free for the next step."""
         self.running.remove(request)
@@ -145,7 +152,7 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             uncached = request.num_tokens - request.num_cached
-            count = 1 if uncached == 1 else min(uncached, budget)
+            count = 1 + self._fit_drafts(request, budget - 1) if uncached == 1 else min(uncached, budget)
             if count <= 0:
                 continue  # a chunked prefill waiting for budget
             if not self._make_room(request, count, plan):
@@ -153,6 +160,18 @@ class Scheduler:
             self._commit(request, plan, count)
             budget -= count
         return budget
+
+    def _fit_drafts(self, request: Request, budget: int) -> int:
+        """Keep the request's proposed tokens that fit the step's budget and the blocks it holds or are free, less
+        one free block per running request (room for their own next tokens): a proposal never preempts anyone, not
+        even later in the step. Returns how many it keeps."""
+        if not request.spec_token_ids or request.request_id not in self.blocks:
+            return 0
+        held = len(self.blocks.block_table(request.request_id))
+        spare = max(self.blocks.num_free_blocks - len(self.running), 0)
+        room = (held + spare) * self.config.block_size - request.num_tokens
+        del request.spec_token_ids[max(min(budget, room), 0) :]
+        return len(request.spec_token_ids)
 
     def _make_room(self, request: Request, count: int, plan: StepPlan) -> bool:
         """Preempt the newest running requests until `request` can cache `count` more tokens.
@@ -170,6 +189,7 @@ class Scheduler:
         self._release(request)
         request.status = RequestStatus.WAITING
         request.num_cached = 0
+        request.spec_token_ids = []
         self.waiting.appendleft(request)
         plan.preempted.append(request)
 
@@ -227,9 +247,10 @@ class Scheduler:
     def _commit(self, request: Request, plan: StepPlan, count: int) -> None:
         """Feed the next `count` uncached tokens of `request` this step and allocate the blocks they fill."""
         self._cache_computed(request)
-        tokens = request.uncached_token_ids()[:count]
+        uncached = request.uncached_token_ids()
+        tokens = (uncached + request.spec_token_ids)[:count]  # proposals follow a decode's one token
         table = self.blocks.grow_to(request.request_id, request.num_cached + count)
-        plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached, table))
+        plan.chunks.append(ScheduledChunk(request, tokens, request.num_cached, table, max(count - len(uncached), 0)))
 
     def _release(self, request: Request) -> None:
         if request.request_id in self.blocks:

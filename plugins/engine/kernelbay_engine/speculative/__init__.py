@@ -1,0 +1,48 @@
+"""Speculative decoding: cheap proposals for a request's next tokens, verified by the target model in one step.
+
+Each decode step, a proposer guesses up to `num_speculative_tokens` tokens that follow a request's sequence
+(`ngram`: the continuation of the latest earlier occurrence of its last few tokens, prompt lookup). The
+scheduler feeds the request's last token and the guesses as one multi-token row of the step (the same cached-
+context row chunked prefill uses), so the target scores every guess in one forward; `verify.accept_drafts`
+keeps the longest prefix the target agrees with plus one token of its own (greedy: identical to plain
+decoding; sampling: rejection sampling, so tokens follow the target distribution). The rejected guesses'
+cache slots are given back (`KVCacheManager.truncate`); they never reach the prefix cache, which registers
+only blocks of accepted tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelbay_engine.speculative.ngram import NgramProposer
+
+NGRAM = "ngram"
+"""`speculative=` value for prompt-lookup (n-gram) proposals."""
+DEFAULT_NUM_SPECULATIVE_TOKENS = 4
+MAX_NUM_SPECULATIVE_TOKENS = 32
+
+
+@dataclass(slots=True)
+class SpeculationStats:
+    """Proposals verified and accepted since the engine started (what `LLM.stats()` reports)."""
+
+    draft_tokens: int = 0
+    """Proposed tokens the target verified."""
+    accepted_tokens: int = 0
+    """Of those, tokens the target accepted."""
+    verifications: int = 0
+    """Request-steps that verified at least one proposed token."""
+
+    def record(self, proposed: int, accepted: int) -> None:
+        self.draft_tokens += proposed
+        self.accepted_tokens += accepted
+        self.verifications += 1
+
+
+__all__ = [
+    "DEFAULT_NUM_SPECULATIVE_TOKENS",
+    "MAX_NUM_SPECULATIVE_TOKENS",
+    "NGRAM",
+    "NgramProposer",
+    "SpeculationStats",
+]
