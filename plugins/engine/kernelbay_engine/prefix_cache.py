@@ -60,8 +60,6 @@ def prefix_caching_status(selection: LayerGroupSelection, requested: bool) -> Pr
     Every attention backend attends to a cached context over the paged cache (chunked prefill needs it, and the
     conformance kit's `mixed_prefill_decode` spec checks it), so no backend declares anything for it; what turns
     it off is the user, or layers whose keys depend on later tokens (bidirectional attention)."""
-    if not isinstance(requested, bool):
-        raise ValueError(f"enable_prefix_caching must be True or False, got {requested!r}")
     if not requested:
         return PrefixCaching(False, "off: turned off (enable_prefix_caching=False, --no-enable-prefix-caching)")
     if any(result.requirements.encoder for _, result in selection.groups):

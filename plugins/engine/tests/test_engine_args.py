@@ -21,6 +21,7 @@ from kernelbay_engine.args import EngineArgs, EngineArgumentError
         ({"block_size": 0}, "block_size must be an integer of at least 1"),
         ({"prepack_weights": "sometimes"}, "prepack_weights must be one of 'auto', 'always', 'never'"),
         ({"enable_chunked_prefill": "yes"}, "enable_chunked_prefill must be True or False, got 'yes'"),
+        ({"enable_prefix_caching": 1}, "enable_prefix_caching must be True or False, got 1"),
         ({"trust_remote_code": 1}, "trust_remote_code must be True or False"),
         ({"progress": "x"}, "progress must be True, False or None"),
         ({"quantization": "int3"}, "quantization must be None or one of"),
