@@ -56,6 +56,10 @@ class Checkpoint:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.entries[name].shape if name in self.entries else tuple(self.pickled[name].shape)
 
+    def dtype(self, name: str) -> torch.dtype:
+        """The dtype the tensor is stored in."""
+        return self.entries[name].dtype if name in self.entries else self.pickled[name].dtype
+
     def in_file_order(self, names) -> list[str]:
         """Names sorted by (file, offset): sequential reads, no seeking back and forth."""
 

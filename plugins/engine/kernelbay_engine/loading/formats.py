@@ -26,7 +26,11 @@ class TensorReader(Protocol):
 
 
 class WeightSource(Protocol):
-    """Every tensor of a checkpoint by its Hugging Face name (what model families' NameRules expect)."""
+    """Every tensor of a checkpoint by its Hugging Face name (what model families' NameRules expect).
+
+    A source whose tensors keep a stored dtype may also answer `dtype(name) -> torch.dtype`: the loader then
+    refuses integer or bool tensors where the model holds floats (a format that dequantizes as it reads has none).
+    """
 
     folder: Path  # the folder or file it was opened from (for messages)
 

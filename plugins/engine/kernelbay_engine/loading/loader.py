@@ -116,6 +116,41 @@ def _check_shapes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) ->
         raise CheckpointError("\n".join([*wrong, SHAPE_HINT]))
 
 
+def _check_dtypes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) -> None:
+    """Integer or bool tensors where the model holds floats (or another integer type where it holds codes), all
+    named before any byte is read: a cast would load them silently as other numbers. Integer weights are only the
+    codes of a quantized format, whose layers hold exactly the stored dtype (MXFP4's uint8 blocks and scales)."""
+    stored = getattr(checkpoint, "dtype", None)  # formats that dequantize as they read (GGUF) declare none
+    if stored is None:
+        return
+    params = dict(model.named_parameters(remove_duplicate=False))
+    wrong = [
+        f"{name}: stored as {_dtype_name(stored(name))}, the model holds {_dtype_name(params[t.param].dtype)}"
+        for name, t in plan.assignments.items()
+        if t.param in params and not _loadable_as(stored(name), params[t.param].dtype)
+    ]
+    if wrong:
+        raise CheckpointError(
+            "\n".join(
+                [
+                    f"{checkpoint.folder} stores tensors in a dtype the model cannot take without changing them:",
+                    *wrong,
+                    "(only a quantized format that config.json's quantization_config declares stores integer "
+                    "weights; re-convert the checkpoint with float weights)",
+                ]
+            )
+        )
+
+
+def _loadable_as(stored: torch.dtype, held: torch.dtype) -> bool:
+    """A float read into any float dtype (a cast); codes (integers, bool) only into exactly their own dtype."""
+    return stored.is_floating_point if held.is_floating_point else stored == held
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _stored_shape(param: torch.Tensor, target) -> tuple[int, ...]:
     """The shape the checkpoint must hold for `param` (reversed for a transposed, [in, out] weight)."""
     return tuple(reversed(param.shape)) if target.transposed else tuple(param.shape)
@@ -145,6 +180,7 @@ def load_weights(
             name: replace(t, source=sources.get(rules.rename(name), ())) for name, t in plan.assignments.items()
         }
     _check_shapes(model, checkpoint, plan)
+    _check_dtypes(model, checkpoint, plan)
     names = checkpoint.in_file_order(plan.assignments)
     total = sum(checkpoint.nbytes_of(n) for n in names)
     show = sys.stderr.isatty() if progress is None else progress

@@ -27,6 +27,7 @@ from kernelbay.errors import KernelbayError, NoTarget
 from kernelbay_engine.errors import ModelConstructionError
 from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+from kernelbay_engine.loading.tied_head import untie_a_different_stored_head
 from kernelbay_engine.models.base import default_dtype, torch_dtype
 from kernelbay_engine.models.meta import build_module
 from kernelbay_engine.models.quant import LinearQuantization, create_weights
@@ -269,6 +270,7 @@ class AutoModelForCausalLM:
         if before_load is not None:
             before_load(model)
         checkpoint = open_checkpoint(path, allow_pickle=allow_pickle)
+        untie_a_different_stored_head(model, checkpoint)  # as transformers does: the stored head, untied
         rules = model.checkpoint_rules() if hasattr(model, "checkpoint_rules") else NameRules()  # type: ignore[operator]  # a family's method, not a tensor
         load_weights(model, checkpoint, rules, progress=progress, mmap=mmap)
         _tie(model)

@@ -259,3 +259,82 @@ def test_chat_template_that_fails_is_a_tokenizer_error(template, cause, tiny_lla
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(TokenizerError, match=rf"chat template .*{cause}.*--raw"):
         Tokenizer(folder).encode_chat([{"role": "user", "content": "hi"}])
+
+
+# ---- dtypes, tied heads, generation_config.json (issue 28) ---------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool], ids=str)
+def test_float_weight_stored_as_integers_is_refused(dtype, llama, tmp_path):
+    """A float weight stored as int32/int64/int8/uint8/bool used to be cast silently: refused, all named at once."""
+    state = tensors(llama)
+    for name in ("model.norm.weight", "model.layers.0.self_attn.k_proj.weight"):  # a plain and a fused tensor
+        state[name] = state[name].to(dtype)
+    folder = write_variant(llama, tmp_path / "ints", state)
+    with pytest.raises(CheckpointError) as err:
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    for name in ("model.norm.weight", "model.layers.0.self_attn.k_proj.weight"):
+        assert f"{name}: stored as {str(dtype).removeprefix('torch.')}, the model holds float32" in str(err.value)
+    assert "quantization_config" in str(err.value)
+
+
+def test_float_weights_of_another_float_dtype_still_load(llama, tmp_path):
+    """bfloat16 weights into a float32 model are a cast, as before (only integers and bool are refused)."""
+    state = {name: t.to(torch.bfloat16) for name, t in tensors(llama).items()}
+    folder = write_variant(llama, tmp_path / "bf16", state)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
+    assert model.model.norm.weight.dtype == torch.float32
+
+
+def _tied_folder(tiny_llama: Path, tmp_path: Path, head: str) -> Path:
+    """The tiny Llama (with its tokenizer) saying tie_word_embeddings: true, storing a head that is its own
+    (`head="own"`) or a copy of the embedding table (`"copy"`)."""
+    import shutil
+
+    folder = shutil.copytree(tiny_llama, tmp_path / f"tied-{head}")
+    state = tensors(folder)
+    if head == "copy":
+        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    return write_variant(tiny_llama, folder, state, tie_word_embeddings=True)
+
+
+def _greedy_tokens_both_ways(folder: Path) -> tuple[list[int], list[int], object]:
+    from transformers import AutoModelForCausalLM as HFAutoModel
+
+    from kernelbay_engine import LLM, SamplingParams
+
+    prompt = [1, 5, 9, 14, 22]
+    hf = HFAutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    reference = hf.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0].tolist()[len(prompt) :]
+    llm = LLM(folder, progress=False)
+    ours = llm.generate([prompt], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].token_ids
+    return reference, list(ours), llm
+
+
+def test_tied_config_with_a_different_stored_head_runs_as_transformers_does(tiny_llama, tmp_path, caplog):
+    """tie_word_embeddings: true, but the checkpoint stores its own lm_head.weight: transformers 5.x keeps the stored
+    head untied; kernelbay does too (the same greedy tokens), and says so (a warning, and a note on the config)."""
+    reference, ours, llm = _greedy_tokens_both_ways(_tied_folder(tiny_llama, tmp_path, "own"))
+    assert ours == reference
+    model = llm.model
+    assert model.lm_head.weight is not model.model.embed_tokens.weight
+    assert not llm.config.tie_word_embeddings and any("the stored head is used" in n for n in llm.config.notes)
+    assert any("lm_head.weight that differs" in r.getMessage() for r in caplog.records)
+
+
+def test_tied_config_storing_a_copy_of_the_embedding_stays_tied(tiny_llama, tmp_path):
+    """A stored head equal to the embedding table changes nothing: tied (held once), the same tokens."""
+    reference, ours, llm = _greedy_tokens_both_ways(_tied_folder(tiny_llama, tmp_path, "copy"))
+    assert ours == reference
+    assert llm.model.lm_head.weight is llm.model.model.embed_tokens.weight and llm.config.tie_word_embeddings
+
+
+def test_explain_and_load_refuse_an_unloadable_quantization_alike(llama, tmp_path):
+    """quant_method "zzz": explain used to say runnable while run refused; one check, the same message."""
+    from kernelbay.errors import ConfigError
+    from kernelbay_engine.explain import explain_model
+
+    folder = write_variant(llama, tmp_path / "zzz", tensors(llama), quantization_config={"quant_method": "zzz"})
+    with pytest.raises(ConfigError) as explained:
+        explain_model(folder)
+    with pytest.raises(ConfigError) as loaded:
+        AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    assert str(explained.value) == str(loaded.value) and "'zzz'" in str(loaded.value)
