@@ -34,7 +34,7 @@ def test_one_item_per_spec(tmp_path):
     """[SDPA] gives one item per spec: its claims pass, its refusals are skips naming the capability."""
     done = pytest_in(tmp_path, "--kernelbay-backend", "SDPA")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "29 passed, 5 skipped" in done.stdout
+    assert "30 passed, 5 skipped" in done.stdout  # the 34 specs and claims_a_spec
     assert "not claimed: logit_softcap: attention logit soft-capping is not supported" in done.stdout
 
 
@@ -72,3 +72,17 @@ def test_without_the_option_nothing_is_imported_or_collected(tmp_path):
     )
     done = pytest_in(tmp_path)
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_backend_claiming_no_spec_fails_claims_a_spec(tmp_path):
+    """FAKE_CLAIMS_NOTHING (no head size declared) skips every spec, but `claims_a_spec` fails naming head_sizes."""
+    (tmp_path / "conftest.py").write_text(
+        "from kernelbay import register_attention_backend\n"
+        "from tests.testing._fakes import ClaimsNothing\n\n"
+        'register_attention_backend("FAKE_CLAIMS_NOTHING", target=ClaimsNothing)\n'
+    )
+    done = pytest_in(tmp_path, "--kernelbay-backend", "FAKE_CLAIMS_NOTHING", "-k", "claims_a_spec or small_decode")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 skipped" in done.stdout, done.stdout
+    hint = "[FAKE_CLAIMS_NOTHING] claims_a_spec: FAKE_CLAIMS_NOTHING can serve nothing: head_sizes refuse"
+    assert hint in done.stdout, done.stdout

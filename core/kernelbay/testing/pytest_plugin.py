@@ -1,7 +1,8 @@
 """pytest plugin (`pytest11` entry point): `pytest --kernelbay-backend NAME` runs the conformance kit.
 
 One test item per batch spec, under `kernelbay-backend[NAME]`: pass, fail (with the kit's detail), or skip
-for a spec the backend does not claim or a backend that is unavailable. pytest loads this module in every
+for a spec the backend does not claim or a backend that is unavailable; and `claims_a_spec`, failing a backend
+whose declarations refuse every spec (what to declare in its message). pytest loads this module in every
 run, so it imports nothing heavy (no torch) and does nothing unless the option is given.
 """
 
@@ -71,20 +72,45 @@ class BackendCollector(pytest.Collector):
     def collect(self) -> list[pytest.Item]:
         from .specs import ALL_SPECS
 
-        return [SpecItem.from_parent(self, name=name).add_kit_marker() for name in ALL_SPECS]
+        items = [ClaimsSomething.from_parent(self, name=ClaimsSomething.NAME)]
+        items += [SpecItem.from_parent(self, name=name) for name in ALL_SPECS]
+        return [item.add_kit_marker() for item in items]
 
 
-class SpecItem(pytest.Item):
-    """One batch spec checked on the collector's backend."""
+class KitItem(pytest.Item):
+    """One check of the kit on the collector's backend."""
 
     @property
     def subject(self) -> BackendUnderTest:
         """The backend under test, from the collector that made this item (only BackendCollector makes them)."""
         return cast(BackendCollector, self.parent).subject
 
-    def add_kit_marker(self) -> SpecItem:
+    def add_kit_marker(self) -> KitItem:
         self.add_marker(MARKER)
         return self
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailure):
+            return f"[{self.subject.name}] {self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"kernelbay conformance: {self.subject.name} {self.name}"
+
+
+class ClaimsSomething(KitItem):
+    """The backend claims some spec of the kit: one whose declarations refuse them all is never selected."""
+
+    NAME = "claims_a_spec"
+
+    def runtest(self) -> None:
+        unserved = self.subject.unserved()
+        if unserved is not None:
+            raise ConformanceFailure(unserved)
+
+
+class SpecItem(KitItem):
+    """One batch spec checked on the collector's backend."""
 
     def runtest(self) -> None:
         from .conformance import FAIL, PASS
@@ -95,11 +121,3 @@ class SpecItem(pytest.Item):
             raise ConformanceFailure(result.detail)
         if result.status != PASS:
             pytest.skip(result.detail)
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, ConformanceFailure):
-            return f"[{self.subject.name}] {self.name}: {excinfo.value}"
-        return super().repr_failure(excinfo, style)
-
-    def reportinfo(self):
-        return self.path, None, f"kernelbay conformance: {self.subject.name} {self.name}"
