@@ -58,3 +58,14 @@ def build_tiny_llama(folder: Path, *, seed: int = 0, **overrides) -> Path:
     model.save_pretrained(str(folder))
     train_tokenizer(folder)
     return folder
+
+
+def build_tiny_model(folder: Path, config, *, seed: int = 0) -> Path:
+    """A random fp32 transformers model of `config` (any family) saved as safetensors, without a tokenizer (prompts
+    are token ids); give the config a large initializer_range so greedy choices are not near-ties."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).to(torch.float32).eval()
+    model.save_pretrained(str(folder))
+    return folder

@@ -172,8 +172,7 @@ def _drive(spec: WorkerSpec, n: int, context) -> TensorParallelRunner:
         with engine.failures("loading the model"):
             runner = build_rank_runner(spec, group, TensorParallelRunner)
             runner.engine = engine
-            reports = group.gather(rank_report(runner, group.parallel))
-        engine.reports = list(reports or [])
+            engine.reports = group.gather(rank_report(runner, group.parallel))  # type: ignore[assignment]
     except BaseException:
         if engine is None and context is not None:
             for process in context.processes:

@@ -1,14 +1,18 @@
-"""`TensorParallelGroup`: the torch.distributed process group of one tensor-parallel engine, and the collectives its
-sharded layers and its driver call. Passed explicitly to every layer that communicates (no module-level state).
+"""`TensorParallelGroup`: the process groups of one tensor-parallel engine and the collectives its sharded layers and
+its driver call. Passed explicitly to every layer that communicates: no torch.distributed default group, no module
+state, so one process may hold several engines.
 
-Two groups over the same ranks: `compute` (the layers' all-reduces and gathers) waits at most `timeout_s`, so a rank
-that hangs fails the step instead of hanging it; `control` (the driver's broadcast of each step) waits as long as the
-engine stays idle. A rank that dies closes its connections, which fails the others' next collective at once. Before
-it exits, a rank that raised writes its cause to the group's TCP store (`failure/<rank>`), where the driver reads it.
+Two groups over the same ranks and TCP store: `compute` (the layers' all-reduces and gathers) waits at most
+`timeout_s`, so a rank that hangs fails the step instead of hanging it; `control` (the driver's broadcast of each step)
+waits as long as the engine stays idle. A rank that dies closes its connections, which fails the others' next
+collective at once. A rank that raised writes its cause to the store (`failure/<rank>`) before it exits, where the
+driver reads it.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -30,14 +34,13 @@ class Rendezvous:
 
 
 class TensorParallelGroup:
-    """This process's rank in the group, the TCP store and the two process groups (see the module docstring)."""
+    """This process's rank, the TCP store and the two process groups (see the module docstring)."""
 
-    def __init__(self, parallel: ParallelConfig, store, compute, control, backend: str):
+    def __init__(self, parallel: ParallelConfig, store, compute, control):
         self.parallel = parallel
         self.store = store
         self.compute = compute
         self.control = control
-        self.backend = backend
 
     @classmethod
     def join(
@@ -48,50 +51,54 @@ class TensorParallelGroup:
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> TensorParallelGroup:
-        """Join (rank 0: host) the group; gloo on CPU, NCCL on CUDA."""
-        backend = "nccl" if device.startswith("cuda") else "gloo"
+        """Join (rank 0 of a spawned engine: host) the group; gloo on CPU, NCCL on CUDA."""
         timeout = timedelta(seconds=timeout_s)
-        if rendezvous.host is None:  # torchrun: its environment names the store
-            dist.init_process_group(backend, timeout=timeout)
-            store = _store_of_env(parallel, timeout)
+        if rendezvous.host is None:  # torchrun: its agent's store, under a prefix of ours
+            host, port, hosting = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), False
         else:
             assert rendezvous.port is not None
-            store = dist.TCPStore(
-                rendezvous.host, rendezvous.port, parallel.world_size, parallel.is_driver, timeout=timeout
-            )
-            dist.init_process_group(
-                backend, store=store, rank=parallel.rank, world_size=parallel.world_size, timeout=timeout
-            )
-        ranks = list(range(parallel.world_size))
-        compute = dist.new_group(ranks, timeout=timeout, backend=backend)
-        control = dist.new_group(ranks, timeout=_IDLE, backend="gloo")
-        return cls(parallel, store, compute, control, backend)
+            host, port, hosting = rendezvous.host, rendezvous.port, parallel.is_driver
+        tcp = dist.TCPStore(host, port, parallel.world_size, hosting, timeout=timeout, wait_for_workers=False)
+        store = dist.PrefixStore("kernelbay/", tcp)
+        compute = _process_group(dist.PrefixStore("compute/", store), parallel, device, timeout)
+        control = dist.ProcessGroupGloo(dist.PrefixStore("control/", store), parallel.rank, parallel.world_size, _IDLE)
+        return cls(parallel, store, compute, control)
 
     # -- what the sharded layers call -----------------------------------------------------------------
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum `t` over the ranks, in place (it must be contiguous); returns it."""
-        dist.all_reduce(t, group=self.compute)
+        self.compute.allreduce([t]).wait()
         return t
 
     def all_gather_last(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's `t` [..., n] side by side on the last axis: [..., world_size * n]."""
         t = t.contiguous()
         parts = [torch.empty_like(t) for _ in range(self.parallel.world_size)]
-        dist.all_gather(parts, t, group=self.compute)
+        self.compute.allgather([parts], [t]).wait()
         return torch.cat(parts, dim=-1)
 
     # -- what the driver and the workers call ---------------------------------------------------------
     def broadcast(self, message: object = None) -> object:
         """The driver's `message` on every rank (the driver passes it, the others receive it)."""
-        box = [message]
-        dist.broadcast_object_list(box, src=0, group=self.control)
-        return box[0]
+        data = pickle.dumps(message) if self.parallel.is_driver else b""
+        size = torch.tensor([len(data)], dtype=torch.long)
+        self.control.broadcast([size], _root()).wait()
+        buffer = _bytes_tensor(data) if self.parallel.is_driver else torch.empty(int(size), dtype=torch.uint8)
+        self.control.broadcast([buffer], _root()).wait()
+        return message if self.parallel.is_driver else pickle.loads(buffer.numpy().tobytes())
 
-    def gather(self, report: object) -> list[object] | None:
-        """Every rank's `report`, on the driver (None elsewhere)."""
-        reports: list[object] | None = [None] * self.parallel.world_size if self.parallel.is_driver else None
-        dist.gather_object(report, reports, dst=0, group=self.control)
-        return reports
+    def gather(self, report: object) -> list[object]:
+        """Every rank's `report`, in rank order, on every rank."""
+        data = pickle.dumps(report)
+        n = self.parallel.world_size
+        sizes = [torch.zeros(1, dtype=torch.long) for _ in range(n)]
+        self.control.allgather([sizes], [torch.tensor([len(data)], dtype=torch.long)]).wait()
+        longest = max(int(s) for s in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: len(data)] = _bytes_tensor(data)
+        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(n)]
+        self.control.allgather([parts], [padded]).wait()
+        return [pickle.loads(p[: int(s)].numpy().tobytes()) for p, s in zip(parts, sizes, strict=True)]
 
     def report_failure(self, cause: str) -> None:
         """Leave this rank's cause where the driver looks (best effort: the store may be gone with the driver)."""
@@ -109,17 +116,27 @@ class TensorParallelGroup:
             return None
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave both groups (their connections close: a rank still waiting on this one fails at once)."""
+        for pg in (self.compute, self.control):
+            try:
+                pg.abort()
+            except Exception:  # noqa: BLE001 - already broken: nothing left to close
+                pass
 
 
-def _store_of_env(parallel: ParallelConfig, timeout: timedelta):
-    """torchrun's rendezvous store, prefixed as init_process_group's default group uses it."""
-    import os
+def _process_group(store, parallel: ParallelConfig, device: str, timeout: timedelta):
+    if device.startswith("cuda"):
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, parallel.rank, parallel.world_size, options)
+    return dist.ProcessGroupGloo(store, parallel.rank, parallel.world_size, timeout)
 
-    return dist.PrefixStore(
-        "kernelbay/",
-        dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), parallel.world_size, False, timeout=timeout
-        ),
-    )
+
+def _root() -> dist.BroadcastOptions:
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    return options
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)

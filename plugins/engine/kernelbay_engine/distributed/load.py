@@ -36,6 +36,7 @@ def load_rank_model(
     del whole
     for name in shards.padded:  # rows past the checkpoint's (uneven vocabulary split) stay zero
         _zeros(model, name)
+    model.tie_weights()  # a tied head shares the zeroed table
     rules = model.checkpoint_rules()
     rules = NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
     load_weights(model, open_checkpoint(folder), rules, progress=progress, sources=shards.sources)

@@ -1,0 +1,282 @@
+"""Tensor (and expert) parallelism over gloo with two ranks: tokens, weight shares, registry hand-off, failures.
+
+One spawned engine per model for the whole module (ranks take seconds to start); every engine is shut down at the
+module's end, and the failure test checks that no rank process outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+
+from kernelbay_engine import LLM, SamplingParams
+from kernelbay_engine.args import EngineArgumentError
+from kernelbay_engine.distributed import TensorParallelFailure
+from kernelbay_engine.distributed.handoff import registry_summary
+from kernelbay_engine.distributed.load import weight_bytes
+
+from .checkpoints import build_tiny_llama, build_tiny_model
+
+PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13], [3, 40, 17, 22, 8, 9, 10]]
+GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128)
+SIZES |= dict(initializer_range=0.3, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def _qwen3():
+    """Tied embeddings over an odd vocabulary: the last rank's rows are padded."""
+    return transformers.Qwen3Config(
+        **SIZES, vocab_size=97, intermediate_size=96, num_key_value_heads=2, head_dim=24, tie_word_embeddings=True
+    )
+
+
+def _deepseek_v2():
+    """MLA (per-head projections split, the latent replicated), a dense layer, then 4 experts split 2 + 2 with a
+    shared expert."""
+    return transformers.DeepseekV2Config(
+        **SIZES,
+        vocab_size=96,
+        intermediate_size=96,
+        num_key_value_heads=4,
+        moe_intermediate_size=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        q_lora_rank=None,
+        n_shared_experts=1,
+        topk_method="greedy",
+    )
+
+
+def _mixtral():
+    return transformers.MixtralConfig(
+        **SIZES, vocab_size=96, intermediate_size=32, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2
+    )
+
+
+def _gpt2():
+    """Biases everywhere, the fused c_attn stored transposed (Conv1D)."""
+    return transformers.GPT2Config(
+        vocab_size=96,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+FAMILIES = {"llama": None, "qwen3": _qwen3, "deepseek_v2": _deepseek_v2, "mixtral": _mixtral, "gpt2": _gpt2}
+_ENGINES: dict[str, tuple[list, LLM, int]] = {}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    made = {}
+    for name, config in FAMILIES.items():
+        folder = tmp_path_factory.mktemp(f"tp-{name}")
+        made[name] = build_tiny_llama(folder) if config is None else build_tiny_model(folder, config())
+    return made
+
+
+@pytest.fixture(scope="module")
+def engines(folders):
+    """family -> (greedy tokens at TP=1, the TP=2 LLM, the TP=1 model's weight bytes); built on first use."""
+
+    def get(name: str):
+        if name not in _ENGINES:
+            single = LLM(folders[name], progress=False)
+            expected = [o.token_ids for o in single.generate(PROMPTS, GREEDY)]
+            whole = weight_bytes(single.model)
+            del single
+            _ENGINES[name] = (expected, LLM(folders[name], progress=False, tensor_parallel_size=2), whole)
+        return _ENGINES[name]
+
+    yield get
+    for _expected, llm, _bytes in _ENGINES.values():
+        llm.runner.shutdown()
+    _ENGINES.clear()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_greedy_tokens_at_two_ranks_equal_one_rank(engines, family):
+    """[family] sharded over two gloo ranks, greedy decoding gives the single-process tokens."""
+    expected, llm, _ = engines(family)
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+
+
+@pytest.mark.parametrize("family", ["llama", "deepseek_v2", "gpt2"])
+def test_each_rank_holds_half_of_the_sharded_weights(engines, family):
+    """Every sharded tensor is split in two equal shares; together with the replicas they are the whole model."""
+    _, llm, whole = engines(family)
+    first, second = llm.runner.reports
+    assert first.sharded_weight_bytes == second.sharded_weight_bytes > 0
+    replicated = first.weight_bytes - first.sharded_weight_bytes
+    assert 2 * first.sharded_weight_bytes + replicated == whole
+    assert first.sharded_weight_bytes > 0.8 * whole / 2  # most of the model is sharded, not replicated
+
+
+def test_ranks_report_per_rank_geometry(engines):
+    """Each rank runs half the heads (GQA: one of the two KV heads) and half the FFN, and caches half the KV bytes."""
+    _, llm, _ = engines("llama")
+    assert [r.geometry for r in llm.runner.reports] == [(2, 1, 64), (2, 1, 64)]
+    single_block = 2 * 2 * 2 * 16 * 16 * 4  # layers x (K, V) x KV heads x head_dim x block x float32
+    assert [r.bytes_per_block for r in llm.runner.reports] == [single_block // 2] * 2
+
+
+def test_sizes_that_do_not_split_are_refused_before_loading(folders):
+    """N not dividing the heads, or more ranks than the machine has cores, is refused with the reason."""
+    with pytest.raises(EngineArgumentError, match=r"num_attention_heads=4 is not divisible by 3"):
+        LLM(folders["llama"], progress=False, tensor_parallel_size=3)
+    with pytest.raises(EngineArgumentError, match=r"runs at most \d+ ranks"):
+        LLM(folders["llama"], progress=False, tensor_parallel_size=64)
+    with pytest.raises(EngineArgumentError, match="tensor_parallel_size must be an integer"):
+        LLM(folders["llama"], progress=False, tensor_parallel_size=0)
+    with pytest.raises(EngineArgumentError, match="quantization='int8' is not sharded yet"):
+        LLM(folders["llama"], progress=False, tensor_parallel_size=2, quantization="int8")
+
+
+CUSTOM_MODEL = """
+from kernelbay import register_model
+from kernelbay_llama.modeling import LlamaForCausalLM
+
+
+@register_model("TinyTPForCausalLM")
+class TinyTPForCausalLM(LlamaForCausalLM):
+    pass
+"""
+RUNTIME_BACKEND = """
+from kernelbay import register_attention_backend
+from kernelbay_torch.sdpa import SdpaBackend
+
+
+@register_attention_backend("TP_SDPA")
+class TpSdpa(SdpaBackend):
+    name = "TP_SDPA"
+"""
+
+
+@pytest.fixture
+def custom_registry(tmp_path, folders, monkeypatch):
+    """A custom-dir architecture over the llama weights and a runtime-registered attention backend, in a registry
+    of their own (the session's is restored afterwards)."""
+    from kernelbay.registry import default_registry, load_custom_module_dirs, reset_registry
+
+    models, runtime = tmp_path / "models", tmp_path / "runtime"
+    models.mkdir(), runtime.mkdir()
+    (models / "tiny_tp.py").write_text(CUSTOM_MODEL)
+    (runtime / "tp_backend.py").write_text(RUNTIME_BACKEND)
+    folder = tmp_path / "custom"
+    folder.mkdir()
+    for item in folders["llama"].iterdir():
+        (folder / item.name).symlink_to(item)
+    config = json.loads((folders["llama"] / "config.json").read_text())
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["TinyTPForCausalLM"]}))
+    monkeypatch.syspath_prepend(str(runtime))
+    previous = default_registry()
+    reset_registry()
+    load_custom_module_dirs([str(models / "tiny_tp.py")])
+    import tp_backend  # noqa: F401 - registers TP_SDPA at runtime (an external provider)
+
+    yield folder
+    reset_registry(previous)
+    sys.modules.pop("tp_backend", None)
+
+
+def test_custom_dir_model_and_runtime_backend_reach_the_worker_lazily(custom_registry, engines):
+    """The worker rebuilds the parent's registry from its exported providers: the custom-dir model and the runtime
+    backend resolve there too, nothing exported is imported before it is resolved, and its slots and provenance equal
+    the parent's."""
+    expected, _, _ = engines("llama")
+    llm = LLM(custom_registry, progress=False, tensor_parallel_size=2, attention_backend="TP_SDPA")
+    try:
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+        driver, worker = llm.runner.reports
+        assert worker.attention_backends == (("full_attention", "TP_SDPA"),)
+        assert worker.imported_at_start == ()
+        assert list(driver.registry) == registry_summary()
+        # every slot of the parent's, with the same winner and provenance (a fresh worker process may also hold the
+        # built-in slots of a module the custom one imports, which the parent's registry has not resolved yet)
+        worker_slots = {(s["kind"], s["name"]): s for s in worker.registry}
+        assert {(s["kind"], s["name"]): s for s in driver.registry}.items() <= worker_slots.items()
+        external = {key: s["winner"]["provider"]["origin"] for key, s in worker_slots.items() if _external(s)}
+        assert external == {("model", "TinyTPForCausalLM"): "custom-dir", ("attention_backend", "TP_SDPA"): "external"}
+    finally:
+        llm.runner.shutdown()
+
+
+def test_killed_worker_fails_the_requests_naming_the_rank_and_leaves_no_process(folders):
+    """A rank killed mid-generation: the stream raises naming rank 1 and the signal, and no rank process remains."""
+    llm = LLM(folders["llama"], progress=False, tensor_parallel_size=2)
+    (pid,) = llm.runner.engine.worker_pids()
+    stream = llm.stream([PROMPTS[0]], SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
+    next(stream)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(TensorParallelFailure, match=r"rank 1 failed while .*killed by SIGKILL"):
+        list(stream)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped, not a zombie or an orphan
+    with pytest.raises(TensorParallelFailure, match="rank 1"):
+        llm.generate([PROMPTS[0]], GREEDY)  # the engine stays shut down, saying why
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _external(slot: dict) -> bool:
+    return slot["winner"]["provider"]["origin"] not in ("built-in", "fallback")
+
+
+TORCHRUN_SCRIPT = """
+import json, sys
+from kernelbay_engine import LLM, SamplingParams
+
+llm = LLM(sys.argv[1], progress=False, tensor_parallel_size=2)
+out = llm.generate(json.loads(sys.argv[2]), SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+print("TOKENS", json.dumps([o.token_ids for o in out]))
+llm.runner.shutdown()
+"""
+
+
+def test_the_same_engine_under_torchrun(tmp_path, folders, engines):
+    """`torchrun --nproc-per-node 2`: rank 0 drives, rank 1 serves its steps and exits; the tokens are TP=1's."""
+    expected, _, _ = engines("llama")
+    script = tmp_path / "tp_script.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    done = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            str(script),
+            str(folders["llama"]),
+            json.dumps(PROMPTS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("TOKENS ")]
+    assert [json.loads(line.removeprefix("TOKENS ")) for line in lines] == [expected]
