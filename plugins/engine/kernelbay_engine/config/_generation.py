@@ -7,6 +7,7 @@ ignored with a warning naming the file and the field, never silently.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -31,21 +32,29 @@ def generation_eos_token_ids(folder: Path, vocab_size: int) -> set[int]:
     try:
         data = read_json(file)
     except MalformedConfig as err:
-        return _ignored(f"{err} It is {_IGNORED}.")
+        line = re.search(r"at line (\d+)", str(err))
+        return _ignored(file, f"{err} It is {_IGNORED}.", int(line[1]) if line else 1)
     except OSError as err:
-        return _ignored(f"{file} cannot be read ({err.strerror}); it is {_IGNORED}.")
+        return _ignored(file, f"{file} cannot be read ({err.strerror}); it is {_IGNORED}.")
     if not isinstance(data, dict):
-        return _ignored(f"{file} holds a JSON {type(data).__name__}, not an object; it is {_IGNORED}.")
+        return _ignored(file, f"{file} holds a JSON {type(data).__name__}, not an object; it is {_IGNORED}.")
     eos = data.get("eos_token_id")
     ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
     if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
-        return _ignored(
+        message = (
             f"{file}: eos_token_id {eos!r} is not a token id or a list of token ids (0 to {vocab_size - 1}); "
             f"the field is {_IGNORED.replace('the file', 'it')}."
         )
+        return _ignored(file, message, _line_of(file, '"eos_token_id"'))
     return set(ids)
 
 
-def _ignored(message: str) -> set[int]:
-    warnings.warn(message, GenerationConfigWarning, stacklevel=3)
+def _ignored(file: Path, message: str, line: int = 1) -> set[int]:
+    """Warn at the file's own line (what a terminal shows under the message), and add no token."""
+    warnings.warn_explicit(message, GenerationConfigWarning, str(file), line, module="kernelbay_engine.config")
     return set()
+
+
+def _line_of(file: Path, text: str) -> int:
+    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((number for number, line in enumerate(lines, 1) if text in line), 1)

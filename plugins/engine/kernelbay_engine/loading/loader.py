@@ -125,20 +125,15 @@ def _check_dtypes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) ->
         return
     params = dict(model.named_parameters(remove_duplicate=False))
     wrong = [
-        f"{name}: stored as {_dtype_name(stored(name))}, the model holds {_dtype_name(params[t.param].dtype)}"
+        f"{name} is stored as {_dtype_name(stored(name))} where the model holds {_dtype_name(params[t.param].dtype)}"
         for name, t in plan.assignments.items()
         if t.param in params and not _loadable_as(stored(name), params[t.param].dtype)
     ]
     if wrong:
+        listed = "; ".join(wrong[:5]) + (f"; and {len(wrong) - 5} more" if len(wrong) > 5 else "")
         raise CheckpointError(
-            "\n".join(
-                [
-                    f"{checkpoint.folder} stores tensors in a dtype the model cannot take without changing them:",
-                    *wrong,
-                    "(only a quantized format that config.json's quantization_config declares stores integer "
-                    "weights; re-convert the checkpoint with float weights)",
-                ]
-            )
+            f"{checkpoint.folder}: {listed}. Integer weights are only the codes of a quantized format that "
+            "config.json's quantization_config declares; re-convert the checkpoint with float weights"
         )
 
 

@@ -40,6 +40,12 @@ def _nan(folder: Path) -> None:
     save_file(state, folder / SAFE)
 
 
+def _int_weights(folder: Path) -> None:
+    state = load_file(folder / SAFE)
+    state["model.norm.weight"] = state["model.norm.weight"].to(torch.int32)
+    save_file(state, folder / SAFE)
+
+
 def _tokenizer_json(folder: Path) -> None:
     (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 5}')
 
@@ -48,6 +54,7 @@ CASES = {
     "header_one_byte_short": (_header_one_byte_short, 9, ["model.safetensors is not a valid safetensors file"]),
     "duplicate": (_duplicate, 9, ["'model.norm.weight' is in both model.safetensors and zz-extra.safetensors"]),
     "nan": (_nan, 9, ["model.embed_tokens.weight", "NaN or infinite"]),
+    "int_weights": (_int_weights, 9, ["model.norm.weight is stored as int32 where the model holds float32"]),
     "tokenizer_json": (_tokenizer_json, 1, ["tokenizer", "cannot be loaded", "tokenizer.json"]),
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -271,9 +272,32 @@ def test_float_weight_stored_as_integers_is_refused(dtype, llama, tmp_path):
     folder = write_variant(llama, tmp_path / "ints", state)
     with pytest.raises(CheckpointError) as err:
         AutoModelForCausalLM.from_pretrained(folder, progress=False)
+    stored = str(dtype).removeprefix("torch.")
     for name in ("model.norm.weight", "model.layers.0.self_attn.k_proj.weight"):
-        assert f"{name}: stored as {str(dtype).removeprefix('torch.')}, the model holds float32" in str(err.value)
-    assert "quantization_config" in str(err.value)
+        assert f"{name} is stored as {stored} where the model holds float32" in str(err.value)
+    assert "quantization_config" in str(err.value) and "\n" not in str(err.value)  # one line
+
+
+STORED_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.int64,
+                 torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_tensor_in_any_stored_dtype_is_a_cast_or_refused_by_name(data, llama, tmp_path_factory):
+    """Fuzz: one tensor re-stored in any safetensors dtype. A float one loads (a cast; NaN/inf still refused), an
+    integer or bool one is refused naming it; nothing loads silently as other numbers."""
+    state = tensors(llama)
+    name = data.draw(st.sampled_from(sorted(state)), label="tensor")
+    dtype = data.draw(st.sampled_from(STORED_DTYPES), label="dtype")
+    state[name] = state[name].clamp(-100, 100).to(dtype)
+    folder = write_variant(llama, tmp_path_factory.mktemp("dtype"), state)
+    if dtype.is_floating_point:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
+        assert dict(model.named_parameters())  # loaded
+        return
+    with pytest.raises(CheckpointError, match=rf"{re.escape(name)} is stored as {str(dtype)[6:]} where"):
+        AutoModelForCausalLM.from_pretrained(folder, dtype="float32", progress=False)
 
 
 def test_float_weights_of_another_float_dtype_still_load(llama, tmp_path):
