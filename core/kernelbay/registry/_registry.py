@@ -337,9 +337,11 @@ class Registry:
         impl = self._load_winner(fallback)
         refusal = getattr(impl, "refusal", None) if hf_config is not None else None
         reason = refusal(hf_config) if callable(refusal) else None
-        if reason:
+        if reason:  # the reason first, in one sentence; what else is known after it
+            why = "no installed plugin provides it, and" if model_impl == "auto" else f"with model_impl={model_impl!r},"
             raise UnsupportedArchitecture(
-                f"{context.rstrip('.')}. The fallback {fallback.provider.describe()} cannot serve it: {reason}."
+                f"{KIND_LABEL[kind]} {name!r} cannot be served: {why} the fallback {fallback.provider.describe()} "
+                f"refuses it: {reason.rstrip('.')}. ({context})"
             )
         return impl
 

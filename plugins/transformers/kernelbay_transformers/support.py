@@ -32,8 +32,11 @@ def model_class(hf_config) -> type:
 
 def _remote_class(hf_config, reference: str) -> type:
     """The folder's own modeling code, only when its config code was trusted (--trust-remote-code): a config
-    class that came from the folder says so."""
-    if type(hf_config).__module__.startswith("transformers."):
+    class that came from the folder (transformers' dynamic modules) says so. Any other (transformers' own, a
+    plugin's) refuses at once, before transformers would look for the code, on the model hub too."""
+    from transformers.dynamic_module_utils import TRANSFORMERS_DYNAMIC_MODULE_NAME
+
+    if not type(hf_config).__module__.startswith(f"{TRANSFORMERS_DYNAMIC_MODULE_NAME}."):
         raise ValueError(
             f"{architecture(hf_config)} is implemented by the model folder's own code (auto_map {reference}); "
             "it runs only with --trust-remote-code (trust_remote_code=True)"

@@ -49,6 +49,25 @@ def test_refused_architecture_gives_its_reason(tmp_path, arch):
     assert arch in str(err.value) and err.value.exit_code == 6
 
 
+@pytest.mark.parametrize(
+    "arch, config",
+    [
+        ("MptForCausalLM", lambda: transformers.MptConfig(d_model=64, n_heads=4, n_layers=2, vocab_size=96)),
+        ("BloomForCausalLM", lambda: transformers.BloomConfig(hidden_size=64, n_head=4, n_layer=2, vocab_size=96)),
+    ],
+)
+def test_a_refusal_says_its_reason_in_its_first_sentence(tmp_path, arch, config):
+    """MPT and Bloom (transformers classes the fallback cannot plug into): the error's first sentence is the
+    refusal and its reason; no complaint about config fields kernelbay does not read for them, no "?." ."""
+    with pytest.raises(UnsupportedArchitecture) as err:
+        explain_model(_folder(tmp_path, arch, config()))
+    text = str(err.value)
+    first = text.split(" (Unknown architecture")[0]
+    assert first.startswith(f"architecture {arch!r} cannot be served: no installed plugin provides it, and the ")
+    assert first.endswith("so kernelbay's paged attention cannot be plugged in.")
+    assert "required field" not in text and "missing" not in text and "?." not in text
+
+
 def test_remote_code_runs_only_when_trusted(tmp_path):
     """An architecture only the folder's own code implements (auto_map) is refused without --trust-remote-code."""
     folder = _folder(

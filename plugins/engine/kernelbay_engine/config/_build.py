@@ -49,9 +49,10 @@ def build_from_folder(record: type[ModelConfig], path: str | Path, trust_remote_
 
 def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     """A config kernelbay cannot resolve, for an architecture transformers implements, may be one its provider
-    refuses anyway (the transformers fallback refuses encoder-decoders, state-space models, ...): that reason says
-    more. A malformed config of any other architecture (a name transformers does not know, a family rule's
-    refusal) keeps its own error."""
+    refuses anyway (the transformers fallback refuses encoder-decoders, state-space models, ...): that reason is
+    the error, alone (the fields kernelbay could not find only say that no family reads this config). A malformed
+    config of any other architecture (a name transformers does not know, a family rule's refusal) keeps its own
+    error."""
     from kernelbay.errors import KernelbayError, UnknownNameError, UnsupportedArchitecture
     from kernelbay.registry import resolve_impl
 
@@ -64,7 +65,7 @@ def _raise_provider_refusal(hf_config, err: ConfigError) -> None:
     except UnsupportedArchitecture as refused:
         if isinstance(refused.__cause__, UnknownNameError):  # nobody serves it: the config error stands
             return
-        raise UnsupportedArchitecture(f"{refused} (Config: {err})") from err
+        raise UnsupportedArchitecture(str(refused)) from err
     except KernelbayError:  # a broken or conflicting provider: the config error stands
         return
 
