@@ -203,10 +203,15 @@ class ModelRunner:
         return next((name for name, m in self.model.named_modules() if m is module), type(module).__name__)
 
     def _step_name(self, requests: Sequence[StepRequest]) -> str:
-        """`engine step 3 (decode of 2 requests)`: which step, and what it ran."""
-        decode = all(len(r.token_ids) == 1 and r.start_pos > 0 for r in requests)
+        """`engine step 3 (decode of 2 requests)`: which step, and what it ran (prefill, decode or mixed)."""
+        if all(r.start_pos == 0 for r in requests):
+            kind = "prefill"
+        elif all(len(r.token_ids) == 1 for r in requests):
+            kind = "decode"
+        else:  # prompt chunks beside decodes, or several new tokens of a running request (speculative decoding)
+            kind = "mixed step"
         count = f"{len(requests)} request{'s' if len(requests) > 1 else ''}"
-        return f"engine step {self.steps} ({'decode' if decode else 'prefill'} of {count})"
+        return f"engine step {self.steps} ({kind} of {count})"
 
     def _rows(self, requests: Sequence[StepRequest]) -> list[MetadataRow]:
         """The metadata rows: the given block tables, or blocks from the runner's own allocator."""
