@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from kernelbay_engine.outputs import StreamDelta
@@ -117,8 +118,10 @@ class AsyncEngine:
         self._accepting = False
 
     def join_workers(self, timeout: float) -> None:
-        """Wait for the worker threads (each ends at its stream's next delta once its consumer is gone)."""
+        """Wait up to `timeout` seconds in all for the worker threads (each ends at its stream's next delta once its
+        consumer is gone)."""
+        deadline = time.monotonic() + timeout
         with self._workers_lock:
             workers = list(self._workers)
         for worker in workers:
-            worker.join(timeout)
+            worker.join(max(0.0, deadline - time.monotonic()))

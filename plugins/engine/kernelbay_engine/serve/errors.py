@@ -73,6 +73,10 @@ def validation_error(err: RequestValidationError) -> APIError:
     return APIError(400, f"{param or 'body'}: {first.get('msg')}{shown}", param=param, code="invalid_value")
 
 
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+"""OpenAI-style codes for the framework's own HTTP errors (a body cut off mid-stream at the limit is a 413)."""
+
+
 def install(app: FastAPI) -> None:
     """Route every error to an OpenAI-shaped body."""
 
@@ -88,7 +92,8 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, err: HTTPException):
         kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
         headers = dict(err.headers) if err.headers else None
-        return APIError(err.status_code, str(err.detail), type=kind, headers=headers).response()
+        code = _HTTP_CODES.get(err.status_code)
+        return APIError(err.status_code, str(err.detail), type=kind, code=code, headers=headers).response()
 
     @app.exception_handler(InputError)
     async def _input(request: Request, err: InputError):

@@ -186,6 +186,34 @@ def test_disconnect_mid_stream_frees_the_blocks(served):
     assert done.usage.completion_tokens == whole - len(ids)
 
 
+def test_disconnect_while_waiting_for_a_whole_answer_aborts_it(served):
+    """A non-streamed request whose client hangs up is aborted too: blocks freed, generation stopped."""
+    before = served.metric("kernelbay_generation_tokens_total")
+    parts = urlsplit(served.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    body = json.dumps({"prompt": "the", "max_tokens": 250, "ignore_eos": True})
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer test-key"}
+    connection.request("POST", "/v1/completions", body, headers)
+    assert _wait_for(lambda: served.metric("kernelbay_generation_tokens_total") > before), "it never started"
+    _hang_up(connection)
+    assert _wait_for(lambda: served.metric("kernelbay_kv_blocks_used") == 0), "the blocks stayed held"
+    time.sleep(0.2)
+    assert served.metric("kernelbay_generation_tokens_total") - before < 250, "the request ran to its end"
+
+
+def test_chunked_body_past_the_limit_is_413(served):
+    """A body sent in chunks (no Content-Length) is cut off at the limit with the same 413."""
+    parts = urlsplit(served.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    chunks = iter([b'{"prompt": "', b"x" * MAX_REQUEST_BYTES, b'"}'])
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer test-key"}
+    connection.request("POST", "/v1/completions", chunks, headers, encode_chunked=True)
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 413 and body["error"]["code"] == "request_too_large"
+
+
 def test_full_queue_is_503_with_retry_after(serve_llm):
     """When the running batch and the queue are full, a request gets 503 with Retry-After, and later succeeds."""
     from kernelbay_engine.serve import ServeConfig, build_app

@@ -27,7 +27,7 @@ def test_smollm2_gguf_served_end_to_end():
     from kernelbay_engine import LLM
     from kernelbay_engine.serve import ServeConfig, build_app
 
-    llm = LLM(_smollm2(), progress=False, max_num_seqs=4, kv_cache_memory="64MiB", quantization="gguf")
+    llm = LLM(_smollm2(), progress=False, max_num_seqs=4, kv_cache_memory="64MiB")
     messages = [{"role": "user", "content": "Name a primary color."}]
     expected = llm.chat(messages, SamplingParams(max_tokens=12, temperature=0))
     completion = llm.generate("The capital of France is", SamplingParams(max_tokens=8, temperature=0))[0]
