@@ -27,6 +27,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, default=0, help="0 (default) keeps every token")
     parser.add_argument("--seed", type=int, help="make sampling reproducible")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
+    parser.add_argument(
+        "--logprobs",
+        type=int,
+        metavar="K",
+        help="after the text, print each generated token's log-probability and the K most likely tokens (stderr)",
+    )
     parser.add_argument("--raw", action="store_true", help="do not apply the folder's chat template")
     parser.add_argument(
         "--stats",
@@ -105,6 +111,7 @@ def sampling_params(args):
         top_k=args.top_k,
         seed=args.seed,
         stop=tuple(args.stop),
+        logprobs=args.logprobs,
     )
 
 
@@ -152,16 +159,20 @@ def prompt_ids(llm, args) -> list[int]:
 
 def run(args) -> int:
     from kernelbay_engine.inputs import check_model_folder, demo_model_folder
+    from kernelbay_engine.logprob_lines import logprob_lines
 
     params = sampling_params(args)  # bad flags and folders fail before torch is even imported
     args.kv_cache_memory = kv_cache_memory_argument(args.kv_cache_memory)
     folder = check_model_folder(args.model if args.model else demo_model_folder())
     llm = build_llm(args, folder)  # a cache the device cannot hold is an InputError naming kv_cache_memory
     ids = prompt_ids(llm, args)
+    steps = []  # (token id, its logprobs entry) with --logprobs
     try:
         for delta in llm.stream([ids], params):
             sys.stdout.write(delta.text)
             sys.stdout.flush()
+            if delta.logprobs is not None:
+                steps.append((delta.token_id, delta.logprobs))
     except KeyboardInterrupt:  # the line ends, then the host says "interrupted" and exits 130
         sys.stdout.write("\n")
         sys.stdout.flush()
@@ -170,6 +181,9 @@ def run(args) -> int:
         sys.stdout.write("\n")
         raise
     sys.stdout.write("\n")
+    if args.logprobs is not None:
+        sys.stdout.flush()  # the text first, then its logprobs
+        sys.stderr.write("".join(f"{line}\n" for line in logprob_lines(llm.tokenizer, steps, args.logprobs)))
     if args.stats:
         print_stats(llm.stats())
     return 0
