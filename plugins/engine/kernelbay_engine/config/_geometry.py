@@ -51,6 +51,9 @@ def resolve_mla(f: Fields, rules: FamilyRules) -> MLASpec | None:
     if missing:
         raise ConfigError(f"{f.source}: MLA config (kv_lora_rank={kv_lora_rank}) lacks required fields", missing)
     sizes = {name: f.required_int(name) for name in widths}
+    for name, value in {"kv_lora_rank": kv_lora_rank, "q_lora_rank": f.get_int("q_lora_rank"), **sizes}.items():
+        if value is not None and value > 0:  # below 1: the record's own words
+            check_size(f.source, name, value)
     try:
         mla = MLASpec(kv_lora_rank=kv_lora_rank, q_lora_rank=f.get_int("q_lora_rank"), **sizes)
     except ValueError as err:  # the contract record's words, as a config error

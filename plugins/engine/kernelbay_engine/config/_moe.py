@@ -118,8 +118,8 @@ def resolve_moe(f: Fields, n_layers: int, rules: FamilyRules) -> MoEConfig | Non
         routing=_TOPK_METHODS.get(str(f.get("topk_method")), "softmax_topk"),
         normalize=f.get_bool("norm_topk_prob", default=True),
         scaling=f.get_float("routed_scaling_factor", default=1.0),
-        num_groups=f.get_int("n_group", default=1) or 1,
-        top_groups=f.get_int("topk_group", default=1) or 1,
+        num_groups=_at_least(f, "n_group", 1),
+        top_groups=_at_least(f, "topk_group", 1),
         shared_intermediate_size=_shared_width(f),
         shared_gate=f.get_int("shared_expert_intermediate_size") is not None,
         **_activation(f),
@@ -150,8 +150,17 @@ def _shared_width(f: Fields) -> int:
 def _moe_layers(f: Fields, n_layers: int) -> tuple[bool, ...]:
     """Qwen: every `decoder_sparse_step`-th layer not in `mlp_only_layers`; DeepSeek: from `first_k_dense_replace`,
     every `moe_layer_freq`-th."""
-    step = f.get_int("decoder_sparse_step", default=1) or 1
+    step = _at_least(f, "decoder_sparse_step", 1)
     dense = set(f.get("mlp_only_layers", default=()) or ())
-    first = f.get_int("first_k_dense_replace", default=0) or 0
-    freq = f.get_int("moe_layer_freq", default=1) or 1
+    first = _at_least(f, "first_k_dense_replace", 0)
+    freq = _at_least(f, "moe_layer_freq", 1)
     return tuple(i not in dense and (i + 1) % step == 0 and i >= first and i % freq == 0 for i in range(n_layers))
+
+
+def _at_least(f: Fields, name: str, low: int) -> int:
+    """A routing or layer-pattern field (`low` when absent or null), refused below `low`: a step of 0 or -1
+    would make every layer an MoE layer, a group count of 0 would be read as 1, silently."""
+    value = f.get_int(name, default=low)
+    if value < low:
+        raise ConfigError(f"{f.source}: {name}={value} must be an integer of at least {low}.")
+    return value
