@@ -95,6 +95,13 @@ def add_engine_arguments(parser) -> None:
         "fallback; transformers: the fallback even where a native family exists",
     )
     parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="shard the model over N ranks (worker processes on torch.distributed; default 1)",
+    )
+    parser.add_argument(
         "--trust-remote-code",
         action="store_true",
         help="allow the folder's own config/tokenizer code to run (off by default)",
@@ -135,6 +142,7 @@ def engine_options(args) -> dict:
         num_speculative_tokens=args.num_speculative_tokens,
         trust_remote_code=args.trust_remote_code,
         attention_backend_options=backend_options(args.backend_option),
+        tensor_parallel_size=args.tensor_parallel_size,
     )
 
 

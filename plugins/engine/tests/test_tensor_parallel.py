@@ -150,6 +150,8 @@ def test_sizes_that_do_not_split_are_refused_before_loading(folders):
 
 
 CUSTOM_MODEL = """
+import multiprocessing
+
 from kernelbay import register_model
 from kernelbay_llama.modeling import LlamaForCausalLM
 
@@ -157,6 +159,14 @@ from kernelbay_llama.modeling import LlamaForCausalLM
 @register_model("TinyTPForCausalLM")
 class TinyTPForCausalLM(LlamaForCausalLM):
     pass
+
+
+@register_model("FailingTPForCausalLM")
+class FailingTPForCausalLM(LlamaForCausalLM):
+    def forward(self, input_ids, positions, metadata):
+        if multiprocessing.parent_process() is not None and int(positions.max()) >= 7:  # a spawned rank, mid-way
+            raise RuntimeError("rank-local failure for the test")
+        return super().forward(input_ids, positions, metadata)
 """
 RUNTIME_BACKEND = """
 from kernelbay import register_attention_backend
@@ -169,32 +179,39 @@ class TpSdpa(SdpaBackend):
 """
 
 
-@pytest.fixture
-def custom_registry(tmp_path, folders, monkeypatch):
-    """A custom-dir architecture over the llama weights and a runtime-registered attention backend, in a registry
-    of their own (the session's is restored afterwards)."""
+@pytest.fixture(scope="module")
+def custom_registry(tmp_path_factory, folders):
+    """`checkpoint(arch)`: the llama weights under a custom-dir architecture; a runtime-registered attention backend;
+    both in a registry of their own (the session's is restored afterwards)."""
     from kernelbay.registry import default_registry, load_custom_module_dirs, reset_registry
 
+    tmp_path = tmp_path_factory.mktemp("tp-custom")
     models, runtime = tmp_path / "models", tmp_path / "runtime"
     models.mkdir(), runtime.mkdir()
     (models / "tiny_tp.py").write_text(CUSTOM_MODEL)
     (runtime / "tp_backend.py").write_text(RUNTIME_BACKEND)
-    folder = tmp_path / "custom"
-    folder.mkdir()
-    for item in folders["llama"].iterdir():
-        (folder / item.name).symlink_to(item)
-    config = json.loads((folders["llama"] / "config.json").read_text())
-    (folder / "config.json").unlink()
-    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["TinyTPForCausalLM"]}))
-    monkeypatch.syspath_prepend(str(runtime))
+
+    def checkpoint(architecture: str) -> Path:
+        folder = tmp_path / architecture
+        folder.mkdir()
+        for item in folders["llama"].iterdir():
+            if item.name != "config.json":
+                (folder / item.name).symlink_to(item)
+        config = json.loads((folders["llama"] / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": [architecture]}))
+        return folder
+
+    sys.path.insert(0, str(runtime))
     previous = default_registry()
     reset_registry()
     load_custom_module_dirs([str(models / "tiny_tp.py")])
     import tp_backend  # noqa: F401 - registers TP_SDPA at runtime (an external provider)
 
-    yield folder
+    yield checkpoint
     reset_registry(previous)
-    sys.modules.pop("tp_backend", None)
+    sys.path.remove(str(runtime))
+    for module in ("tp_backend", "tiny_tp"):
+        sys.modules.pop(module, None)
 
 
 def test_custom_dir_model_and_runtime_backend_reach_the_worker_lazily(custom_registry, engines):
@@ -202,7 +219,8 @@ def test_custom_dir_model_and_runtime_backend_reach_the_worker_lazily(custom_reg
     backend resolve there too, nothing exported is imported before it is resolved, and its slots and provenance equal
     the parent's."""
     expected, _, _ = engines("llama")
-    llm = LLM(custom_registry, progress=False, tensor_parallel_size=2, attention_backend="TP_SDPA")
+    folder = custom_registry("TinyTPForCausalLM")
+    llm = LLM(folder, progress=False, tensor_parallel_size=2, attention_backend="TP_SDPA")
     try:
         assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
         driver, worker = llm.runner.reports
@@ -214,7 +232,11 @@ def test_custom_dir_model_and_runtime_backend_reach_the_worker_lazily(custom_reg
         worker_slots = {(s["kind"], s["name"]): s for s in worker.registry}
         assert {(s["kind"], s["name"]): s for s in driver.registry}.items() <= worker_slots.items()
         external = {key: s["winner"]["provider"]["origin"] for key, s in worker_slots.items() if _external(s)}
-        assert external == {("model", "TinyTPForCausalLM"): "custom-dir", ("attention_backend", "TP_SDPA"): "external"}
+        assert external == {
+            ("model", "TinyTPForCausalLM"): "custom-dir",
+            ("model", "FailingTPForCausalLM"): "custom-dir",
+            ("attention_backend", "TP_SDPA"): "external",
+        }
     finally:
         llm.runner.shutdown()
 
@@ -242,6 +264,55 @@ def _free_port() -> int:
 
 def _external(slot: dict) -> bool:
     return slot["winner"]["provider"]["origin"] not in ("built-in", "fallback")
+
+
+def test_a_rank_that_raises_fails_the_requests_naming_it_and_its_cause(custom_registry):
+    """Rank 1's forward raises mid-generation: the call fails naming rank 1, the step and the exception; no rank
+    process remains."""
+    llm = LLM(custom_registry("FailingTPForCausalLM"), progress=False, tensor_parallel_size=2)
+    (pid,) = llm.runner.engine.worker_pids()
+    with pytest.raises(
+        TensorParallelFailure, match=r"rank 1 failed while running engine step \d+: RuntimeError: rank-local failure"
+    ):
+        llm.generate([PROMPTS[0]], GREEDY)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_explain_shows_one_ranks_share(folders, engines):
+    """`explain --tensor-parallel-size 2` works out, on meta, the per-rank geometry, weight bytes and KV bytes per
+    token that the running ranks report."""
+    from kernelbay_engine.explain.document import explain_model
+
+    _, llm, whole = engines("llama")
+    section = explain_model(folders["llama"], tensor_parallel_size=2)["sections"]["tensor_parallel"]
+    report = llm.runner.reports[1]
+    assert section["whole_weight_bytes"] == whole
+    assert section["per_rank"] == {
+        "attention_heads": 2,
+        "kv_heads": 1,
+        "intermediate_size": 64,
+        "experts": 0,
+        "weight_bytes": report.weight_bytes,
+        "sharded_weight_bytes": report.sharded_weight_bytes,
+        "kv_bytes_per_token": report.bytes_per_block // 16,
+    }
+    refused = explain_model(folders["llama"], tensor_parallel_size=3)["sections"]["tensor_parallel"]
+    assert "num_attention_heads=4 is not divisible by 3" in refused["refused"][0]
+
+
+def test_run_refuses_a_size_that_does_not_split_before_loading(folders):
+    """`kernelbay run --tensor-parallel-size 3` on a 4-head model exits 1 naming the reason."""
+    kernelbay = Path(sys.executable).parent / "kernelbay"
+    done = subprocess.run(
+        [str(kernelbay), "run", str(folders["llama"]), "--prompt", "hi", "--tensor-parallel-size", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "tensor_parallel_size=3 cannot run LlamaForCausalLM" in done.stderr
+    assert "num_attention_heads=4 is not divisible by 3" in done.stderr
 
 
 TORCHRUN_SCRIPT = """

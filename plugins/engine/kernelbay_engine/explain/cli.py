@@ -39,6 +39,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--memory", metavar="GIB", help="KV-cache memory to size: GiB as a number (4, 0.5) or with a unit (512MiB)"
     )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="show what each of N ranks holds: per-rank geometry, weight bytes, KV bytes per token",
+    )
     parser.add_argument("--json", action="store_true", help="print the document (docs/explain-schema.md)")
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow the folder's own config code to run (off by default)"
@@ -87,6 +94,7 @@ def run(args) -> int:
         model_impl=args.model_impl,
         moe_backend=args.moe_backend,
         quantization=args.quantization,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0

@@ -50,6 +50,7 @@ def explain_model(
     moe_backend: str | None = None,
     model_impl: str = "auto",
     quantization: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> dict:
     """The explain document for the model folder at `path` (see docs/explain-schema.md); `model_impl`: auto |
     native | transformers, as for `kernelbay run` (which provider would serve). `memory` and `quantization`
@@ -65,6 +66,7 @@ def explain_model(
     LinearQuantization.from_quant_config(config.quantization)  # the one check `run` makes of the quantization
     options: dict[str, Any] = {"kind": kind, "name": name, "model_impl": model_impl, "moe_backend": moe_backend}
     options |= {"memory": memory, "quantization": quantization, "backend": backend, "kv_cache_dtype": kv_cache_dtype}
+    options["tensor_parallel_size"] = tensor_parallel_size  # the `tensor_parallel` section: one rank's share
     doc = {"schema_version": SCHEMA_VERSION, "model_path": config.source}
     return doc | {key: build(config, options) for key, (build, _) in SECTIONS.items()}
 

@@ -15,6 +15,12 @@ def _linear_kernels(config, options: dict) -> dict | None:
     return linear_kernels_section(config, options)
 
 
+def _tensor_parallel(config, options: dict) -> dict | None:
+    from kernelbay_engine.distributed.explain import tensor_parallel_section
+
+    return tensor_parallel_section(config, options)
+
+
 def kv_memory_section(config, options: dict) -> dict | None:
     """None without `--memory`; else the tokens it holds in whole blocks, as `LLM(kv_cache_memory=...)` does."""
     from .text import human_bytes
@@ -66,4 +72,4 @@ def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: 
 
 
 # Section name -> `section(config, options) -> dict | None`, in the document's order.
-SECTIONS = {"kv_memory": kv_memory_section, "linear_kernels": _linear_kernels}
+SECTIONS = {"kv_memory": kv_memory_section, "linear_kernels": _linear_kernels, "tensor_parallel": _tensor_parallel}
