@@ -137,6 +137,40 @@ def test_ranks_report_per_rank_geometry(engines):
     assert [r.bytes_per_block for r in llm.runner.reports] == [single_block // 2] * 2
 
 
+class _CountingFile:
+    """A file that counts the bytes read from it."""
+
+    def __init__(self, f):
+        self.f, self.read = f, 0
+
+    def seek(self, offset):
+        return self.f.seek(offset)
+
+    def readinto(self, view):
+        got = self.f.readinto(view)
+        self.read += got
+        return got
+
+
+@pytest.mark.parametrize(("dim", "start", "length"), [(0, 4, 4), (1, 3, 3), (1, 0, 2)])
+def test_a_rank_reads_only_its_slice_of_a_tensor(tmp_path, dim, start, length):
+    """A slice along either axis is read from the file's bytes of that slice alone (never the whole tensor)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from kernelbay_engine.loading.safetensors_file import read_index, read_slice_into
+
+    whole = torch.arange(48, dtype=torch.float32).reshape(8, 6)
+    save_file({"w": whole}, str(tmp_path / "model.safetensors"))
+    entry = read_index(tmp_path / "model.safetensors")["w"]
+    dest = torch.empty(whole.narrow(dim, start, length).shape)
+    with open(tmp_path / "model.safetensors", "rb", buffering=0) as raw:
+        counting = _CountingFile(raw)
+        read_slice_into(counting, entry, dest, dim, start)
+    assert torch.equal(dest, whole.narrow(dim, start, length))
+    assert counting.read == dest.numel() * 4
+
+
 def test_sizes_that_do_not_split_are_refused_before_loading(folders):
     """N not dividing the heads, or more ranks than the machine has cores, is refused with the reason."""
     with pytest.raises(EngineArgumentError, match=r"num_attention_heads=4 is not divisible by 3"):

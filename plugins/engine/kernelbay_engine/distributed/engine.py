@@ -170,9 +170,9 @@ def _drive(spec: WorkerSpec, n: int, context) -> TensorParallelRunner:
         group = TensorParallelGroup.join(ParallelConfig(n, 0), spec.rendezvous, timeout_s=spec.timeout_s)
         engine = TensorParallelEngine(group, context)
         with engine.failures("loading the model"):
-            runner = build_rank_runner(spec, group, TensorParallelRunner)
+            runner, shards = build_rank_runner(spec, group, TensorParallelRunner)
             runner.engine = engine
-            engine.reports = group.gather(rank_report(runner, group.parallel))  # type: ignore[assignment]
+            engine.reports = group.gather(rank_report(runner, shards))  # type: ignore[assignment]
     except BaseException:
         if engine is None and context is not None:
             for process in context.processes:

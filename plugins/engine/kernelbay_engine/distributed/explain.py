@@ -3,6 +3,11 @@ read): its attention and FFN geometry, its share of the weights and its KV bytes
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from kernelbay_engine.distributed.group import TensorParallelGroup
+
 
 def tensor_parallel_section(config, options: dict) -> dict | None:
     """None without `--tensor-parallel-size` (or with 1); else the per-rank figures, or why N cannot shard it."""
@@ -57,7 +62,8 @@ def _weight_bytes(config, n: int, model_impl: str) -> tuple[int, int, int]:
     whole = AutoModelForCausalLM.from_config(config, model_impl=model_impl)
     total = _bytes(whole)
     model = AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl)
-    shards = shard_model(model, whole, ParallelConfig(n, 0), group=None)  # no collective runs here
+    no_group = cast("TensorParallelGroup", None)  # nothing runs here: the layers never call it
+    shards = shard_model(model, whole, ParallelConfig(n, 0), no_group)
     return total, _bytes(model), _bytes(model, shards.sharded)
 
 

@@ -3,6 +3,8 @@ its slices of the checkpoint."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 from torch import nn
 
@@ -11,6 +13,9 @@ from kernelbay_engine.distributed.sharding import RankShards, shard_model
 from kernelbay_engine.distributed.sizes import rank_config
 from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+
+if TYPE_CHECKING:
+    from kernelbay_engine.models.base import CausalLM
 
 
 def load_rank_model(
@@ -29,8 +34,9 @@ def load_rank_model(
 
     parallel = group.parallel
     whole = AutoModelForCausalLM.from_config(config, dtype=dtype, model_impl=model_impl)
-    model = AutoModelForCausalLM.from_config(
-        rank_config(config, parallel.world_size), dtype=dtype, model_impl=model_impl
+    model = cast(
+        "CausalLM",
+        AutoModelForCausalLM.from_config(rank_config(config, parallel.world_size), dtype=dtype, model_impl=model_impl),
     )
     shards = shard_model(model, whole, parallel, group)
     del whole
@@ -46,7 +52,8 @@ def load_rank_model(
             linear.bias.data.zero_()
     bind_moe_backends(model, moe_backend)  # each layer's kernel built for this rank's experts
     model.requested_attention_backend = attention_backend
-    return model.eval(), shards
+    model.eval()
+    return model, shards
 
 
 def _zeros(model: nn.Module, name: str) -> None:

@@ -44,11 +44,12 @@ class RankShards:
     """Parameters with rows past the checkpoint's (an uneven vocabulary split): zeroed before loading."""
     sharded: set[str] = field(default_factory=set)
     """Parameters this rank holds a share of (not a replica)."""
+    rank: int = 0
 
 
 def shard_model(model: nn.Module, whole: nn.Module, parallel: ParallelConfig, group: TensorParallelGroup) -> RankShards:
     """Split `model` (the rank's, on meta) against `whole` (the full model, on meta); see the module docstring."""
-    shards = RankShards()
+    shards = RankShards(rank=parallel.rank)
     skip = _shard_vocabulary(model, parallel, group, shards) | _shard_experts(model, parallel, group, shards)
     whole_modules = dict(whole.named_modules())
     for path, module in model.named_modules():

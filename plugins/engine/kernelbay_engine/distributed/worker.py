@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kernelbay_engine.distributed.group import Rendezvous, TensorParallelGroup
@@ -40,15 +41,15 @@ def spawn_entry(index: int, spec: WorkerSpec) -> None:
     serve_rank(spec, ParallelConfig(spec.world_size, index + 1), imported)
 
 
-def serve_rank(spec: WorkerSpec, parallel: ParallelConfig, imported_at_start: list[str] = ()) -> None:  # type: ignore[assignment]
+def serve_rank(spec: WorkerSpec, parallel: ParallelConfig, imported_at_start: Sequence[str] = ()) -> None:
     """Join, load, report, then serve steps until Stop; a failure is left in the store for the driver, then raised."""
     import torch
 
     torch.set_num_threads(spec.threads)
     group = TensorParallelGroup.join(parallel, spec.rendezvous, timeout_s=spec.timeout_s)
     try:
-        runner = build_rank_runner(spec, group)
-        group.gather(rank_report(runner, parallel, tuple(imported_at_start)))
+        runner, shards = build_rank_runner(spec, group)
+        group.gather(rank_report(runner, shards, tuple(imported_at_start)))
         _serve(runner, group)
     except BaseException as err:
         group.report_failure(f"{type(err).__name__}: {err}"[:2000])
@@ -100,11 +101,11 @@ def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=N
     if not group.parallel.is_driver:
         rows = (1, min(o.get("max_num_seqs", 64), 64))
         prepack_linear_weights(model, rows=rows, policy=o.get("prepack_weights", "auto"))
-    runner.shards = shards  # type: ignore[attr-defined]  # what rank_report measures
-    return runner
+    return runner, shards
 
 
-def rank_report(runner, parallel: ParallelConfig, imported_at_start: tuple[str, ...] = ()) -> RankReport:
+def rank_report(runner, shards, imported_at_start: tuple[str, ...] = ()) -> RankReport:
+    """What this rank holds and runs (`shards`: the sharding pass's `RankShards` for its model)."""
     from kernelbay_engine.distributed.handoff import registry_summary
     from kernelbay_engine.distributed.load import weight_bytes
     from kernelbay_engine.layers.moe import moe_layers
@@ -113,10 +114,10 @@ def rank_report(runner, parallel: ParallelConfig, imported_at_start: tuple[str, 
     moe = [layer.backend.name for layer in moe_layers(model) if layer.backend is not None]
     config = model.config
     return RankReport(
-        rank=parallel.rank,
+        rank=shards.rank,
         pid=os.getpid(),
         weight_bytes=weight_bytes(model),
-        sharded_weight_bytes=weight_bytes(model, runner.shards.sharded),
+        sharded_weight_bytes=weight_bytes(model, shards.sharded),
         bytes_per_block=runner.bytes_per_block,
         attention_backends=tuple((kind, r.backend_name) for kind, r in runner.cache.selection.groups),
         moe_backend=moe[0] if moe else None,

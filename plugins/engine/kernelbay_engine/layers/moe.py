@@ -29,6 +29,7 @@ Public interface:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,9 @@ from kernelbay.moe import ExpertWeights, MoEBackend, MoEGeometry, dense_weights
 from kernelbay_engine.failures import KernelRaised
 from kernelbay_engine.layers.activation import GatedMLP
 from kernelbay_engine.layers.linear import ExpertLinear, Linear
+
+if TYPE_CHECKING:
+    from kernelbay_engine.distributed.layers import ExpertParallel
 
 ROUTING_METHODS = {("softmax", "greedy"), ("softmax", "group_limited_greedy"), ("sigmoid", "noaux_tc")}
 _KINDS = {"greedy": "softmax_topk", "group_limited_greedy": "grouped_topk", "noaux_tc": "noaux_tc"}
@@ -228,7 +232,7 @@ class SparseMoE(nn.Module):
         self.shared_expert_gate = Linear(geometry.hidden_size, 1) if shared_size and shared_gate else None
         self.backend: MoEBackend | None = None
         self.prepared: ExpertWeights | None = None
-        self.expert_parallel = None
+        self.expert_parallel: ExpertParallel | None = None
         """Expert parallelism (`kernelbay_engine.distributed.layers.ExpertParallel`): this rank's experts and how
         the ranks sum them; None: every expert is here."""
 
