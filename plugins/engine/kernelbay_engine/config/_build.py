@@ -38,6 +38,9 @@ def build_from_folder(record: type[ModelConfig], path: str | Path, trust_remote_
         hf_config = hf_config_from_dict(folder, raw)
         fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)")
     else:
+        names, model_type = raw.get("architectures"), raw.get("model_type")
+        if isinstance(names, list) and names and isinstance(names[0], str) and isinstance(model_type, str):
+            _check_family(str(folder / CONFIG_FILE), names[0], model_type)  # before another family's class parses it
         hf_config = load_hf_config(folder, raw, trust_remote_code)
         fields = Fields(raw, _parsed(hf_config), str(folder / CONFIG_FILE), folder, stored_tensors)
     try:
@@ -180,7 +183,7 @@ def _naming(f: Fields, model_type: str, encoder_only: bool, rules: FamilyRules) 
     encoder-only -> vision encoder; drafts -> EAGLE3<Arch>; a family's `architecture` rule may rename a legacy
     architectures[0]."""
     names = _architectures(f, model_type)
-    _check_family(f, names[0], model_type)
+    _check_family(f.source, names[0], model_type)
     architecture, kind, draft_vocab_size = names[0], "model", None
     if f.get("draft_vocab_size") is not None:
         architecture, kind = draft_architecture(names[0]), "draft_model"
@@ -213,7 +216,7 @@ def _architectures(f: Fields, model_type: str) -> tuple[str, ...]:
     return (default,)
 
 
-def _check_family(f: Fields, architecture: str, model_type: str) -> None:
+def _check_family(source: str, architecture: str, model_type: str) -> None:
     """architectures[0] and model_type name one family: where transformers pairs the class with model_types and
     knows this model_type too, it must be one of them (a Llama config saying gpt2 would get GPT-2's rules)."""
     family = model_types_by_class().get(architecture)
@@ -224,7 +227,7 @@ def _check_family(f: Fields, architecture: str, model_type: str) -> None:
     own_class = causal_lm_class_names().get(model_type)
     instead = f", or architectures to [{own_class!r}]" if own_class else ""
     raise ConfigError(
-        f"{f.source}: architectures[0] {architecture!r} belongs to model_type {' / '.join(map(repr, sorted(family)))}"
+        f"{source}: architectures[0] {architecture!r} belongs to model_type {' / '.join(map(repr, sorted(family)))}"
         f", but model_type is {model_type!r}: one family's config rules would read another's model; set model_type "
         f"to {(named or sorted(family))[0]!r}{instead}, whichever the checkpoint really is."
     )
