@@ -133,7 +133,8 @@ def _check_dtypes(model: nn.Module, checkpoint: WeightSource, plan: LoadPlan) ->
         listed = "; ".join(wrong[:5]) + (f"; and {len(wrong) - 5} more" if len(wrong) > 5 else "")
         raise CheckpointError(
             f"{checkpoint.folder}: {listed}. Integer weights are only the codes of a quantized format that "
-            "config.json's quantization_config declares; re-convert the checkpoint with float weights"
+            "config.json's quantization_config declares, held as stored (MXFP4's uint8 blocks and scales); "
+            "re-convert the checkpoint with float weights"
         )
 
 
