@@ -45,9 +45,13 @@ class LinearQuantization:
             return cls()
         method, fmt = getattr(quant, "quant_method", None), getattr(quant, "element_type", None) or "e4m3"
         block = getattr(quant, "weight_block_size", None)
+        if method != "fp8":  # one line: the element type and block size of another method say nothing more
+            raise ConfigError(
+                f"quantization_config.quant_method {method!r} cannot be loaded: only 'fp8' (block-scaled e4m3) is "
+                "supported (and 'mxfp4' for GPT-OSS experts); use the unquantized checkpoint (LLM(quantization="
+                "'int8' or 'int4') / --quantization quantizes it as it loads) or a supported export"
+            )
         problems = []
-        if method != "fp8":
-            problems.append(f"quant_method {method!r}: only 'fp8' (block-scaled e4m3) is supported")
         if fmt != "e4m3":
             problems.append(f"element type {fmt!r}: only 'e4m3' is supported")
         if not block:
