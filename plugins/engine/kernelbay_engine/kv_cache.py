@@ -90,12 +90,8 @@ class KVCacheManager:
         return len(self._by_hash)
 
     @property
-    def num_referenced_blocks(self) -> int:
-        """Blocks some request holds (0 once every request is freed)."""
-        return sum(1 for refs in self._refs if refs)
-
-    @property
     def num_used_blocks(self) -> int:
+        """Blocks some request holds (0 once every request is freed; `audit` checks it against the counts)."""
         return self.num_blocks - self.num_free_blocks
 
     def blocks_needed(self, num_tokens: int) -> int:

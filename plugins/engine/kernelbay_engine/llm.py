@@ -271,7 +271,7 @@ class LLM:
         return EngineStats(
             running=len(scheduler.running),
             waiting=len(scheduler.waiting),
-            kv_blocks_used=blocks.num_referenced_blocks,
+            kv_blocks_used=blocks.num_used_blocks,
             kv_blocks_total=blocks.num_blocks,
             kv_blocks_cached=blocks.num_cached_blocks,
             prefix_caching=self.prefix_caching.enabled,

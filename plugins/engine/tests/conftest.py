@@ -77,10 +77,10 @@ def _no_leaked_blocks(_track_llms):
     may stay) and its ledger agrees with itself. A stream dropped without closing is collected first."""
     yield
     engines = [llm for llm in list(_LIVE_LLMS) if hasattr(llm, "_core")]
-    if any(llm._core.scheduler.blocks.num_referenced_blocks for llm in engines):
+    if any(llm._core.scheduler.blocks.num_used_blocks for llm in engines):
         gc.collect()  # a suspended stream aborts its requests when it is collected
     for llm in engines:
         blocks = llm._core.scheduler.blocks
         held = {rid: blocks.block_table(rid) for rid in blocks.request_ids()}
-        assert not held and blocks.num_referenced_blocks == 0, f"KV blocks still held after the test: {held}"
+        assert not held and blocks.num_used_blocks == 0, f"KV blocks still held after the test: {held}"
         assert blocks.audit() == []

@@ -56,11 +56,11 @@ def test_shared_blocks_are_counted_once_and_released_by_their_last_holder():
     assert prefix == list(blocks.block_table("a")[:2])
     blocks.allocate("b", 11, prefix)
     assert blocks.block_table("b")[:2] == blocks.block_table("a")[:2]
-    assert blocks.num_used_blocks == 4 and blocks.num_referenced_blocks == 4 and blocks.audit() == []
+    assert blocks.num_used_blocks == 4 and blocks.audit() == []
     blocks.free("a")
-    assert blocks.num_referenced_blocks == 3
+    assert blocks.num_used_blocks == 3
     blocks.free("b")
-    assert blocks.num_referenced_blocks == 0 and blocks.num_free_blocks == 8 and blocks.num_cached_blocks == 2
+    assert blocks.num_used_blocks == 0 and blocks.num_free_blocks == 8 and blocks.num_cached_blocks == 2
     assert blocks.match_prefix(hashes) == prefix and blocks.audit() == []
 
 
@@ -89,7 +89,7 @@ def test_taking_a_cached_prefix_protects_it_from_eviction_and_fails_whole():
     prefix = blocks.match_prefix(hashes)
     with pytest.raises(KVCacheExhausted):
         blocks.allocate("big", 24, prefix)  # 2 shared + 4 new > 4
-    assert blocks.num_referenced_blocks == 0 and blocks.num_cached_blocks == 2 and blocks.audit() == []
+    assert blocks.num_used_blocks == 0 and blocks.num_cached_blocks == 2 and blocks.audit() == []
     blocks.allocate("b", 16, prefix)  # 2 shared + 2 empty: nothing left to evict
     with pytest.raises(KVCacheExhausted):
         blocks.allocate("c", 1)
@@ -138,7 +138,7 @@ def test_a_shared_prompt_prefix_is_prefilled_once():
     assert second.output_token_ids == reference_tokens(second.prompt_token_ids, 3)
     stats = core.scheduler.prefix_cache_stats
     assert (stats.queries, stats.hits) == (12 + 13, 8)
-    assert core.scheduler.blocks.num_referenced_blocks == 0
+    assert core.scheduler.blocks.num_used_blocks == 0
 
 
 @pytest.mark.parametrize("length", [8, 9, 12])
@@ -192,7 +192,7 @@ def test_preempting_a_request_that_shares_blocks_leaves_the_others_unchanged():
     assert preempted, "the cache was meant to force a preemption"
     for request in requests:
         assert request.output_token_ids == reference_tokens(request.prompt_token_ids, 14), request
-    assert core.scheduler.blocks.num_referenced_blocks == 0
+    assert core.scheduler.blocks.num_used_blocks == 0
 
 
 def test_a_preempted_request_resumes_from_its_own_cached_blocks():
@@ -229,7 +229,7 @@ def test_a_cache_filled_past_capacity_evicts_and_keeps_outputs():
         core.add(request)
         run_to_end(core, runner)
         assert request.output_token_ids == reference_tokens(prompt, 3)
-    assert core.scheduler.blocks.num_referenced_blocks == 0 and core.scheduler.blocks.audit() == []
+    assert core.scheduler.blocks.num_used_blocks == 0 and core.scheduler.blocks.audit() == []
 
 
 PREFIXES = [list(range(1, 1 + n)) for n in (3, 4, 7, 8, 13)]
@@ -265,4 +265,4 @@ def test_any_workload_sharing_prefixes_gets_its_solo_tokens(workload, num_blocks
         step += 1
     for request in requests:
         assert request.output_token_ids == reference_tokens(request.prompt_token_ids, request.params.max_tokens)
-    assert core.scheduler.blocks.num_referenced_blocks == 0
+    assert core.scheduler.blocks.num_used_blocks == 0
