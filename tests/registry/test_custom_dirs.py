@@ -112,15 +112,20 @@ def test_name_clash_with_a_loaded_module_is_refused(make_registry, tmp_path):
         load_custom_module_dirs([f])
 
 
-def test_a_file_named_like_an_installed_module_is_refused_before_it_shadows_it(make_registry, tmp_path):
-    """`colorsys.py` (a module installed but not imported yet) is refused naming the installed one, not imported."""
-    assert "colorsys" not in sys.modules  # the case: nothing loaded yet, so only the installed module can tell
+def test_a_file_named_like_an_installed_module_is_refused_before_it_shadows_it(
+    make_registry, tmp_path, cleanup_modules, monkeypatch
+):
+    """A custom `kb_shadowed.py` while a package `kb_shadowed` is installed (on the path, not imported yet) is
+    refused naming the installed one, and nothing is imported under that name."""
+    installed = _write(tmp_path / "site" / "kb_shadowed" / "__init__.py", "x = 1\n").parent
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     make_registry()
-    f = _write(tmp_path / "colorsys.py", "x = 1\n")
+    f = _write(tmp_path / "custom" / "kb_shadowed.py", "x = 2\n")
     with pytest.raises(CustomModuleDirError) as err:
         load_custom_module_dirs([f])
-    assert "would be imported as 'colorsys', which would shadow the installed module 'colorsys' (" in str(err.value)
-    assert "colorsys" not in sys.modules
+    expected = f"as 'kb_shadowed', which would shadow the installed module 'kb_shadowed' ({installed})"
+    assert expected in str(err.value)
+    assert "kb_shadowed" not in sys.modules
 
 
 def test_a_custom_dir_on_sys_path_is_not_a_clash_with_itself(make_registry, tmp_path, cleanup_modules, monkeypatch):
