@@ -159,7 +159,12 @@ def test_deepseek_v3_details():
     assert cfg.mla.q_lora_rank == 1536 and cfg.rope.rotary_dim == 64
     assert (cfg.rope.factor, cfg.rope.original_max_position_embeddings) == (40, 4096)
     q = cfg.quantization
-    assert (q.quant_method, q.element_type, q.weight_block_size, q.activation_scheme) == ("fp8", "e4m3", (128, 128), "dynamic")
+    assert (q.quant_method, q.element_type, q.weight_block_size, q.activation_scheme) == (
+        "fp8",
+        "e4m3",
+        (128, 128),
+        "dynamic",
+    )
     assert cfg.kv_bytes_per_token("fp8_e4m3") == 61 * 576 * 1
 
 
@@ -216,7 +221,12 @@ def test_nemotron_ffn_widths_come_from_block_configs():
 def test_qwen3_32b_fp8_quantization():
     """Qwen3-32B-FP8: block-wise e4m3 weights recorded as published."""
     q = ModelConfig.from_pretrained(SHARED_CONFIGS / "qwen3-32b-fp8").quantization
-    assert (q.quant_method, q.element_type, q.weight_block_size, q.weight_granularity) == ("fp8", "e4m3", (128, 128), "block")
+    assert (q.quant_method, q.element_type, q.weight_block_size, q.weight_granularity) == (
+        "fp8",
+        "e4m3",
+        (128, 128),
+        "block",
+    )
 
 
 def test_static_per_tensor_fp8_quantization():
