@@ -54,19 +54,15 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
 
 def _weight_bytes(config, n: int, model_impl: str) -> tuple[int, int, int]:
     """(whole model, one rank's share, the sharded part of that share) in bytes, from the models built on meta."""
+    from kernelbay_engine.distributed.load import weight_bytes
     from kernelbay_engine.distributed.parallel import ParallelConfig
     from kernelbay_engine.distributed.sharding import shard_model
     from kernelbay_engine.distributed.sizes import rank_config
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     whole = AutoModelForCausalLM.from_config(config, model_impl=model_impl)
-    total = _bytes(whole)
+    total = weight_bytes(whole, meta=True)
     model = AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl)
     no_group = cast("TensorParallelGroup", None)  # nothing runs here: the layers never call it
     shards = shard_model(model, whole, ParallelConfig(n, 0), no_group)
-    return total, _bytes(model), _bytes(model, shards.sharded)
-
-
-def _bytes(model, names: set[str] | None = None) -> int:
-    params = dict(model.named_parameters())  # each tensor once (a tied head is the embedding)
-    return sum(p.numel() * p.element_size() for name, p in params.items() if names is None or name in names)
+    return total, weight_bytes(model, meta=True), weight_bytes(model, shards.sharded, meta=True)

@@ -50,6 +50,7 @@ def serve_rank(spec: WorkerSpec, parallel: ParallelConfig, imported_at_start: Se
     try:
         runner, shards = build_rank_runner(spec, group)
         group.gather(rank_report(runner, shards, tuple(imported_at_start)))
+        _prepack(runner.model, spec.options)  # after the report: it counts the loaded weights, as the driver's does
         _serve(runner, group)
     except BaseException as err:
         group.report_failure(f"{type(err).__name__}: {err}"[:2000])
@@ -72,12 +73,18 @@ def _serve(runner, group: TensorParallelGroup) -> None:
             raise TypeError(f"unexpected message from the driver: {message!r}")
 
 
+def _prepack(model, options: dict) -> None:
+    """A worker's linears prepacked as the driver's LLM prepacks its own (same policy and row counts)."""
+    from kernelbay_engine.layers.prepack import prepack_linear_weights
+
+    rows = (1, min(options.get("max_num_seqs", 64), 64))
+    prepack_linear_weights(model, rows=rows, policy=options.get("prepack_weights", "auto"))
+
+
 def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=None):
-    """This rank's model and runner (cache planned, not allocated), loaded as the driver loads rank 0's; the workers
-    prepack their linears here (the driver's LLM does its own, as without tensor parallelism)."""
+    """This rank's model and runner (cache planned, not allocated), loaded as the driver loads rank 0's."""
     from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.distributed.load import load_rank_model
-    from kernelbay_engine.layers.prepack import prepack_linear_weights
     from kernelbay_engine.runner import ModelRunner
 
     o = spec.options
@@ -98,9 +105,6 @@ def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=N
         kv_cache_dtype=o.get("kv_cache_dtype", "auto"),
         attention_backend_options=o.get("attention_backend_options"),
     )
-    if not group.parallel.is_driver:
-        rows = (1, min(o.get("max_num_seqs", 64), 64))
-        prepack_linear_weights(model, rows=rows, policy=o.get("prepack_weights", "auto"))
     return runner, shards
 
 
