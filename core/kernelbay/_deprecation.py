@@ -17,7 +17,7 @@ def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
 
 def renamed_field(cls: type, old: str, new: str) -> type:
     """A frozen dataclass whose field `new` was called `old`: `cls(old=...)` and `obj.old` still work, warning."""
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]  # the dataclass's own, wrapped on the class itself
     owner = cls.__qualname__
 
     @functools.wraps(init)

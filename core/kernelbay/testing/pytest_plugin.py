@@ -72,7 +72,7 @@ class BackendCollector(pytest.Collector):
     def collect(self) -> list[pytest.Item]:
         from .specs import ALL_SPECS
 
-        items = [ClaimsSomething.from_parent(self, name=ClaimsSomething.NAME)]
+        items: list[KitItem] = [ClaimsSomething.from_parent(self, name=ClaimsSomething.NAME)]
         items += [SpecItem.from_parent(self, name=name) for name in ALL_SPECS]
         return [item.add_kit_marker() for item in items]
 
