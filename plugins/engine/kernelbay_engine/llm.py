@@ -217,6 +217,8 @@ class LLM:
         # clear. RLock: a stream collected by the GC inside a locked section may abort re-entrantly.
         self._lock = threading.Condition(threading.RLock())
         self._stepping = False
+        self._submitters = 0
+        """Threads waiting for the step flag to queue requests; no new step starts until they have."""
         self._pending_aborts: deque[_Call] = deque()
         """Calls ended while a step ran; the stepper drops their requests when the step is done."""
 
@@ -321,8 +323,8 @@ class LLM:
         """Wait for the call's next events; when no step is running, run one (no busy wait)."""
         while True:
             with self._lock:
-                while not call.events and call.unfinished and self._stepping:
-                    self._lock.wait()
+                while not call.events and call.unfinished and (self._stepping or self._submitters):
+                    self._lock.wait()  # calls waiting to queue requests go first: they join the next step
                 if call.events or not call.unfinished:
                     events, call.events = call.events, []
                     return events
@@ -335,10 +337,14 @@ class LLM:
 
     @contextmanager
     def _step_flag(self):
-        """Hold the right to touch the scheduler (waits while another thread steps)."""
+        """Hold the right to touch the scheduler (waits while another thread steps; no step starts meanwhile)."""
         with self._lock:
-            while self._stepping:
-                self._lock.wait()
+            self._submitters += 1
+            try:
+                while self._stepping:
+                    self._lock.wait()
+            finally:
+                self._submitters -= 1
             self._stepping = True
         try:
             yield
