@@ -18,6 +18,7 @@ once (`NativeUnavailableWarning`, saying why), never silent; a build says so on 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import platform
 import shutil
@@ -32,10 +33,17 @@ from types import ModuleType
 
 import torch
 
-try:
-    import fcntl  # advisory locks, which the kernel drops when their owner dies
-except ImportError:  # Windows: torch's own lock file alone, with an age bound
-    fcntl = None  # type: ignore[assignment]
+
+def _advisory_locks() -> ModuleType | None:
+    """fcntl (advisory locks, which the kernel drops when their owner dies); None on Windows, where torch's own
+    lock file serves alone, with an age bound."""
+    try:
+        return importlib.import_module("fcntl")
+    except ImportError:
+        return None
+
+
+_fcntl = _advisory_locks()
 
 ENV = "KERNELBAY_NATIVE"  # "0": never build or load the native ops
 SOURCES = [str(Path(__file__).with_name(name)) for name in ("ops.cpp", "qdot.cpp", "fdot.cpp")]
@@ -156,14 +164,14 @@ def _own_sources(folder: Path) -> list[str]:
 def _build_lock(folder: Path) -> Iterator[None]:
     """An advisory lock on `folder/kernelbay.lock` held while building or loading; the kernel drops it when its
     owner dies, so it is never stale. A live owner is waited for up to BUILD_WAIT_S, then this is an error."""
-    if fcntl is None:
+    if _fcntl is None:
         yield
         return
     with open(folder / "kernelbay.lock", "a+") as handle:
         deadline = time.monotonic() + BUILD_WAIT_S
         while True:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _fcntl.flock(handle, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -178,7 +186,7 @@ def _build_lock(folder: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            _fcntl.flock(handle, _fcntl.LOCK_UN)
 
 
 def _owner(handle) -> str:
@@ -193,7 +201,7 @@ def _remove_stale_baton(folder: Path) -> bool:
     baton = folder / "lock"
     if not baton.exists():
         return False
-    if fcntl is None and time.time() - baton.stat().st_mtime < BUILD_WAIT_S:
+    if _fcntl is None and time.time() - baton.stat().st_mtime < BUILD_WAIT_S:
         return False
     print(f"kernelbay-engine: removing {baton}, left by a native build that did not finish", file=sys.stderr)
     baton.unlink(missing_ok=True)
