@@ -203,6 +203,17 @@ def test_rejected_proposals_leave_no_stale_cache(demo_llm, prompts, plain_tokens
     _check(llm.generate(extended, GREEDY), expected)
 
 
+@pytest.mark.slow  # two rank processes load the model
+def test_tensor_parallel_verifies_proposals_on_every_rank(demo_llm, prompts, plain_tokens):
+    """Two tensor-parallel ranks: the verification rows are broadcast with the step like any chunk; same tokens."""
+    llm = LLM(progress=False, dtype="float32", tensor_parallel_size=2, speculative="ngram")
+    try:
+        gained = accepted(llm, lambda: _check(llm.generate(prompts, GREEDY), plain_tokens))
+    finally:
+        llm.runner.shutdown()
+    assert gained > 0
+
+
 def test_prefix_caching_off_gives_the_same_tokens(demo_llm, prompts, plain_tokens):
     llm = demo_llm(speculative="ngram", enable_prefix_caching=False)
     _check(llm.generate(prompts, GREEDY), plain_tokens)
