@@ -16,7 +16,10 @@ class EngineArgumentError(InputError, ValueError):
 
 
 FILE_QUANTIZATION = "gguf"
-"""quantization= value that keeps a weight file's own quantized codes (formats with keep_quantized)."""
+"""quantization= value that keeps a weight file's own quantized codes (formats with keep_quantized): the default for
+such a file."""
+NO_QUANTIZATION = "none"
+"""quantization= value that runs every linear on dense weights: a GGUF file's codes dequantized at load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,8 @@ class EngineArgs:
         _require_choice("prepack_weights", self.prepack_weights, POLICIES)
         _require_choice("model_impl", self.model_impl, MODEL_IMPLS)
         if self.quantization is not None:
-            _require_choice("quantization", self.quantization, (*MODES, FILE_QUANTIZATION), "None or ")
+            choices = (*MODES, FILE_QUANTIZATION, NO_QUANTIZATION)
+            _require_choice("quantization", self.quantization, choices, "None (a GGUF file's own codes) or ")
         if self.dtype is not None:
             try:
                 normalize_dtype(self.dtype)
@@ -101,6 +105,25 @@ class EngineArgs:
                     f"num_speculative_tokens must be at most {MAX_NUM_SPECULATIVE_TOKENS}, "
                     f"got {self.num_speculative_tokens}"
                 )
+
+
+def quantization_for(requested: str | None, path) -> str | None:
+    """The quantization a model at `path` runs with: None (dense weights as loaded), a mode that quantizes after
+    loading, or FILE_QUANTIZATION. A file whose format keeps its own codes (GGUF) runs on them unless
+    `requested` is NO_QUANTIZATION; FILE_QUANTIZATION on any other checkpoint is refused."""
+    from kernelbay_engine.loading.formats import format_for
+
+    keeps_codes = hasattr(format_for(path), "keep_quantized")
+    if requested is None:
+        return FILE_QUANTIZATION if keeps_codes else None
+    if requested == NO_QUANTIZATION:
+        return None
+    if requested == FILE_QUANTIZATION and not keeps_codes:
+        raise EngineArgumentError(
+            f"quantization={requested!r} keeps a GGUF file's own quantized weights, but {str(path)!r} is not a .gguf "
+            f"file; use quantization='int8' or 'int4' to quantize a float checkpoint"
+        )
+    return requested
 
 
 def max_model_len_for(requested: int | None, max_position_embeddings: int) -> int:

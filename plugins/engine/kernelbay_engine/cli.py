@@ -63,8 +63,9 @@ def add_engine_arguments(parser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
     parser.add_argument(
         "--quantization",
-        choices=("int8", "int4", "gguf"),
-        help="quantize the linear weights after loading (CPU kernels); gguf: keep a .gguf file's own Q8_0/Q4_x codes",
+        choices=("int8", "int4", "gguf", "none"),
+        help="int8/int4: quantize a float checkpoint's linears after loading (CPU kernels); a .gguf file runs on its "
+        "own Q8_0/Q4_x codes by default (gguf), none dequantizes them to dense weights",
     )
     parser.add_argument(
         "--kv-cache-memory", metavar="SIZE", help="KV-cache size, e.g. 256MiB (default: sized for the request)"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from kernelbay.errors import InputError
-from kernelbay_engine.args import FILE_QUANTIZATION, EngineArgs, EngineArgumentError, max_model_len_for
+from kernelbay_engine.args import FILE_QUANTIZATION, NO_QUANTIZATION, EngineArgs, max_model_len_for, quantization_for
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.errors import PromptTooLong
@@ -89,10 +89,12 @@ class LLM:
     prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
     that is measured faster (see kernelbay_engine.layers.prepack), "always" packs every eligible
     one, "never" none.
-    quantization: "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a
-    float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant); None keeps them.
-    "gguf" keeps a GGUF file's own quantized weights on the CPU kernels (its weight format's keep_quantized, given
-    the model on meta: no float copy is built; docs/real-model.md has the rule per file type).
+    quantization: None (default) runs a GGUF file on its own quantized codes ("gguf": its weight format's
+    keep_quantized, given the model on meta: no float copy is built; docs/real-model.md has the rule per file type)
+    and a safetensors checkpoint on its weights as stored; "none" dequantizes a GGUF file's codes to dense weights.
+    "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a float checkpoint after
+    loading, the LM head at 8 bits (see kernelbay_engine.quant). `llm.quant_report` says what each linear runs; a
+    file's codes dequantized because no quantized kernel runs on this CPU are a WARNING, never silent.
     model_impl: "auto" (a native family where one is installed, else the transformers fallback),
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
@@ -150,7 +152,7 @@ class LLM:
             num_speculative_tokens=num_speculative_tokens,
         )
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
-        _check_file_quantization(quantization, self.folder)
+        requested_quantization, quantization = quantization, quantization_for(quantization, self.folder)
         config, attention, moe = self._read_config_and_select(
             attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_remote_code
         )
@@ -174,7 +176,7 @@ class LLM:
                     prepack_weights=prepack_weights,
                     max_num_seqs=max_num_seqs,
                 )
-                sharded = self._start_ranks(tensor_parallel_size, config, quantization, shard_options)
+                sharded = self._start_ranks(tensor_parallel_size, config, requested_quantization, shard_options)
                 self.model = sharded.model
             else:
                 self.model = AutoModelForCausalLM.from_pretrained(
@@ -191,6 +193,8 @@ class LLM:
                 )
         self.config: ModelConfig = cast("ModelConfig", self.model.config)
         self.quant_report = file_report if quantization == FILE_QUANTIZATION else self._quantize(quantization)
+        """What each linear runs (a GGUF file: its own codes by default; quantization="none" dequantizes them)."""
+        _warn_dequantized_codes(file_report, self.folder)
         self.max_model_len = max_model_len_for(max_model_len, self.config.max_position_embeddings)
         self.tokenizer = (
             Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
@@ -523,6 +527,7 @@ class LLM:
         from kernelbay_engine.distributed.sizes import check_options, check_tensor_parallel
 
         fmt = format_for(self.folder).name
+        quantization = None if quantization == NO_QUANTIZATION else quantization
         check_options(n, quantization=quantization, model_impl=options["model_impl"], file_format=fmt)
         check_tensor_parallel(config, n, source=str(self.folder))
         return start_tensor_parallel(self.folder, n, options)
@@ -585,12 +590,15 @@ def _select_moe(config, moe_backend: str | None, model_dtype: str):
     return select_moe(config, requested=moe_backend, dtype=model_dtype)
 
 
-def _check_file_quantization(mode, path: Path) -> None:
-    if mode == FILE_QUANTIZATION and not hasattr(format_for(path), "keep_quantized"):
-        raise EngineArgumentError(
-            f"quantization={mode!r} keeps a GGUF file's own quantized weights, but {str(path)!r} is not a .gguf "
-            f"file; use quantization='int8' or 'int4' to quantize a float checkpoint"
-        )
+def _warn_dequantized_codes(report: dict[str, str], path: Path) -> None:
+    """Say so when a file's codes were dequantized to dense weights because no quantized kernel runs them here."""
+    from kernelbay_engine.quant.explain import dequantized_note
+
+    note = dequantized_note(report, path)
+    if note:
+        import logging
+
+        logging.getLogger("kernelbay.quant").warning(note)
 
 
 _PROMPT_FORMS = "a string, a list of int token ids (or a 1-D integer numpy/torch array), or a list of those"

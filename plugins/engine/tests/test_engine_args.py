@@ -24,7 +24,10 @@ from kernelbay_engine.args import EngineArgs, EngineArgumentError
         ({"enable_prefix_caching": 1}, "enable_prefix_caching must be True or False, got 1"),
         ({"trust_remote_code": 1}, "trust_remote_code must be True or False"),
         ({"progress": "x"}, "progress must be True, False or None"),
-        ({"quantization": "int3"}, "quantization must be None or one of"),
+        (
+            {"quantization": "int3"},
+            "quantization must be None (a GGUF file's own codes) or one of 'int8', 'int4', 'gguf', 'none'",
+        ),
         ({"model_impl": "hf"}, "model_impl must be one of"),
         ({"dtype": "float8"}, "dtype must be None"),
         ({"kv_cache_memory": "2XB"}, "kv_cache_memory: cannot read memory size '2XB'"),

@@ -215,7 +215,7 @@ def _perplexity(path, ids: list[int], quantization: str | None) -> tuple[float, 
 
 
 def _kept_vs_dequantized(path, ids: list[int]) -> tuple[float, float, set[str]]:
-    dequantized, _ = _perplexity(path, ids, None)
+    dequantized, _ = _perplexity(path, ids, "none")
     kept, report = _perplexity(path, ids, "gguf")
     return dequantized, kept, set(report.values())
 
@@ -308,3 +308,43 @@ def test_quantization_gguf_on_a_safetensors_folder_is_refused():
     """The embedded demo checkpoint is a safetensors folder: refused before its weights load."""
     with pytest.raises(ValueError, match=r"quantization='gguf' keeps a GGUF file's own quantized weights"):
         LLM(quantization="gguf")
+
+
+def test_a_gguf_file_runs_on_its_own_codes_by_default(tiny_gguf):
+    """LLM(x.gguf) without quantization= keeps the file's codes (as quantization="gguf"), the tied table and head
+    included; "none" dequantizes them to dense weights (no report, a float weight in every linear)."""
+    path = tiny_gguf("qwen2", Q.Q4_1)
+    default = LLM(path, progress=False)
+    assert default.quant_report == LLM(path, progress=False, quantization="gguf").quant_report
+    assert default.quant_report["model.embed_tokens"] == f"GGUF Q4_1 on {TABLE_ROWS}"
+    assert len(default.generate([[1, 5, 9]], SamplingParams(max_tokens=4, temperature=0))[0].token_ids) == 4
+    dense = LLM(path, progress=False, quantization="none")
+    assert dense.quant_report is None
+    assert "weight" in dense.model.lm_head._parameters and "weight" in dense.model.input_embeddings()._parameters
+
+
+def test_explain_says_a_gguf_file_runs_on_its_codes_and_none_dequantizes(tiny_gguf, capsys):
+    """`kernelbay explain x.gguf` shows each linear's kernel on the file's codes without --quantization;
+    `--quantization none` says the codes are dequantized."""
+    path = tiny_gguf("llama", Q.Q8_0)
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "linears      the file's own codes (default; --quantization none dequantizes them)" in out
+    assert main(["explain", str(path), "--quantization", "none"]) == 0
+    assert "--quantization none: the file's quantized codes are dequantized to dense weights" in capsys.readouterr().out
+
+
+def test_codes_dequantized_for_want_of_a_kernel_are_a_warning_and_an_explain_note():
+    """A report whose linears run `dense` (no quantized kernel on this CPU) gives run's warning, naming the file and
+    pointing at explain; a report of quantized kernels gives none."""
+    from kernelbay_engine.quant.explain import _dense_lines, dequantized_note
+
+    report = {"model.layers.0.mlp.down_proj": "GGUF Q4_1 on dense", "lm_head": f"GGUF Q8_0 on {INT8_GROUP}"}
+    note = dequantized_note(report, "m.gguf")
+    assert note is not None and note.startswith("1 linears of m.gguf run on dense weights: the file's codes")
+    assert dequantized_note({"lm_head": f"GGUF Q8_0 on {INT8_GROUP}"}, "m.gguf") is None
+    groups = [{"kernel": "dense", "count": 3}, {"kernel": INT4, "count": 1}]
+    assert _dense_lines({"quantization": "gguf", "groups": groups}) == [
+        "  note: 3 linears run on dense weights: the file's codes are dequantized at load, no quantized kernel runs "
+        "them here"
+    ]

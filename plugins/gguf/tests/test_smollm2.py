@@ -27,7 +27,7 @@ PERPLEXITY_TOKENS = 1024
 
 @pytest.fixture(scope="module")
 def llm(smollm2):
-    return LLM(smollm2, progress=False, max_num_batched_tokens=512)
+    return LLM(smollm2, progress=False, max_num_batched_tokens=512, quantization="none")  # the float path
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--quantization",
         metavar="NAME",
-        help="explain the linear kernels of this quantization (int8, int4; gguf: a .gguf file's own codes)",
+        help="explain the linear kernels of this quantization (int8, int4; a .gguf file's own codes are shown by "
+        "default, none: dequantized)",
     )
     parser.add_argument("--moe-backend", metavar="NAME", help="MoE expert kernel to explain as requested")
     parser.add_argument(

@@ -49,8 +49,8 @@ def _shared_embedding(model: Any) -> torch.Tensor | None:
     head = getattr(model, "lm_head", None)
     if not getattr(model, "tied", False) or head is None or not hasattr(model, "input_embeddings"):
         return None
-    embedding = model.input_embeddings().weight
-    return embedding if head._parameters.get("weight") is embedding else None  # a quantized head holds its own
+    embedding = model.input_embeddings()._parameters.get("weight")  # none when held as a file's codes
+    return embedding if embedding is not None and head._parameters.get("weight") is embedding else None  # a quantized head holds its own
 
 
 def _checkpoint_name_of(model: Any, checkpoint: WeightSource, param: torch.Tensor) -> str | None:

@@ -1,4 +1,5 @@
-"""`kernelbay explain MODEL --quantization int8|int4|gguf`: which kernel each linear would run, and why.
+"""`kernelbay explain MODEL [--quantization int8|int4|gguf|none]`: which kernel each linear would run, and why (a
+GGUF file: its own codes by default).
 
 The explain document's `linear_kernels` section (kernelbay_engine/explain/sections.py): the
 module tree is built on `meta` (nothing is loaded), each distinct linear (its name, shape, bit width and
@@ -7,7 +8,10 @@ group) is put to the kernel selector, and every candidate's reason is listed, as
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kernelbay.errors import ConfigError
+from kernelbay_engine.args import FILE_QUANTIZATION, NO_QUANTIZATION
 from kernelbay_engine.explain.text import candidate_lines
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
@@ -16,10 +20,13 @@ from kernelbay_engine.quant.select import select_kernel
 
 
 def linear_kernels_section(config, options: dict) -> dict | None:
-    """None without `--quantization`; else one group per distinct (layer name, shape, width, group size)."""
-    mode = options.get("quantization")
+    """One group per distinct (layer name, shape, width, group size) for what the linears run as `run` would: a
+    GGUF file's own codes without `--quantization`, or the mode asked for; a one-line section for a GGUF file's
+    codes dequantized (`--quantization none`); None for plain weights."""
+    requested = options.get("quantization")
+    mode = _run_mode(config, requested)
     if mode is None:
-        return None
+        return _dequantized_section() if requested == NO_QUANTIZATION and _keeps_codes(config) else None
     groups: dict[tuple, dict] = {}
     sources: dict[int, str] = {}  # id(group) -> what its weights come from (a file's tensor types)
     kept: dict[tuple[str, str], int] = {}  # (layer name, why) -> count, for layers that keep their loaded weight
@@ -39,8 +46,55 @@ def linear_kernels_section(config, options: dict) -> dict | None:
         groups[key] = _group(key[:5], layer, config)
         sources[id(groups[key])] = source
     section = {"quantization": mode, "groups": list(groups.values())}
-    section["lines"] = _lines(section, sources, kept) + tables
+    section["lines"] = _lines(section, sources, kept, default=requested is None) + tables + _dense_lines(section)
     return section
+
+
+def _run_mode(config, requested: str | None) -> str | None:
+    """The mode `run` takes for `requested` on this model (None and "none" resolved as LLM resolves them)."""
+    from kernelbay_engine.args import quantization_for
+
+    if requested not in (None, NO_QUANTIZATION):
+        return requested  # an unknown mode or "gguf" on a folder: refused below with explain's own words
+    return quantization_for(requested, Path(config.source))
+
+
+def _keeps_codes(config) -> bool:
+    from kernelbay_engine.loading.formats import format_for
+
+    return hasattr(format_for(Path(config.source)), "keep_quantized")
+
+
+def _dequantized_section() -> dict:
+    line = (
+        f"linears      --quantization {NO_QUANTIZATION}: the file's quantized codes are dequantized to dense "
+        "weights at load (the default runs them on quantized kernels)"
+    )
+    return {"quantization": NO_QUANTIZATION, "groups": [], "lines": [line]}
+
+
+def _dense_lines(section: dict) -> list[str]:
+    """A visible line when quantized weights would run dequantized because no quantized kernel can run them here."""
+    dense = [g for g in section["groups"] if g["kernel"] == "dense"]
+    if not dense or section["quantization"] != FILE_QUANTIZATION:
+        return []
+    count = sum(g["count"] for g in dense)
+    return [f"  note: {count} linears {DEQUANTIZED}"]
+
+
+DEQUANTIZED = "run on dense weights: the file's codes are dequantized at load, no quantized kernel runs them here"
+
+
+def dequantized_note(report: dict[str, str] | None, path) -> str | None:
+    """The warning `LLM` logs when a file's codes were dequantized for want of a quantized kernel (report: what
+    keep_quantized says each layer runs); None when every quantized layer runs a quantized kernel."""
+    dense = [name for name, runs in (report or {}).items() if runs.endswith(" on dense")]
+    if not dense:
+        return None
+    return (
+        f"{len(dense)} linears of {path} {DEQUANTIZED} (this CPU or torch build lacks them; "
+        f"`kernelbay explain {path}` lists each kernel and why it cannot run)"
+    )
 
 
 def _table_line(name: str, table, bits: int, group: int, source: str) -> str:
@@ -53,8 +107,6 @@ def _table_line(name: str, table, bits: int, group: int, source: str) -> str:
 
 def _planned(config, mode: str):
     """(path, layer, bits, group size, source) per linear; bits None: it keeps its loaded weight, `source` says why."""
-    from kernelbay_engine.args import FILE_QUANTIZATION
-
     if mode == FILE_QUANTIZATION:
         yield from _file_planned(config, mode)
         return
@@ -67,8 +119,6 @@ def _planned(config, mode: str):
 
 def _file_planned(config, mode: str):
     """What a weight file's format makes of each linear (`quantized_forms`, read from the header alone)."""
-    from pathlib import Path
-
     from kernelbay_engine.loading.formats import format_for
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
@@ -113,8 +163,12 @@ def _group(key: tuple, layer: Linear, config) -> dict:
     }
 
 
-def _lines(section: dict, sources: dict[int, str], kept: dict[tuple[str, str], int]) -> list[str]:
-    lines = [f"linears      --quantization {section['quantization']}: CPU kernels per linear"]
+def _lines(section: dict, sources: dict[int, str], kept: dict[tuple[str, str], int], *, default: bool) -> list[str]:
+    if default:  # a GGUF file without --quantization: its own codes
+        how = f"the file's own codes (default; --quantization {NO_QUANTIZATION} dequantizes them)"
+    else:
+        how = f"--quantization {section['quantization']}"
+    lines = [f"linears      {how}: CPU kernels per linear"]
     for g in section["groups"]:
         per = "per-channel" if g["group_size"] == g["shape"][1] else f"groups of {g['group_size']}"
         out, inp = g["shape"]
