@@ -49,8 +49,10 @@ def _shared_embedding(model: Any) -> torch.Tensor | None:
     head = getattr(model, "lm_head", None)
     if not getattr(model, "tied", False) or head is None or not hasattr(model, "input_embeddings"):
         return None
-    embedding = model.input_embeddings()._parameters.get("weight")  # none when held as a file's codes
-    return embedding if embedding is not None and head._parameters.get("weight") is embedding else None  # a quantized head holds its own
+    embedding = model.input_embeddings()._parameters.get("weight")  # None when the table is held as a file's codes
+    if embedding is None or head._parameters.get("weight") is not embedding:  # a quantized head holds its own
+        return None
+    return embedding
 
 
 def _checkpoint_name_of(model: Any, checkpoint: WeightSource, param: torch.Tensor) -> str | None:
