@@ -524,12 +524,14 @@ class LLM:
         """Rank 0's runner of the model sharded over `n` ranks (the others started and loaded); what `n` cannot shard
         (sizes, options, the machine) is refused first, before any process starts or any weight is read."""
         from kernelbay_engine.distributed import start_tensor_parallel
+        from kernelbay_engine.distributed.sharding import plan_rank_share
         from kernelbay_engine.distributed.sizes import check_options, check_tensor_parallel
 
         fmt = format_for(self.folder).name
         quantization = None if quantization == NO_QUANTIZATION else quantization
         check_options(n, quantization=quantization, model_impl=options["model_impl"], file_format=fmt)
         check_tensor_parallel(config, n, source=str(self.folder))
+        plan_rank_share(config, n, options["model_impl"])  # every tensor splits (on meta), before any rank starts
         return start_tensor_parallel(self.folder, n, options)
 
     def _prepack(self, policy: str, max_num_seqs: int):

@@ -335,6 +335,27 @@ def test_explain_shows_one_ranks_share(folders, engines):
     assert "num_attention_heads=4 is not divisible by 3" in refused["refused"][0]
 
 
+def test_a_tensor_that_cannot_split_is_refused_before_any_rank_starts():
+    """Falcon-7B's multi-query fused query_key_value (4 query heads + one K and one V head) has no even split in two:
+    the dry run on meta names it."""
+    from kernelbay.errors import ConfigError
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.distributed.sharding import plan_rank_share
+
+    falcon = transformers.FalconConfig(
+        vocab_size=96,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        multi_query=True,
+        new_decoder_architecture=False,
+        parallel_attn=True,
+        bias=False,
+    )
+    with pytest.raises(ConfigError, match=r"query_key_value\.weight cannot be split"):
+        plan_rank_share(ModelConfig.from_hf_config(falcon), 2)
+
+
 def test_run_refuses_a_size_that_does_not_split_before_loading(folders):
     """`kernelbay run --tensor-parallel-size 3` on a 4-head model exits 1 naming the reason."""
     kernelbay = Path(sys.executable).parent / "kernelbay"

@@ -3,14 +3,10 @@ read): its attention and FFN geometry, its share of the weights and its KV bytes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
-if TYPE_CHECKING:
-    from kernelbay_engine.distributed.group import TensorParallelGroup
-
 
 def tensor_parallel_section(config, options: dict) -> dict | None:
     """None without `--tensor-parallel-size` (or with 1); else the per-rank figures, or why N cannot shard it."""
+    from kernelbay_engine.distributed.sharding import plan_rank_share
     from kernelbay_engine.distributed.sizes import rank_config, size_problems
     from kernelbay_engine.explain.text import human_bytes
 
@@ -25,7 +21,7 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
             "lines": [f"tensor par.  N={n} refused: {p}" for p in problems],
         }
     rank = rank_config(config, n)
-    whole, share, sharded = _weight_bytes(config, n, options.get("model_impl", "auto"))
+    whole, share, sharded = plan_rank_share(config, n, options.get("model_impl", "auto"))
     kv_dtype = options.get("kv_cache_dtype", "auto")
     section = {
         "tensor_parallel_size": n,
@@ -50,19 +46,3 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
         f"sharded, the rest replicated); KV cache {r['kv_bytes_per_token']:,} bytes/token per rank",
     ]
     return section
-
-
-def _weight_bytes(config, n: int, model_impl: str) -> tuple[int, int, int]:
-    """(whole model, one rank's share, the sharded part of that share) in bytes, from the models built on meta."""
-    from kernelbay_engine.distributed.load import weight_bytes
-    from kernelbay_engine.distributed.parallel import ParallelConfig
-    from kernelbay_engine.distributed.sharding import shard_model
-    from kernelbay_engine.distributed.sizes import rank_config
-    from kernelbay_engine.models.auto import AutoModelForCausalLM
-
-    whole = AutoModelForCausalLM.from_config(config, model_impl=model_impl)
-    total = weight_bytes(whole, meta=True)
-    model = AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl)
-    no_group = cast("TensorParallelGroup", None)  # nothing runs here: the layers never call it
-    shards = shard_model(model, whole, ParallelConfig(n, 0), no_group)
-    return total, weight_bytes(model, meta=True), weight_bytes(model, shards.sharded, meta=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import torch
 from torch import nn
@@ -92,7 +93,14 @@ def _piece(path, name, shape, full_shape, parallel: ParallelConfig, transposed: 
     dim = split[0]
     local = shape[dim]
     stored_dim = 1 - dim if transposed else dim
-    return SourcePiece(stored_dim, parallel.block(full_shape[dim], local) * local, local)
+    return SourcePiece(stored_dim, _block(path, name, parallel, full_shape[dim], local) * local, local)
+
+
+def _block(path: str, name: str, parallel: ParallelConfig, full: int, local: int) -> int:
+    try:
+        return parallel.block(full, local)
+    except ValueError as err:
+        raise ConfigError(f"tensor parallelism: {_join(path, name)} cannot be split: {err}") from None
 
 
 def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, parallel, shards: RankShards) -> None:
@@ -102,12 +110,27 @@ def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, pa
     fused, parent = [], path.rpartition(".")[0]
     for part, (start, local) in rows.items():
         full_start, full = whole_rows[part]
-        begin = parallel.block(full, local) * local
+        begin = _block(path, f"{part} part of {name}", parallel, full, local) * local
         fused.append(SourcePiece(out_dim, full_start + begin, local, start))
         shards.sources[_join(parent, part, name)] = (SourcePiece(0, begin, local),)  # a part stored on its own
     shards.sources[_join(path, name)] = tuple(fused)
     if module.in_features != reference.in_features:
         raise ConfigError(f"tensor parallelism: the fused {path} would be split on its inputs too")
+
+
+def plan_rank_share(config, n: int, model_impl: str = "auto") -> tuple[int, int, int]:
+    """(whole model, one rank's share, the sharded part of that share) in bytes, worked out on meta with no process
+    group (nothing communicates): also what refuses, before any rank starts, a model whose tensors cannot split."""
+    from kernelbay_engine.distributed.load import weight_bytes
+    from kernelbay_engine.distributed.sizes import rank_config
+    from kernelbay_engine.models.auto import AutoModelForCausalLM
+
+    whole = AutoModelForCausalLM.from_config(config, model_impl=model_impl)
+    model = AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl)
+    no_group = cast("TensorParallelGroup", None)  # the layers keep it, and never call it here
+    shards = shard_model(model, whole, ParallelConfig(n, 0), no_group)
+    total = weight_bytes(whole, meta=True)
+    return total, weight_bytes(model, meta=True), weight_bytes(model, shards.sharded, meta=True)
 
 
 def _shard_vocabulary(model, parallel: ParallelConfig, group: TensorParallelGroup, shards: RankShards) -> set[str]:
