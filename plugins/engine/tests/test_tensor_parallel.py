@@ -275,6 +275,39 @@ def test_custom_dir_model_and_runtime_backend_reach_the_worker_lazily(custom_reg
         llm.runner.shutdown()
 
 
+ADOPT = """
+import json, sys
+from kernelbay.registry import default_registry
+from kernelbay_engine.distributed.handoff import adopt_registry
+
+adopt_registry(json.loads(sys.stdin.read()))
+try:
+    print(default_registry().resolve("model", "GPT2LMHeadModel").__module__)
+except Exception as err:
+    print(type(err).__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    ("parent", "worker", "resolved"),
+    [(None, "kernelbay-gpt", "kernelbay_gpt.gpt2"), ("kernelbay-gpt", None, "UnknownNameError")],
+)
+def test_the_parents_plugin_filters_win_in_a_worker(monkeypatch, parent, worker, resolved):
+    """KERNELBAY_DISABLE_PLUGINS as the parent read it travels with the hand-off and replaces the worker's own."""
+    from kernelbay_engine.distributed.handoff import registry_handoff
+
+    if parent is not None:
+        monkeypatch.setenv("KERNELBAY_DISABLE_PLUGINS", parent)
+    handoff = registry_handoff()
+    env = {k: v for k, v in os.environ.items() if k != "KERNELBAY_DISABLE_PLUGINS"}
+    if worker is not None:
+        env["KERNELBAY_DISABLE_PLUGINS"] = worker
+    done = subprocess.run(
+        [sys.executable, "-c", ADOPT], input=json.dumps(handoff), capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.stdout.strip() == resolved, done.stderr[-2000:]
+
+
 def test_killed_worker_fails_the_requests_naming_the_rank_and_leaves_no_process(folders):
     """A rank killed mid-generation: the stream raises naming rank 1 and the signal, and no rank process remains."""
     llm = LLM(folders["llama"], progress=False, tensor_parallel_size=2)
