@@ -346,6 +346,17 @@ def test_a_rank_that_raises_fails_the_requests_naming_it_and_its_cause(custom_re
         os.kill(pid, 0)
 
 
+def test_an_engine_shut_down_says_so(folders):
+    """After runner.shutdown() the ranks are gone and a call says the engine was shut down."""
+    llm = LLM(folders["llama"], progress=False, tensor_parallel_size=2)
+    (pid,) = llm.runner.engine.worker_pids()
+    llm.runner.shutdown()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(TensorParallelFailure, match="was shut down"):
+        llm.generate([PROMPTS[0]], GREEDY)
+
+
 def test_explain_shows_one_ranks_share(folders, engines):
     """`explain --tensor-parallel-size 2` works out, on meta, the per-rank geometry, weight bytes and KV bytes per
     token that the running ranks report."""

@@ -58,6 +58,8 @@ class TensorParallelEngine:
         """Whatever fails inside (on any rank) shuts the engine down and is raised as a TensorParallelFailure."""
         if self.failure is not None:
             raise self.failure
+        if self.closed:
+            raise TensorParallelFailure("this tensor-parallel engine was shut down (runner.shutdown()); make a new LLM")
         try:
             yield
         except BaseException as err:
@@ -68,8 +70,8 @@ class TensorParallelEngine:
                 "every rank was shut down (make a new LLM)"
             )
             self.shutdown(kill=True)
-            if remote is None and isinstance(err, KernelbayError):
-                raise  # the driver's own error (a bad checkpoint, a failing backend) keeps its class and exit code
+            if remote is None and isinstance(err, (KernelbayError, KeyboardInterrupt)):
+                raise  # the driver's own error (a bad checkpoint, a failing backend, Ctrl-C) keeps its class
             raise self.failure from err
 
     def _remote_cause(self) -> tuple[int, str] | None:
