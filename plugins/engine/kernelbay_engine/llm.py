@@ -92,9 +92,10 @@ class LLM:
     quantization: None (default) runs a GGUF file on its own quantized codes ("gguf": its weight format's
     keep_quantized, given the model on meta: no float copy is built; docs/real-model.md has the rule per file type)
     and a safetensors checkpoint on its weights as stored; "none" dequantizes a GGUF file's codes to dense weights.
-    "int8" (per-channel int8 weights) or "int4" (groups of 32) quantizes every linear of a float checkpoint after
-    loading, the LM head at 8 bits (see kernelbay_engine.quant). `llm.quant_report` says what each linear runs; a
-    file's codes dequantized because no quantized kernel runs on this CPU are a WARNING, never silent.
+    "int8" (groups of 32, as Q8_0), "int8-channel" (a scale per output row) or "int4" (groups of 32) quantizes every
+    linear of a float checkpoint after loading, the LM head at 8 bits (see kernelbay_engine.quant).
+    `llm.quant_report` says what each linear runs; a file's codes dequantized because no quantized kernel runs on
+    this CPU are a WARNING, never silent.
     model_impl: "auto" (a native family where one is installed, else the transformers fallback),
     "native" (refuse the fallback) or "transformers" (the fallback even where a native family exists).
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,

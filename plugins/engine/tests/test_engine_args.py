@@ -26,7 +26,8 @@ from kernelbay_engine.args import EngineArgs, EngineArgumentError
         ({"progress": "x"}, "progress must be True, False or None"),
         (
             {"quantization": "int3"},
-            "quantization must be None (a GGUF file's own codes) or one of 'int8', 'int4', 'gguf', 'none'",
+            "quantization must be None (a GGUF file's own codes) or one of "
+            "'int8', 'int8-channel', 'int4', 'gguf', 'none'",
         ),
         ({"model_impl": "hf"}, "model_impl must be one of"),
         ({"dtype": "float8"}, "dtype must be None"),

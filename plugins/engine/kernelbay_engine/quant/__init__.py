@@ -14,8 +14,9 @@ Public interface (stable; the GGUF loader builds on it):
     w.dequantize()                 # float32 [N, K]: the reference the kernels are tested against
 
 Scales may be fp16 or fp32 (held as fp32; the kernels compute in bf16). K must be a multiple of 32.
-`quantize_model(model, "int8" | "int4")` quantizes a loaded float model (`LLM(quantization=...)`,
-`kernelbay run --quantization ...`); `linear_kernels_section` is what `kernelbay explain` shows.
+`quantize_model(model, "int8" | "int8-channel" | "int4")` (int8: groups of 32) quantizes a loaded float model
+(`LLM(quantization=...)`, `kernelbay run --quantization ...`); `linear_kernels_section` is what `kernelbay explain`
+shows.
 
 Kernels (kernels.py), in order of preference: int8_channel (aten._weight_int8pack_mm, per-channel
 int8), int4_group (aten._weight_int4pack_mm_for_cpu, groups of 32-256), int8_group (groupwise int8

@@ -31,7 +31,7 @@ from plugins.engine.tests.quant._kernels_here import (
 )
 from tests.models._parity import BACKENDS, DECODE_STEPS, PROMPTS, reference_logits
 
-MODE_NAMES = ("int4", "int8")
+MODE_NAMES = ("int4", "int8", "int8-channel")
 INT8_FLOAT_TOLERANCE = 0.08
 DEQUANTIZED_TOLERANCE = 0.05 if DOT else 0.03  # int8 activations (int8_dot): 3.3% seen
 
@@ -42,16 +42,25 @@ def quantized(request, tiny_llama):
 
 
 def test_every_linear_runs_its_selected_kernel(quantized):
-    """Projections at the mode's width, the LM head at 8 bits per channel, each on the quantized kernel that runs
-    here; where none does, on dense (plain weights), with each unavailable kernel's reason in the report."""
+    """Projections at the mode's width, the LM head at 8 bits (int8: groups of 32 as Q8_0, else per channel), each on
+    the quantized kernel that runs here; where none does, on dense (plain weights), with each unavailable kernel's
+    reason in the report."""
     mode, llm = quantized
     report = llm.quant_report
     assert not report.skipped
-    assert report.chosen["lm_head"].kernel.name == INT8_CHANNEL
-    body = {c.kernel.name for path, c in report.chosen.items() if path != "lm_head"}
-    assert body == ({INT8_CHANNEL} if mode == "int8" else {INT4})
+    head, kernel = {"int8": (INT8_GROUP, INT8_GROUP), "int8-channel": (INT8_CHANNEL, INT8_CHANNEL)}.get(
+        mode, (INT8_CHANNEL, INT4)
+    )
+    assert report.chosen["lm_head"].kernel.name == head
+    assert {c.kernel.name for path, c in report.chosen.items() if path != "lm_head"} == {kernel}
+    grouping = {
+        "int8": "8-bit from torch.float32 (groups of 32)",
+        "int8-channel": "8-bit from torch.float32 (per-channel)",
+    }
+    if mode in grouping:
+        assert set(report.sources.values()) == {grouping[mode]}
     # dense: plain weights (which weight prepacking may have packed since)
-    assert isinstance(llm.model.lm_head.method, QuantizedLinearMethod) == (INT8_CHANNEL != "dense")
+    assert isinstance(llm.model.lm_head.method, QuantizedLinearMethod) == (head != "dense")
     for choice in report.chosen.values():
         assert_unavailable_say_why(choice.candidates)
 
@@ -116,7 +125,9 @@ def test_generate_runs_quantized(tiny_llama, mode):
 
 def test_an_unknown_quantization_is_refused_before_loading(tiny_llama):
     """A misspelt mode names the valid ones."""
-    with pytest.raises(ValueError, match=r"quantization must be None or one of 'int8', 'int4'.*; got 'int3'"):
+    with pytest.raises(
+        ValueError, match=r"quantization must be None .* one of 'int8', 'int8-channel', 'int4'.*; got 'int3'"
+    ):
         LLM(tiny_llama, quantization="int3")
 
 
