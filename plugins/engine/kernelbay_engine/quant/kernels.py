@@ -270,10 +270,10 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
             f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "
             f"cannot hold it; choose another linear kernel ({', '.join(KERNEL_NAMES)})"
         )
-    codes = torch.zeros(n, padded * DOT_BLOCK * w.bits // 8, dtype=torch.uint8)
+    codes = torch.empty(n, padded * DOT_BLOCK * w.bits // 8, dtype=torch.uint8)  # every byte written below
     for a in range(0, n, _DOT_PACK_ROWS):
         b = min(a + _DOT_PACK_ROWS, n)
-        u = w.q[a:b] if w.bits == 4 else (w.q[a:b].to(torch.int16) + 128).to(torch.uint8)
+        u = w.q[a:b] if w.bits == 4 else w.q[a:b].view(torch.uint8) ^ 0x80  # q + 128, as bits: two's complement
         u = torch.nn.functional.pad(u.view(b - a, blocks, DOT_BLOCK), (0, 0, 0, padded - blocks))
         if w.bits == 4:
             pairs = u.view(b - a, padded // 2, 2, DOT_BLOCK)
