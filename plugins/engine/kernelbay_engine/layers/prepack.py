@@ -161,6 +161,8 @@ class PrepackReport:
     skipped: dict[str, str] = field(default_factory=dict)
     timings_ms: dict[tuple, dict[str, float]] = field(default_factory=dict)
     """(out, in, bias) -> {"dense": ms, form: ms...} summed over the measured row counts."""
+    cached: list[tuple] = field(default_factory=list)
+    """The (out, in, bias) whose timings came from this machine's cache (layers/prepack_cache.py), not a trial."""
 
 
 def prepacking_available() -> tuple[bool, str]:
@@ -243,12 +245,26 @@ class _Decision:
 
 
 def _decide_shapes(candidates, rows, policy: str, report: PrepackReport) -> dict[tuple, _Decision]:
-    """One decision per distinct (out, in, bias), timed on the first layer of that shape."""
+    """One decision per distinct (out, in, bias), timed on the first layer of that shape unless this machine's cache
+    holds that trial's timings (layers/prepack_cache.py)."""
+    from kernelbay_engine.layers import prepack_cache
+
     decisions: dict[tuple, _Decision] = {}
-    flush = torch.ones(_FLUSH_BYTES // 4) if policy == "auto" and candidates else None
+    known = prepack_cache.load() if policy == "auto" and candidates else {}
+    measured: dict[str, dict[str, float]] = {}
+    flush = None
     for _, layer, key, takes in candidates:
-        if key not in decisions:
-            decisions[key] = _decide(layer, takes, rows, policy, report, flush)
+        if key in decisions:
+            continue
+        entry = prepack_cache.key(layer.weight.dtype, key, rows, takes) if policy == "auto" else ""
+        timings = known.get(entry)
+        if timings is not None:
+            report.cached.append(key)
+        elif policy == "auto" and layer.weight.numel() >= MIN_AUTO_NUMEL:
+            flush = flush if flush is not None else torch.ones(_FLUSH_BYTES // 4)
+            timings = measured[entry] = _time_forms(layer, takes, rows, flush)
+        decisions[key] = _decide(layer, takes, rows, policy, report, timings)
+    prepack_cache.store(measured)
     return decisions
 
 
@@ -288,27 +304,34 @@ def _onednn_dtypes() -> tuple[torch.dtype, ...]:
     return (torch.float32, torch.bfloat16) if cpu_flags() & set(BF16_FEATURES) else (torch.float32,)
 
 
+def _time_forms(layer: Linear, takes: list[str], rows: Sequence[int], flush) -> dict[str, float]:
+    """ms of dense and of each form `layer` can take, summed over `rows`; a form that cannot pack it is timed as
+    -1 with its error in "refused:<form>" (so a cached trial refuses it again without trying)."""
+    bias = layer.bias if layer.has_bias else None
+    xs = [torch.randn(n, layer.in_features, dtype=layer.weight.dtype) for n in sorted(set(rows))]
+    ms = {"dense": sum(_best_ms(partial(_dense_product, layer.weight, bias, x), flush) for x in xs)}
+    trial_layer = _BiasOnly(bias)
+    for name in takes:  # one trial copy at a time: a large weight (the LM head) is held at most twice
+        try:
+            trial = _FORMS[name].method(layer.weight)
+        except RuntimeError:
+            ms[name] = -1.0
+            continue
+        ms[name] = sum(_best_ms(partial(trial.apply, trial_layer, x), flush) for x in xs)  # type: ignore[arg-type,misc]
+        del trial
+    return ms
+
+
 def _decide(
-    layer: Linear, takes: list[str], rows: Sequence[int], policy: str, report: PrepackReport, flush
+    layer: Linear, takes: list[str], rows: Sequence[int], policy: str, report: PrepackReport, timings
 ) -> _Decision:
     if policy == "always":
         return _Decision(takes[0])
     if layer.weight.numel() < MIN_AUTO_NUMEL:
         small = f"weight has {layer.weight.numel()} elements, below {MIN_AUTO_NUMEL}: too small to matter"
         return _Decision(None, small)
-    bias = layer.bias if layer.has_bias else None
-    xs = [torch.randn(n, layer.in_features, dtype=layer.weight.dtype) for n in sorted(set(rows))]
-    ms = {"dense": sum(_best_ms(partial(_dense_product, layer.weight, bias, x), flush) for x in xs)}
-    refused = []
-    trial_layer = _BiasOnly(bias)
-    for name in takes:  # one trial copy at a time: a large weight (the LM head) is held at most twice
-        try:
-            trial = _FORMS[name].method(layer.weight)
-        except RuntimeError as exc:
-            refused.append(f"{name} cannot pack it here: {exc}")
-            continue
-        ms[name] = sum(_best_ms(partial(trial.apply, trial_layer, x), flush) for x in xs)  # type: ignore[arg-type,misc]
-        del trial
+    ms = {name: t for name, t in timings.items() if t >= 0}
+    refused = [f"{name} cannot pack it here" for name, t in timings.items() if t < 0]
     report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = ms
     packed = [name for name in ms if name != "dense"]
     if not packed:

@@ -207,3 +207,21 @@ def test_fdot_unavailable_says_why_and_onednn_packs(monkeypatch):
     assert report.forms == {"proj": "onednn"}
     report = prepack.prepack_linear_weights(_Model(proj=alone), rows=(1,), policy="always", forms=("fdot",))
     assert report.skipped == {"proj": "fdot: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0"}
+
+
+def test_auto_times_a_shape_once_per_machine_and_reads_the_cache_after(tmp_path, monkeypatch):
+    """A second load of the same shape on the same machine reuses the stored trial (no timing) and decides the same;
+    KERNELBAY_CACHE_DIR="" turns the cache off."""
+    from kernelbay_engine.layers import prepack_cache
+
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path))
+    first = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto")
+    assert first.cached == [] and (tmp_path / prepack_cache.FILE_NAME).is_file()
+    second = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto")
+    assert second.cached == [(1024, 512, False)]
+    assert second.timings_ms == first.timings_ms and second.forms == first.forms
+    other_rows = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 4), policy="auto")
+    assert other_rows.cached == [], "a trial at other row counts is not the same trial"
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", "")
+    assert prepack_cache.cache_file() is None
+    assert prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto").cached == []
