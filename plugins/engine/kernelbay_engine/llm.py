@@ -176,6 +176,7 @@ class LLM:
                     trust_remote_code=trust_remote_code,
                     prepack_weights=prepack_weights,
                     max_num_seqs=max_num_seqs,
+                    quantization=quantization,
                 )
                 sharded = self._start_ranks(tensor_parallel_size, config, requested_quantization, shard_options)
                 self.model = sharded.model
@@ -531,7 +532,7 @@ class LLM:
         fmt = format_for(self.folder).name
         quantization = None if quantization == NO_QUANTIZATION else quantization
         check_options(n, quantization=quantization, model_impl=options["model_impl"], file_format=fmt)
-        check_tensor_parallel(config, n, source=str(self.folder))
+        check_tensor_parallel(config, n, source=str(self.folder), quantization=quantization)
         plan_rank_share(config, n, options["model_impl"])  # every tensor splits (on meta), before any rank starts
         return start_tensor_parallel(self.folder, n, options)
 

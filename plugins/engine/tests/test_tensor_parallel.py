@@ -129,6 +129,20 @@ def test_each_rank_holds_half_of_the_sharded_weights(engines, family):
     assert first.sharded_weight_bytes > 0.8 * whole / 2  # most of the model is sharded, not replicated
 
 
+def test_each_rank_quantizes_its_own_shard(folders):
+    """int4 at two ranks: each rank quantizes its shard once loaded, in groups of 32 that the split keeps whole, and
+    greedy decoding gives the tokens of int4 on one rank."""
+    expected = [
+        o.token_ids for o in LLM(folders["llama"], progress=False, quantization="int4").generate(PROMPTS, GREEDY)
+    ]
+    llm = LLM(folders["llama"], progress=False, tensor_parallel_size=2, quantization="int4")
+    try:
+        assert set(llm.quant_report.chosen) >= {"model.layers.0.self_attn.o_proj", "lm_head"}
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    finally:
+        llm.runner.shutdown()
+
+
 def test_ranks_report_per_rank_geometry(engines):
     """Each rank runs half the heads (GQA: one of the two KV heads) and half the FFN, and caches half the KV bytes."""
     _, llm, _ = engines("llama")
@@ -179,8 +193,8 @@ def test_sizes_that_do_not_split_are_refused_before_loading(folders):
         LLM(folders["llama"], progress=False, tensor_parallel_size=64)
     with pytest.raises(EngineArgumentError, match="tensor_parallel_size must be an integer"):
         LLM(folders["llama"], progress=False, tensor_parallel_size=0)
-    with pytest.raises(EngineArgumentError, match="quantization='int8' is not sharded yet"):
-        LLM(folders["llama"], progress=False, tensor_parallel_size=2, quantization="int8")
+    with pytest.raises(EngineArgumentError, match=r"groups of 32 inputs, but the attention output's input share .* 48"):
+        LLM(folders["qwen3"], progress=False, tensor_parallel_size=2, quantization="int4")
 
 
 CUSTOM_MODEL = """

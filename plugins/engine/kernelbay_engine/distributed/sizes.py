@@ -41,9 +41,9 @@ def _unsupported(config) -> list[str]:
     return problems
 
 
-def check_tensor_parallel(config, n: int, *, source: str) -> None:
+def check_tensor_parallel(config, n: int, *, source: str, quantization: str | None = None) -> None:
     """Refuse, with every reason, a tensor_parallel_size this model or machine cannot run (before any load)."""
-    problems = size_problems(config, n)
+    problems = size_problems(config, n) + _group_problems(config, n, quantization)
     limit = max_ranks()
     if n > limit:
         problems.append(f"this machine runs at most {limit} ranks (one per CPU core{_gpu_note()})")
@@ -53,13 +53,38 @@ def check_tensor_parallel(config, n: int, *, source: str) -> None:
         )
 
 
+def _group_problems(config, n: int, quantization: str | None) -> list[str]:
+    """Each rank quantizes its own shard once loaded: a row-parallel linear's input share must hold whole groups, so
+    that its groups are those of the unsharded weight."""
+    if n == 1 or quantization is None:
+        return []
+    from kernelbay_engine.quant.method import quant_mode
+
+    group = quant_mode(quantization).group_size
+    if group is None:  # per output row: a rank's scale covers its share of the row
+        return []
+    widths = {
+        "the attention output's input share (heads x v_head_dim / N)": config.num_attention_heads
+        * config.v_head_dim
+        // n,
+        "the FFN down projection's input share (intermediate_size / N)": config.intermediate_size // n,
+    }
+    return [
+        f"quantization={quantization!r} quantizes groups of {group} inputs, but {what} is {width}"
+        for what, width in widths.items()
+        if width % group
+    ]
+
+
 def check_options(n: int, *, quantization, model_impl: str, file_format: str) -> None:
     """Options sharded ranks cannot honour yet, refused by name."""
+    from kernelbay_engine.args import FILE_QUANTIZATION
+
     if n == 1:
         return
-    if quantization is not None:
+    if quantization == FILE_QUANTIZATION:
         raise EngineArgumentError(
-            f"quantization={quantization!r} is not sharded yet; use tensor_parallel_size=1 or leave quantization out"
+            f"quantization={quantization!r} (a GGUF file's own codes) is not sharded yet; use tensor_parallel_size=1"
         )
     if model_impl == "transformers":
         raise EngineArgumentError("model_impl='transformers' (the fallback) is not sharded; use model_impl='native'")

@@ -25,7 +25,7 @@ class WorkerSpec:
     timeout_s: float
     options: dict = field(default_factory=dict)
     """dtype, model_impl, moe_backend, attention_backend, attention_backend_options, kv_cache_dtype, block_size,
-    trust_remote_code, prepack_weights, max_num_seqs."""
+    trust_remote_code, prepack_weights, max_num_seqs, quantization."""
     handoff: dict | None = None
     """The parent's registry (`handoff.registry_handoff`); None under torchrun (every rank ran the same script)."""
     threads: int = 1
@@ -50,7 +50,7 @@ def serve_rank(spec: WorkerSpec, parallel: ParallelConfig, imported_at_start: Se
     try:
         runner, shards = build_rank_runner(spec, group)
         group.gather(rank_report(runner, shards, tuple(imported_at_start)))
-        _prepack(runner.model, spec.options)  # after the report: it counts the loaded weights, as the driver's does
+        _quantize_and_prepack(runner.model, spec.options)  # after the report, which counts the loaded weights
         _serve(runner, group)
     except BaseException as err:
         group.report_failure(f"{type(err).__name__}: {err}"[:2000])
@@ -73,9 +73,13 @@ def _serve(runner, group: TensorParallelGroup) -> None:
             raise TypeError(f"unexpected message from the driver: {message!r}")
 
 
-def _prepack(model, options: dict) -> None:
-    """A worker's linears prepacked as the driver's LLM prepacks its own (same policy and row counts)."""
+def _quantize_and_prepack(model, options: dict) -> None:
+    """A worker's linears quantized and prepacked as the driver's LLM does its own (same mode, policy, row counts)."""
     from kernelbay_engine.layers.prepack import prepack_linear_weights
+    from kernelbay_engine.quant import quantize_model
+
+    if options.get("quantization") is not None:
+        quantize_model(model, options["quantization"])
 
     rows = (1, min(options.get("max_num_seqs", 64), 64))
     prepack_linear_weights(model, rows=rows, policy=options.get("prepack_weights", "auto"))
