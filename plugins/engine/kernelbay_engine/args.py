@@ -97,7 +97,11 @@ class EngineArgs:
                     f"pass speculative={NGRAM!r} too, or drop num_speculative_tokens"
                 )
             return
-        _require_choice("speculative", self.speculative, (NGRAM,), "None or ")
+        if self.speculative != NGRAM:
+            raise EngineArgumentError(
+                f"speculative must be None or {NGRAM!r} (prompt-lookup proposals); got {self.speculative!r}: "
+                f"draft-model folders (EAGLE-3) are not supported, kernelbay ships no draft model"
+            )
         if self.num_speculative_tokens is not None:
             _require_count("num_speculative_tokens", self.num_speculative_tokens, minimum=1)
             if self.num_speculative_tokens > MAX_NUM_SPECULATIVE_TOKENS:
