@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import signal
@@ -86,3 +87,26 @@ def test_a_taken_port_fails_before_the_model_loads(capsys):
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port), "--max-model-len", "1"]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigterm_past_the_grace_period_aborts_and_exits_0(chat_llama):
+    """A request still running when --shutdown-timeout ends is cut off (no `[DONE]`), and the exit code is 0."""
+    process, url = _start(chat_llama, "--shutdown-timeout", "0")
+    try:
+        body = {"prompt": "the", "max_tokens": 500, "ignore_eos": True}
+        connection, response = _open_stream(url, body, None)
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        try:
+            received = response.read()
+        except http.client.IncompleteRead as cut:
+            received = cut.partial
+        connection.close()
+        assert b"data: [DONE]" not in received
+        assert process.wait(30) == 0
+        assert time.monotonic() - signalled < 20
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
