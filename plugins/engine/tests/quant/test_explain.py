@@ -61,7 +61,7 @@ def test_no_section_without_quantization(tiny_llama):
 
 def test_an_unknown_quantization_is_named(tiny_llama):
     """A misspelt mode lists the valid ones; 'gguf' (a file's own codes) on a safetensors folder asks for a .gguf."""
-    with pytest.raises(ConfigError, match="unknown quantization 'int2': valid values are int8, int4"):
+    with pytest.raises(ConfigError, match="unknown quantization 'int2': valid values are int8, int8-channel, int4"):
         explain_model(tiny_llama, quantization="int2")
     with pytest.raises(ConfigError, match=r"--quantization gguf keeps a \.gguf file's own quantized weights, but"):
         explain_model(tiny_llama, quantization="gguf")
