@@ -16,7 +16,7 @@ $LLAMACPP_PYTHON): without one its rows are skipped, with a line saying so. The 
 here (torch sum over 1 GiB with the same threads); "% of bw" is (weight bytes read per step / step time) over it.
 `--kernels` first times one pass over the model's linears alone (random weights of the same shapes, each
 format's kernel) at each batch size: how close the kernels themselves come to the bandwidth limit.
-"x llama.cpp" compares with the llama.cpp row of the nearest format: Q4_1 for int4 and int8, F16 for bf16, F32
+"x llama.cpp" compares with the llama.cpp row of the nearest format: Q4_1 for gguf, int4 and int8, F16 for bf16, F32
 for fp32 and transformers. "aten ops per step" (kernelbay rows, per batch size): the aten calls one decode step
 dispatches, counted after the timed runs; unlike tok/s it does not move with the machine's load.
 `--rounds N` runs the whole engine list N times, interleaved: the table keeps each row's best round, and the
@@ -404,9 +404,8 @@ def table(results: dict, batches, bandwidth: float) -> str:
 
 def _reference(results, engine: str, batch: int) -> float | None:
     """The llama.cpp row an engine is compared with: Q4_1 for int4 (same file), F32 for fp32, F16 for bf16."""
-    ref = {"int4": "llamacpp-q4_1", "q4_1": "llamacpp-q4_1", "int8": "llamacpp-q4_1", "bf16": "llamacpp-f16"}.get(
-        engine.rpartition("-")[2], "llamacpp-f32"
-    )
+    nearest = {"int4": "q4_1", "q4_1": "q4_1", "gguf": "q4_1", "int8": "q4_1", "bf16": "f16"}  # gguf: its Q4_1 codes
+    ref = f"llamacpp-{nearest.get(engine.rpartition('-')[2], 'f32')}"
     r = results.get(ref, {}).get(batch)
     return r["tok_s"] if r and "error" not in r else None
 
