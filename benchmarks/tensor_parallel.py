@@ -54,7 +54,7 @@ def child(folder: str, tp: int, threads: int, new_tokens: int) -> dict:
     import torch
 
     from kernelbay_engine import LLM, SamplingParams
-    from kernelbay_engine.distributed.load import weight_bytes
+    from kernelbay_engine.distributed.sharding import weight_bytes
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     torch.set_num_threads(threads)

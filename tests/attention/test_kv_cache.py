@@ -77,7 +77,7 @@ def test_exhaustion_names_needed_and_free_blocks_and_changes_nothing():
     mgr.allocate("a", 40)
     with pytest.raises(
         KVCacheExhausted,
-        match=r"request 'b' needs 2 more block\(s\) for 20 tokens but only 1 of 4 "
+        match=r"request 'b' needs 2 free block\(s\) for 20 tokens but only 1 of 4 "
         r"are free; free or preempt a request",
     ):
         mgr.allocate("b", 20)
@@ -146,7 +146,7 @@ def test_grow_to_and_extra_blocks_count_tokens_in_all():
     assert len(mgr.grow_to("a", 9)) == 3 and mgr.num_free_blocks == 3
     with pytest.raises(ValueError, match="cannot shrink"):
         mgr.grow_to("a", 4)
-    with pytest.raises(KVCacheExhausted, match="needs 4 more block"):
+    with pytest.raises(KVCacheExhausted, match="needs 4 free block"):
         mgr.grow_to("b", 13)
     assert "b" not in mgr and mgr.num_free_blocks == 3
 

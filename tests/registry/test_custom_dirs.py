@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 
@@ -112,28 +113,39 @@ def test_name_clash_with_a_loaded_module_is_refused(make_registry, tmp_path):
         load_custom_module_dirs([f])
 
 
+@contextlib.contextmanager
+def _on_sys_path(folder):
+    """`folder` first on sys.path for the block, and only it removed after (monkeypatch.syspath_prepend would
+    restore its whole saved sys.path at teardown, after fixture_site removed itself: the fixture plugins would
+    then stay importable and discoverable for every later test of the process)."""
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(folder))
+
+
 def test_a_file_named_like_an_installed_module_is_refused_before_it_shadows_it(
-    make_registry, tmp_path, cleanup_modules, monkeypatch
+    make_registry, tmp_path, cleanup_modules
 ):
     """A custom `kb_shadowed.py` while a package `kb_shadowed` is installed (on the path, not imported yet) is
     refused naming the installed one, and nothing is imported under that name."""
     installed = _write(tmp_path / "site" / "kb_shadowed" / "__init__.py", "x = 1\n").parent
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     make_registry()
     f = _write(tmp_path / "custom" / "kb_shadowed.py", "x = 2\n")
-    with pytest.raises(CustomModuleDirError) as err:
+    with _on_sys_path(tmp_path / "site"), pytest.raises(CustomModuleDirError) as err:
         load_custom_module_dirs([f])
     expected = f"as 'kb_shadowed', which would shadow the installed module 'kb_shadowed' ({installed})"
     assert expected in str(err.value)
     assert "kb_shadowed" not in sys.modules
 
 
-def test_a_custom_dir_on_sys_path_is_not_a_clash_with_itself(make_registry, tmp_path, cleanup_modules, monkeypatch):
+def test_a_custom_dir_on_sys_path_is_not_a_clash_with_itself(make_registry, tmp_path, cleanup_modules):
     """Run from the folder holding it (`python -m` puts the cwd on sys.path), a custom dir finds only itself."""
     make_registry()
     _write(tmp_path / "my_selfpkg" / "__init__.py", "x = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert load_custom_module_dirs([tmp_path / "my_selfpkg"]) == ["my_selfpkg"]
+    with _on_sys_path(tmp_path):
+        assert load_custom_module_dirs([tmp_path / "my_selfpkg"]) == ["my_selfpkg"]
 
 
 def test_tqdm_py_in_a_custom_dir_is_refused_on_the_command_line(fixture_site, tmp_path):

@@ -20,7 +20,7 @@ from kernelbay_engine import LLM, SamplingParams
 from kernelbay_engine.args import EngineArgumentError
 from kernelbay_engine.distributed import TensorParallelFailure
 from kernelbay_engine.distributed.handoff import registry_summary
-from kernelbay_engine.distributed.load import weight_bytes
+from kernelbay_engine.distributed.sharding import weight_bytes
 
 from .checkpoints import build_tiny_llama, build_tiny_model
 

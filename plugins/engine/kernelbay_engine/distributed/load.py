@@ -62,20 +62,3 @@ def _zeros(model: nn.Module, name: str) -> None:
     param = module._parameters[attr]
     assert param is not None
     module._parameters[attr] = nn.Parameter(torch.zeros(param.shape, dtype=param.dtype), requires_grad=False)
-
-
-def weight_bytes(model: nn.Module, names: set[str] | None = None, *, meta: bool = False) -> int:
-    """Bytes of `model`'s loaded parameters (each storage once), or of those named in `names`; `meta=True` counts a
-    model built on meta (each parameter once) instead."""
-    if meta:
-        params = dict(model.named_parameters())
-        return sum(p.numel() * p.element_size() for name, p in params.items() if names is None or name in names)
-    seen, total = set(), 0
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if (names is not None and name not in names) or p.is_meta:
-            continue
-        key = (p.untyped_storage().data_ptr(), p.storage_offset())
-        if key not in seen:
-            seen.add(key)
-            total += p.numel() * p.element_size()
-    return total

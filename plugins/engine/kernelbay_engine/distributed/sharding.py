@@ -121,7 +121,6 @@ def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, pa
 def plan_rank_share(config, n: int, model_impl: str = "auto") -> tuple[int, int, int]:
     """(whole model, one rank's share, the sharded part of that share) in bytes, worked out on meta with no process
     group (nothing communicates): also what refuses, before any rank starts, a model whose tensors cannot split."""
-    from kernelbay_engine.distributed.load import weight_bytes
     from kernelbay_engine.distributed.sizes import rank_config
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
@@ -209,3 +208,20 @@ def _replace(model: nn.Module, path: str, module: nn.Module) -> None:
 
 def _join(*parts: str) -> str:
     return ".".join(p for p in parts if p)
+
+
+def weight_bytes(model: nn.Module, names: set[str] | None = None, *, meta: bool = False) -> int:
+    """Bytes of `model`'s loaded parameters (each storage once), or of those named in `names`; `meta=True` counts a
+    model built on meta (each parameter once) instead."""
+    if meta:
+        params = dict(model.named_parameters())
+        return sum(p.numel() * p.element_size() for name, p in params.items() if names is None or name in names)
+    seen, total = set(), 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if (names is not None and name not in names) or p.is_meta:
+            continue
+        key = (p.untyped_storage().data_ptr(), p.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += p.numel() * p.element_size()
+    return total

@@ -115,7 +115,7 @@ def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=N
 def rank_report(runner, shards, imported_at_start: tuple[str, ...] = ()) -> RankReport:
     """What this rank holds and runs (`shards`: the sharding pass's `RankShards` for its model)."""
     from kernelbay_engine.distributed.handoff import registry_summary
-    from kernelbay_engine.distributed.load import weight_bytes
+    from kernelbay_engine.distributed.sharding import weight_bytes
     from kernelbay_engine.layers.moe import moe_layers
 
     model = runner.model
