@@ -270,6 +270,8 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
             f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "
             f"cannot hold it; choose another linear kernel ({', '.join(KERNEL_NAMES)})"
         )
+    if padded == blocks:  # no padding block: whole-tensor ops, one allocation each (no per-chunk page faults)
+        return _dot_codes(w.q, w.bits, blocks), d, m
     codes = torch.empty(n, padded * DOT_BLOCK * w.bits // 8, dtype=torch.uint8)  # every byte written below
     for a in range(0, n, _DOT_PACK_ROWS):
         b = min(a + _DOT_PACK_ROWS, n)
@@ -280,6 +282,14 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
             u = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
         codes[a:b] = u.reshape(b - a, -1)
     return codes, d, m
+
+
+def _dot_codes(q: torch.Tensor, bits: int, blocks: int) -> torch.Tensor:
+    """qdot.cpp's codes of `q` [N, K] when its K // 32 blocks pair up exactly (see _dot_layout)."""
+    if bits == 8:
+        return q.contiguous().view(torch.uint8) ^ 0x80  # q + 128 as bits (two's complement)
+    pairs = q.contiguous().view(q.shape[0], blocks // 2, 2, DOT_BLOCK)
+    return (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(q.shape[0], -1)
 
 
 class DenseKernel(LinearKernel):
