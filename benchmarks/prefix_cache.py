@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/prefix_cache.py [--turns 8] [--requests 32] [--system-len 1000] [--repeat 3]
                                                 [--threads N] [--backend NAME] [--write FILE]
+    .venv/bin/python benchmarks/prefix_cache.py --serve [--turns 8] [--reply-len 32] [--repeat 3] [--backend NAME]
 
 On the random-weight ~50M-parameter fp32 Llama of benchmarks/generate.py (vocab 32000, hidden 512, 6 layers), two
 workloads run twice, on one `LLM` with `enable_prefix_caching=True` and one with it off:
@@ -17,11 +18,22 @@ workloads run twice, on one `LLM` with `enable_prefix_caching=True` and one with
 Greedy decoding; each workload's tokens are asserted identical with caching on and off. Prompt tokens computed are
 the tokens looked up minus the ones found cached (`LLM.stats()`). Prints a Markdown table; `--write FILE` also
 writes it.
+
+`--serve` runs the chat workload over HTTP instead: the same model folder behind two `kernelbay serve` processes
+(default, and `--no-enable-prefix-caching`; each on a free loopback port, benchmarks/serve.py's `Server`), both up
+at once and taking turns as above. Each turn is one streaming `/v1/completions` request of the history's token ids
+(greedy, `--reply-len` tokens, `ignore_eos`); time to first token is measured by the client, from sending the
+request to its first non-empty text; the prompt tokens computed and cache hits come from the differences of the
+server's `kernelbay_prefix_cache_queries` and `kernelbay_prefix_cache_hits` on `GET /metrics` around the request
+(with caching off, the whole prompt; that server's hits are asserted to be zero). The generated text is asserted
+identical with caching on and off in every turn. Only the chat runs over HTTP.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import platform
 import statistics
 import sys
@@ -34,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import MODEL, build_checkpoint
+from serve import Server, free_port
 
 SYSTEM_TURN, USER_LEN, REPLY_LEN = 128, 64, 32
 
@@ -179,6 +192,163 @@ def table(results, args) -> str:
     return "\n".join(lines)
 
 
+# -- over HTTP (--serve) ----------------------------------------------------------------------------------------
+SERVED_NAME = "prefix-cache-bench"
+
+
+@dataclass
+class Served:
+    """One turn over HTTP: seconds to the first non-empty text, the text, and prompt tokens looked up / found cached."""
+
+    ttft: float
+    text: str
+    looked_up: int
+    found: int
+
+    def computed(self, caching: bool, prompt_len: int) -> int:
+        return self.looked_up - self.found if caching else prompt_len
+
+
+def prefix_counters(port: int) -> tuple[int, int]:
+    """(kernelbay_prefix_cache_queries, kernelbay_prefix_cache_hits) from the server's GET /metrics."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/metrics")
+    values = {}
+    for line in connection.getresponse().read().decode().splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("kernelbay_prefix_cache_queries", "kernelbay_prefix_cache_hits"):
+            values[name] = int(float(value))
+    connection.close()
+    if len(values) != 2:
+        raise RuntimeError(f"GET /metrics on port {port} lacks the kernelbay_prefix_cache_* gauges: {values}")
+    return values["kernelbay_prefix_cache_queries"], values["kernelbay_prefix_cache_hits"]
+
+
+def stream_ids(port: int, prompt: list[int], max_tokens: int) -> tuple[str, float]:
+    """(generated text, seconds to its first non-empty text) of one greedy streaming completion of token ids."""
+    body = {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    start = time.perf_counter()
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    if response.status != 200:
+        raise RuntimeError(f"POST /v1/completions on port {port}: {response.status} {response.read()[:300]!r}")
+    pieces: list[str] = []
+    first = None
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        text = (json.loads(line[6:]).get("choices") or [{}])[0].get("text") or ""
+        if text and first is None:
+            first = time.perf_counter() - start
+        pieces.append(text)
+    connection.close()
+    if first is None:
+        raise RuntimeError(f"POST /v1/completions on port {port} streamed no text")
+    return "".join(pieces), first
+
+
+def serve_turn(port: int, prompt: list[int], max_tokens: int) -> Served:
+    looked_up, found = prefix_counters(port)
+    text, ttft = stream_ids(port, prompt, max_tokens)
+    after_looked_up, after_found = prefix_counters(port)
+    return Served(ttft, text, after_looked_up - looked_up, after_found - found)
+
+
+def word_ids(text: str) -> list[int]:
+    """Token ids of `save_word_tokenizer`'s text: word `w<i>` is token i."""
+    return [int(word[1:]) for word in text.split()]
+
+
+def serve_chat(ports: dict[bool, int], turns: int, reply_len: int, seed: int) -> dict[bool, list[Served]]:
+    """`chat`'s conversation over HTTP: the reply's text, read back as token ids, joins the history."""
+    history = random_ids(SYSTEM_TURN, seed=seed)
+    results: dict[bool, list[Served]] = {caching: [] for caching in ports}
+    for turn in range(turns):
+        history = history + random_ids(USER_LEN, seed=seed * 1000 + turn)
+        order = sorted(ports, reverse=bool(turn % 2))
+        served = {caching: serve_turn(ports[caching], history, reply_len) for caching in order}
+        assert served[False].text == served[True].text, f"serve chat turn {turn + 1}: text differs with caching on"
+        assert served[False].found == 0, f"serve chat turn {turn + 1}: cache hits with --no-enable-prefix-caching"
+        for caching in ports:
+            results[caching].append(served[caching])
+        reply = word_ids(served[True].text)
+        assert len(reply) == reply_len, f"turn {turn + 1}: {reply_len} tokens asked, {served[True].text!r} came"
+        history = history + reply
+    return results
+
+
+def serve_command(folder: Path, port: int, caching: bool, args) -> list[str]:
+    kernelbay = Path(sys.executable).parent / "kernelbay"
+    command = [str(kernelbay), "serve", str(folder), "--port", str(port), "--served-model-name", SERVED_NAME]
+    command += ["--kv-cache-memory", "512MiB"]
+    if args.backend:
+        command += ["--backend", args.backend]
+    return command if caching else [*command, "--no-enable-prefix-caching"]
+
+
+def log_path(caching: bool) -> Path:
+    """Where a server's output goes; it outlives the model's temporary folder, for a server that fails to start."""
+    return Path(tempfile.gettempdir()) / f"prefix-cache-serve-{'on' if caching else 'off'}.log"
+
+
+def run_serve(folder: Path, args) -> dict[bool, list[Served]]:
+    ports = {caching: free_port() for caching in (False, True)}
+    servers = {
+        caching: Server(serve_command(folder, port, caching, args), port, log_path(caching))
+        for caching, port in ports.items()
+    }
+    try:
+        for server in servers.values():
+            server.wait_ready()
+        for port in ports.values():
+            stream_ids(port, random_ids(16, seed=999), 2)  # warm-up: first-call allocations out of the timings
+        runs = [serve_chat(ports, args.turns, args.reply_len, seed=1 + r) for r in range(args.repeat)]
+    finally:
+        for server in servers.values():
+            server.stop()
+    return {caching: median_served([run[caching] for run in runs]) for caching in (False, True)}
+
+
+def median_served(runs: list[list[Served]]) -> list[Served]:
+    """Per turn, the run with the median time to first token."""
+    return [sorted(turn, key=lambda s: s.ttft)[len(turn) // 2] for turn in zip(*runs, strict=True)]
+
+
+def serve_table(results: dict[bool, list[Served]], args) -> str:
+    off, on = results[False], results[True]
+    lines = [
+        f"Chat over `kernelbay serve`: {args.turns} turns, history = {SYSTEM_TURN}-token system prompt + "
+        f"{USER_LEN}-token user message and {args.reply_len}-token reply per turn, one streaming /v1/completions "
+        f"request a turn; client-side time to first token (ms, median of {args.repeat} conversations, the two "
+        "servers alternating turn by turn) and prompt tokens computed (from GET /metrics).",
+        "",
+        "| turn | prompt tokens | TTFT off | TTFT on | computed off | computed on | cache hits on |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    prompt = SYSTEM_TURN
+    for turn, (a, b) in enumerate(zip(off, on, strict=True), 1):
+        prompt += USER_LEN + (args.reply_len if turn > 1 else 0)
+        lines.append(
+            f"| {turn} | {prompt} | {a.ttft * 1e3:.0f} | {b.ttft * 1e3:.0f} | {a.computed(False, prompt)} | "
+            f"{b.computed(True, prompt)} | {b.found} |"
+        )
+    lines += [
+        "",
+        f"Caching on: TTFT at turn {args.turns} = {on[-1].ttft / on[0].ttft:.2f}x turn 1's "
+        f"(off: {off[-1].ttft / off[0].ttft:.2f}x).",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=8)
@@ -188,19 +358,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--backend", help="attention backend (default: the first capable one)")
     parser.add_argument("--write", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--serve", action="store_true", help="the chat workload over two `kernelbay serve` processes")
+    parser.add_argument("--reply-len", type=int, default=REPLY_LEN, help="tokens generated a turn with --serve")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         params = build_checkpoint(Path(tmp))
         save_word_tokenizer(Path(tmp))
-        results = run(Path(tmp), args)
+        body = serve_table(run_serve(Path(tmp), args), args) if args.serve else table(run(Path(tmp), args), args)
+    threads = "each server its default torch threads" if args.serve else f"{torch.get_num_threads()} torch threads"
     head = (
-        f"{params / 1e6:.1f}M-parameter fp32 Llama, {torch.get_num_threads()} torch threads, "
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}; tokens identical with caching on "
-        "and off."
+        f"{params / 1e6:.1f}M-parameter fp32 Llama, {threads}, {platform.processor() or platform.machine()}, "
+        f"torch {torch.__version__}; {'text' if args.serve else 'tokens'} identical with caching on and off."
     )
-    text = head + "\n\n" + table(results, args)
+    text = head + "\n\n" + body
     print(text)
     if args.write:
         args.write.write_text(text + "\n")
