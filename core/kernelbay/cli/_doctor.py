@@ -62,7 +62,7 @@ def _serves_nothing(backend, name: str) -> str | None:
     """Why an installed attention backend can serve no common geometry (it would never be chosen), or None (also
     for a class that is no AttentionBackend: it has no declarations to read)."""
     from kernelbay.attention import AttentionBackend
-    from kernelbay.attention._capabilities import common_geometry_gaps, declarations_hint
+    from kernelbay.testing.claims import common_geometry_gaps, declarations_hint
 
     if not (isinstance(backend, type) and issubclass(backend, AttentionBackend)):
         return None

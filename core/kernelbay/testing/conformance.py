@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from ..attention import AttentionBackend, BackendNotCapable, NoCapableBackend, select_attention_backend
 from ..attention._backend import backend_class
-from ..attention._capabilities import _Any, common_geometry_gaps, declarations_hint, refused_declarations
+from ..attention._capabilities import _Any
 from ..platforms import Platform
+from .claims import common_geometry_gaps, declarations_hint, refused_declarations
 from .report import FAIL, NOT_CLAIMED, PASS, SKIPPED, ConformanceReport, SpecResult, is_installed_as
 from .runner import build_layer, make_data, reference_output, run_step
 from .specs import BatchSpec, select_specs, tolerance

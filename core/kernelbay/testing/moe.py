@@ -220,7 +220,7 @@ def check_moe_backend(backend, specs=None) -> ConformanceReport:
 
 def _unserved(cls, name: str) -> str | None:
     """None when the MoE backend claims some spec of the whole kit; else which declarations refuse them all."""
-    from ..attention._capabilities import declarations_hint, refused_declarations
+    from .claims import declarations_hint, refused_declarations
 
     refused = [refused_declarations(cls, spec.requirements()) for spec in MOE_SPECS]
     if any(not names for names in refused):
