@@ -102,6 +102,7 @@ class TensorParallelEngine:
         if not kill:
             try:
                 self.group.broadcast(Stop())
+                self.group.barrier()
             except Exception:  # noqa: BLE001 - a rank already gone: kill the rest below
                 kill = True
         for process in self.context.processes if self.context is not None else []:

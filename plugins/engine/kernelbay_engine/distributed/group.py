@@ -115,6 +115,11 @@ class TensorParallelGroup:
         except Exception:  # noqa: BLE001 - a store that cannot answer knows nothing
             return None
 
+    def barrier(self) -> None:
+        """Wait until every rank is here: after Stop, so that no rank closes its connections while another is still
+        reading the last message (a torchrun rank 0 tearing down mid-read aborted with std::terminate)."""
+        self.control.barrier().wait()
+
     def close(self) -> None:
         """Leave both groups (their connections close: a rank still waiting on this one fails at once)."""
         for pg in (self.compute, self.control):

@@ -64,6 +64,7 @@ def _serve(runner, group: TensorParallelGroup) -> None:
     while True:
         message = group.broadcast()
         if isinstance(message, Stop):
+            group.barrier()  # the driver waits for every rank to have read Stop before anyone closes
             return
         if isinstance(message, Allocate):
             runner.allocate_cache(message.num_blocks)
