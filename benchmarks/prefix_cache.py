@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import platform
 import statistics
 import sys
@@ -46,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import MODEL, build_checkpoint
-from serve import Server, free_port
+from serve import Server, free_port, stream_completion
 
 SYSTEM_TURN, USER_LEN, REPLY_LEN = 128, 64, 32
 
@@ -226,34 +225,10 @@ def prefix_counters(port: int) -> tuple[int, int]:
 
 def stream_ids(port: int, prompt: list[int], max_tokens: int) -> tuple[str, float]:
     """(generated text, seconds to its first non-empty text) of one greedy streaming completion of token ids."""
-    body = {
-        "model": SERVED_NAME,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    start = time.perf_counter()
-    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    if response.status != 200:
-        raise RuntimeError(f"POST /v1/completions on port {port}: {response.status} {response.read()[:300]!r}")
-    pieces: list[str] = []
-    first = None
-    for raw in response:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        text = (json.loads(line[6:]).get("choices") or [{}])[0].get("text") or ""
-        if text and first is None:
-            first = time.perf_counter() - start
-        pieces.append(text)
-    connection.close()
-    if first is None:
+    text, ttft = stream_completion(port, SERVED_NAME, prompt, max_tokens, ignore_eos=True)
+    if not text:
         raise RuntimeError(f"POST /v1/completions on port {port} streamed no text")
-    return "".join(pieces), first
+    return text, ttft
 
 
 def serve_turn(port: int, prompt: list[int], max_tokens: int) -> Served:

@@ -140,9 +140,10 @@ class Server:
 
 
 # -- clients ------------------------------------------------------------------------------------------------
-def stream_completion(port: int, model: str, prompt: str, max_tokens: int) -> tuple[str, float]:
-    """(generated text, seconds to its first non-empty text) of one streaming completion."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+def stream_completion(port: int, model: str, prompt: str | list[int], max_tokens: int, **extra) -> tuple[str, float]:
+    """(generated text, seconds to its first non-empty text) of one greedy streaming completion; `extra`: more
+    request fields (e.g. ignore_eos)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, **extra}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
     connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
