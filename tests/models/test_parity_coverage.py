@@ -16,10 +16,9 @@ ALL_TINY = {**TINY, **TINY_GEMMA3, **TINY_MOE, **TINY_V32, **TINY_GPT_OSS}
 def test_every_registered_family_architecture_has_a_parity_case(loaded):
     """The parity matrix covers each architecture the llama and deepseek plugins provide (the registry's
     first-party table, each name resolved to the class it serves: Mistral is Llama's)."""
-    from kernelbay.registry import names, resolve
-    from kernelbay.registry._registry import FIRST_PARTY_PROVIDES
+    from kernelbay.registry import first_party_names, names, resolve
 
-    provided = [n for n, d in FIRST_PARTY_PROVIDES["model"].items() if d in ("kernelbay-llama", "kernelbay-deepseek")]
+    provided = [n for n, d in first_party_names("model").items() if d in ("kernelbay-llama", "kernelbay-deepseek")]
     assert set(provided) <= set(names("model"))
     assert len(provided) >= 14  # Llama, Mistral, Qwen2/3, Phi3, Gemma2/3, 3 MoE, GPT-OSS, DeepSeek V2/V3/V3.2
     family = {resolve("model", n).__name__ for n in provided}

@@ -112,9 +112,9 @@ def slot_info(kind: str, name: str, load: bool = True) -> dict | None:
 def first_party_names(kind: str) -> dict[str, str]:
     """Names of `kind` the first-party plugins provide -> the distribution, installed or not (for errors that
     say what to install)."""
-    from . import _records
+    from ._records import first_party_provides
 
-    return dict(_records.FIRST_PARTY_PROVIDES.get(kind, {}))
+    return first_party_provides(kind)
 
 
 def registered_slots(obj) -> list[tuple[str, str]]:

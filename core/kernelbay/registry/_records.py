@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from collections import namedtuple
 from collections.abc import Iterable, Mapping
@@ -25,49 +27,24 @@ MODEL_INDEX = "kernelbay.models"  # names provider modules; the other kinds' gro
 CLASS_KINDS = tuple(kind for kind, group in INDEX_GROUP.items() if group != MODEL_INDEX)
 GROUPS = (*dict.fromkeys(INDEX_GROUP.values()), "kernelbay.hooks", "kernelbay.commands")
 
-# What each first-party plugin provides, named in "unknown" errors when it is not installed.
-FIRST_PARTY_PROVIDES = {
-    "model": {
-        **dict.fromkeys(
-            (
-                "LlamaForCausalLM",
-                "MistralForCausalLM",
-                "Qwen2ForCausalLM",
-                "Qwen3ForCausalLM",
-                "Phi3ForCausalLM",
-                "Gemma2ForCausalLM",
-                "Gemma3ForCausalLM",
-                "MixtralForCausalLM",
-                "Qwen2MoeForCausalLM",
-                "Qwen3MoeForCausalLM",
-                "GptOssForCausalLM",
-            ),
-            "kernelbay-llama",
-        ),
-        **dict.fromkeys(
-            ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"), "kernelbay-deepseek"
-        ),
-        **dict.fromkeys(
-            ("GPT2LMHeadModel", "OPTForCausalLM", "GPTNeoXForCausalLM", "FalconForCausalLM"), "kernelbay-gpt"
-        ),
-    },
-    "attention_backend": {
-        **dict.fromkeys(("VANILLA", "SDPA", "FLEX"), "kernelbay-torch"),
-        **dict.fromkeys(("FLASHINFER", "FLASHINFER_MLA"), "kernelbay-flashinfer"),
-    },
-    "moe_backend": dict.fromkeys(("TORCH_MOE", "TORCH_GROUPED_MOE"), "kernelbay-torch"),
-    "config": {
-        **dict.fromkeys(("nemotron-nas", "phi3small"), "kernelbay-llama"),
-        "RefinedWebModel": "kernelbay-gpt",
-        "kimi_k2": "kernelbay-deepseek",
-    },
-    "weight_format": {"safetensors": "kernelbay-engine", "gguf": "kernelbay-gguf"},
-}
-# Distributions whose registrations are built-in (they only ever fill empty slots): the core, the fallback,
-# and every distribution named above.
-FIRST_PARTY_DISTRIBUTIONS = frozenset(
-    {"kernelbay", "kernelbay-transformers", *(d for names in FIRST_PARTY_PROVIDES.values() for d in names.values())}
-)
+# What the first-party plugins (this repository's plugins/*) are and provide, generated from their pyproject.toml
+# entry points by tools/first_party_table.py: named in "pip install ..." hints whether installed or not.
+FIRST_PARTY_TABLE = os.path.join(os.path.dirname(__file__), "first_party.json")
+
+
+@functools.cache
+def _first_party() -> dict:
+    import json
+
+    with open(FIRST_PARTY_TABLE, encoding="utf-8") as file:
+        return json.load(file)
+
+
+def first_party_provides(kind: str) -> dict[str, str]:
+    """Names of `kind` the first-party plugins provide -> the distribution, installed or not."""
+    return dict(_first_party()["provides"].get(kind, {}))
+
+
 # First-party distributions ranked below built-in ("fallback"): a claim of theirs fills a slot only when no
 # other provider claims it. The value says what their "*" (any architecture) model claim covers.
 FALLBACK_DISTRIBUTIONS = {"kernelbay-transformers": "any architecture transformers implements"}
@@ -93,7 +70,8 @@ def origin_of(distribution: str | None) -> str:
     name = normalize_dist(distribution or "")
     if name in FALLBACK_DISTRIBUTIONS:
         return Origin.FALLBACK
-    return Origin.BUILTIN if name in FIRST_PARTY_DISTRIBUTIONS else Origin.EXTERNAL
+    # built-in registrations only ever fill empty slots: the core's and the first-party plugins'
+    return Origin.BUILTIN if name == "kernelbay" or name in _first_party()["distributions"] else Origin.EXTERNAL
 
 
 # Immutable records are named tuples rather than dataclasses: `kernelbay plugins` must start fast,

@@ -22,7 +22,6 @@ from ._imports import BrokenProvider, import_module, load_attribute
 from ._records import (
     ANY_ARCHITECTURE,
     CLASS_KINDS,
-    FIRST_PARTY_PROVIDES,
     INDEX_GROUP,
     KIND_LABEL,
     KINDS,
@@ -33,6 +32,7 @@ from ._records import (
     Registration,
     Slot,
     decide,
+    first_party_provides,
     normalize_dist,
     origin_of,
 )
@@ -373,7 +373,7 @@ class Registry:
         for info in self._advertisers(kind, name):
             if info.refused:
                 return f"{msg} {info.distribution} {info.version} provides it but is not used: {info.refused}."
-        dist = FIRST_PARTY_PROVIDES.get(kind, {}).get(name)
+        dist = first_party_provides(kind).get(name)
         return f"{msg} It is provided by the first-party plugin {dist}: pip install {dist}." if dist else msg
 
     def _load_winner(self, reg: Registration) -> object:

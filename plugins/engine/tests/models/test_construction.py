@@ -167,9 +167,9 @@ def _shared_configs_of_supported_architectures() -> list[str]:
     import json
     from pathlib import Path
 
-    from kernelbay.registry._records import FIRST_PARTY_PROVIDES
+    from kernelbay.registry import first_party_names
 
-    supported = set(FIRST_PARTY_PROVIDES["model"])  # every architecture a first-party plugin ships
+    supported = set(first_party_names("model"))  # every architecture a first-party plugin ships
     found = []
     for path in sorted(Path(SHARED).glob("*/config.json")):
         archs = json.loads(path.read_text()).get("architectures") or []
@@ -224,11 +224,12 @@ def test_encoder_only_resolves_the_vision_encoder_slot(runtime_registrations):
 
 
 def test_draft_checkpoint_resolves_eagle3_target_name(runtime_registrations):
-    """A config with draft_vocab_size resolves the draft_model slot EAGLE3<TargetArch>."""
+    """A config with draft_vocab_size resolves the draft_model slot EAGLE3<TargetArch>: kernelbay-llama's EAGLE-3
+    head fills it, and an external registration takes it over."""
     from kernelbay import register_draft_model
+    from kernelbay_llama.eagle3 import EAGLE3LlamaForCausalLM
 
     config = ModelConfig.from_pretrained(f"{SHARED}/eagle3-draft-llama3-8b-eagle3")
-    with pytest.raises(UnknownNameError, match="EAGLE3LlamaForCausalLM"):
-        AutoModelForCausalLM.from_config(config)
+    assert type(AutoModelForCausalLM.from_config(config)) is EAGLE3LlamaForCausalLM
     register_draft_model("EAGLE3LlamaForCausalLM", target=_Probe)
     assert type(AutoModelForCausalLM.from_config(config)) is _Probe
