@@ -26,7 +26,8 @@ def table(repo: Path = REPO) -> dict:
     kinds: dict[str, str] = {}
     for kind, group in INDEX_GROUP.items():
         kinds.setdefault(group, kind)
-    distributions, provides = [], {kind: {} for kind in kinds.values()}
+    distributions: list[str] = []
+    provides: dict[str, dict[str, str]] = {kind: {} for kind in kinds.values()}
     for pyproject in sorted(repo.glob("plugins/*/pyproject.toml")):
         project = tomllib.loads(pyproject.read_text())["project"]
         distributions.append(project["name"])
