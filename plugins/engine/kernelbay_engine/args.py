@@ -6,7 +6,9 @@ the cache planner or the allocator."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from kernelbay.errors import InputError
 
@@ -43,8 +45,10 @@ class EngineArgs:
     tensor_parallel_size: int = 1
     """Ranks the model is sharded over; what the model and the machine allow is checked once the config is read
     (`kernelbay_engine.distributed.sizes`)."""
-    speculative: str | None = None
-    """None (plain decoding) or "ngram" (prompt-lookup proposals, kernelbay_engine.speculative)."""
+    speculative: str | os.PathLike | None = None
+    """None (plain decoding), "ngram" (prompt-lookup proposals) or an EAGLE-3 draft folder
+    (kernelbay_engine.speculative); a folder is checked against the target once its config is read
+    (`speculative.eagle.read_draft_config`)."""
     num_speculative_tokens: int | None = None
     """Tokens proposed per step (default DEFAULT_NUM_SPECULATIVE_TOKENS); only with `speculative`."""
 
@@ -94,14 +98,11 @@ class EngineArgs:
             if self.num_speculative_tokens is not None:
                 raise EngineArgumentError(
                     f"num_speculative_tokens={self.num_speculative_tokens!r} needs speculative decoding; "
-                    f"pass speculative={NGRAM!r} too, or drop num_speculative_tokens"
+                    f"pass speculative={NGRAM!r} (or a draft folder) too, or drop num_speculative_tokens"
                 )
             return
         if self.speculative != NGRAM:
-            raise EngineArgumentError(
-                f"speculative must be None or {NGRAM!r} (prompt-lookup proposals); got {self.speculative!r}: "
-                f"draft-model folders (EAGLE-3) are not supported, kernelbay ships no draft model"
-            )
+            self._check_draft_folder()
         if self.num_speculative_tokens is not None:
             _require_count("num_speculative_tokens", self.num_speculative_tokens, minimum=1)
             if self.num_speculative_tokens > MAX_NUM_SPECULATIVE_TOKENS:
@@ -109,6 +110,21 @@ class EngineArgs:
                     f"num_speculative_tokens must be at most {MAX_NUM_SPECULATIVE_TOKENS}, "
                     f"got {self.num_speculative_tokens}"
                 )
+
+    def _check_draft_folder(self) -> None:
+        """speculative= names an EAGLE-3 draft folder: it exists, and the target runs on one rank (the draft reads the
+        target's hidden states, which tensor parallelism leaves on the ranks)."""
+        if not isinstance(self.speculative, (str, os.PathLike)) or not Path(self.speculative).is_dir():
+            raise EngineArgumentError(
+                f"speculative must be None, 'ngram' (prompt-lookup proposals) or an EAGLE-3 draft folder; "
+                f"got {self.speculative!r}, which is neither (no such folder)"
+            )
+        if self.tensor_parallel_size > 1:
+            raise EngineArgumentError(
+                f"speculative={str(self.speculative)!r} (an EAGLE-3 draft) with tensor_parallel_size="
+                f"{self.tensor_parallel_size}: the draft reads the target's hidden states, which stay on the ranks; "
+                f"use tensor_parallel_size=1 with a draft, or speculative='ngram' with tensor parallelism"
+            )
 
 
 def quantization_for(requested: str | None, path) -> str | None:

@@ -73,9 +73,9 @@ def add_engine_arguments(parser) -> None:
     )
     parser.add_argument(
         "--speculative",
-        choices=("ngram",),
-        help="speculative decoding: ngram proposes next tokens by prompt lookup, verified in the same step "
-        "(same greedy output, same sampling distribution)",
+        metavar="ngram|DIR",
+        help="speculative decoding: ngram proposes next tokens by prompt lookup, DIR an EAGLE-3 draft folder trained "
+        "for this model; the model verifies them in the same step (same greedy output, same sampling distribution)",
     )
     parser.add_argument(
         "--num-speculative-tokens",

@@ -11,7 +11,7 @@ from kernelbay_engine.request import FinishReason, Request
 from kernelbay_engine.runner import StepRequest
 from kernelbay_engine.sampling import Sampler
 from kernelbay_engine.scheduler import ScheduledChunk, Scheduler, StepPlan
-from kernelbay_engine.speculative import NgramProposer, SpeculationStats
+from kernelbay_engine.speculative import Proposer, SpeculationStats
 from kernelbay_engine.speculative.verify import accept_drafts
 
 
@@ -30,7 +30,7 @@ class EngineCore:
         scheduler: Scheduler,
         eos_token_ids: Iterable[int],
         max_model_len: int,
-        proposer: NgramProposer | None = None,
+        proposer: Proposer | None = None,
     ):
         self.runner = runner
         self.scheduler = scheduler
@@ -56,6 +56,8 @@ class EngineCore:
         if not plan.chunks:
             raise AssertionError(f"scheduler produced an empty step with work left: {self.scheduler.waiting}")
         emitted = self._run(plan)
+        if self.proposer is not None:
+            self.proposer.observe(plan.chunks)  # a draft keeps the target's hidden states of the rows it ran
         sampled = []
         for index, chunk in enumerate(plan.chunks):
             if chunk.samples:
@@ -95,13 +97,20 @@ class EngineCore:
         """Each decoding request's proposed next tokens, as many as it may still emit in this step."""
         if self.proposer is None:
             return
-        for request in self.scheduler.running:
-            decoding = request.num_cached > 0 and request.num_tokens - request.num_cached == 1
-            limit = min(
-                request.params.max_tokens - len(request.output_token_ids) - 1,
-                self.max_model_len - request.num_tokens - 1,
-            )
-            request.spec_token_ids = self.proposer.propose(request.all_token_ids(), limit) if decoding else []
+        running = self.scheduler.running
+        limits = [self._proposal_limit(request) for request in running]
+        for request, proposal in zip(running, self.proposer.propose_requests(running, limits), strict=True):
+            request.spec_token_ids = proposal
+
+    def _proposal_limit(self, request: Request) -> int:
+        """How many tokens `request` may be proposed: 0 unless it decodes (one uncached token), else as many as it may
+        still emit in a step beyond the target's own."""
+        if not (request.num_cached > 0 and request.num_tokens - request.num_cached == 1):
+            return 0
+        return min(
+            request.params.max_tokens - len(request.output_token_ids) - 1,
+            self.max_model_len - request.num_tokens - 1,
+        )
 
     def _run(self, plan: StepPlan) -> dict[int, tuple[list[int], torch.Tensor | None]]:
         """Run the step -> for each chunk that completes its request's tokens (by index): the tokens it emits,

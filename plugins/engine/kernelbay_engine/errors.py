@@ -27,6 +27,14 @@ class RequestTooLarge(InputError, MemoryError):
     exit_code = 12
 
 
+class DraftMismatch(InputError, ValueError):
+    """`speculative=DIR` names a folder that is no EAGLE-3 draft of this target: not a draft, a draft trained for
+    another model type, or one whose vocabulary, hidden size or aux layers do not fit the target (the message names
+    the field, both values and what to use instead). Raised before any token is generated."""
+
+    exit_code = 14
+
+
 class BackendFailure(errors.KernelbayError, RuntimeError):
     """A kernel backend raised inside `forward`, or a step's logits came out NaN or +inf: the message names the
     backend(s) with their distribution, the layer and the engine step; the backend's own exception is the

@@ -101,8 +101,9 @@ class LLM:
     moe_backend: the MoE expert kernel of an MoE model's layers (default: the selector's first capable one,
     or KERNELBAY_MOE_BACKEND); unknown or incapable names fail before any weight is read.
     speculative: "ngram" proposes up to `num_speculative_tokens` (default 4) next tokens per step by prompt
-    lookup and verifies them in the same step (kernelbay_engine.speculative): greedy outputs are those of
-    plain decoding, sampled ones follow the same distribution; `llm.stats()` reports the acceptance.
+    lookup, an EAGLE-3 draft folder (trained for this model: same vocabulary and hidden size) by the draft reading the
+    target's hidden states; the target verifies them in the same step (kernelbay_engine.speculative): greedy outputs
+    are those of plain decoding, sampled ones follow the same distribution; `llm.stats()` reports the acceptance.
 
     Safe to call from many threads, and streams may be interleaved with other calls: whichever call
     finds no step running advances the whole batch and hands every call its own tokens (see
@@ -131,7 +132,7 @@ class LLM:
         model_impl: str = "auto",
         moe_backend: str | None = None,
         tensor_parallel_size: int = 1,
-        speculative: str | None = None,
+        speculative: str | Path | None = None,
         num_speculative_tokens: int | None = None,
     ):
         EngineArgs(  # every argument checked, naming it, before anything is read
@@ -157,6 +158,7 @@ class LLM:
         config, attention, moe = self._read_config_and_select(
             attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_remote_code
         )
+        draft_config = _draft_config(speculative, config, trust_remote_code)  # checked before any weight is read
         self.prefix_caching = prefix_caching_status(attention, enable_prefix_caching)
         """Whether prompts reuse cached prefix blocks, and why (`PrefixCaching(enabled, reason)`)."""
         from kernelbay_engine.models.auto import AutoModelForCausalLM
@@ -215,7 +217,7 @@ class LLM:
             Scheduler(scheduler_config),
             self._eos_token_ids(),
             self.max_model_len,
-            _proposer(speculative, num_speculative_tokens),
+            _proposer(num_speculative_tokens, speculative, draft_config, self.model, progress),
         )
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
@@ -572,13 +574,28 @@ class LLM:
         return {kind: result.backend_name for kind, result in self.runner.cache.selection.groups}
 
 
-def _proposer(speculative: str | None, num_speculative_tokens: int | None):
-    """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs."""
+def _draft_config(speculative, target: ModelConfig, trust_remote_code: bool) -> ModelConfig | None:
+    """The config of the EAGLE-3 draft folder `speculative` names, checked against the target's (None: no draft)."""
+    from kernelbay_engine.speculative import NGRAM
+
+    if speculative is None or speculative == NGRAM:
+        return None
+    from kernelbay_engine.speculative.eagle import read_draft_config
+
+    return read_draft_config(speculative, target, trust_remote_code=trust_remote_code)
+
+
+def _proposer(num_speculative_tokens: int | None, speculative, draft: ModelConfig | None, target, progress):
+    """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs, a draft's
+    config by `_draft_config`."""
     from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
 
-    if speculative is None:
-        return None
-    return NgramProposer(num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
+    count = num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
+    if draft is not None:
+        from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
+
+        return EagleProposer(load_draft(draft, target, progress=progress), target, count)
+    return NgramProposer(count) if speculative is not None else None
 
 
 def _select_moe(config, moe_backend: str | None, model_dtype: str):

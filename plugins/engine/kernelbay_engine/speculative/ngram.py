@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kernelbay_engine.request import Request
+    from kernelbay_engine.scheduler import ScheduledChunk
 
 MIN_NGRAM = 2
 """Shortest suffix looked up: a single token recurs too often to predict what follows it."""
@@ -22,6 +27,12 @@ class NgramProposer:
         self.num_speculative_tokens = num_speculative_tokens
         self.min_n = min_n
         self.max_n = max_n
+
+    def propose_requests(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
+        return [self.propose(r.all_token_ids(), limit) for r, limit in zip(requests, limits, strict=True)]
+
+    def observe(self, chunks: Sequence[ScheduledChunk]) -> None:
+        """Nothing to keep: proposals come from the tokens alone."""
 
     def propose(self, token_ids: Sequence[int], limit: int) -> list[int]:
         """Up to min(limit, num_speculative_tokens) tokens that may follow `token_ids` (empty: no earlier match)."""
