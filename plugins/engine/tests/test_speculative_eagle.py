@@ -8,6 +8,7 @@ Draft folders are written by tests/eagle3_drafts.py in SpecForge's format (nothi
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -195,6 +196,94 @@ def test_an_external_draft_class_takes_the_slot(replaced_draft_slot, counting_ta
     llm = LLM(counting_target, progress=False, speculative=counting_draft)
     assert type(llm._core.proposer.draft) is replaced_draft_slot
     assert _tokens(llm) == plain_tokens and replaced_draft_slot.calls > 0
+
+
+# -- the draft's guesses, against the format computed by hand ---------------------------------------------------------
+def reference_guesses(target: Path, draft: Path, prompt: list[int], first: int, count: int) -> list[int]:
+    """The guesses of the draft after prompt + [first], from the format's description alone: transformers' hidden states
+    of the target (hidden_states[l] is layer l's input), the draft's safetensors, plain torch. Row i pairs the token
+    after position i with the aux hidden states at i; each later guess feeds the previous row's output back."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((draft / "config.json").read_text())
+    w = load_file(str(draft / "model.safetensors"))
+    hf = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    with torch.no_grad():
+        states = hf(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    aux = torch.cat([states[i][0] for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]], dim=-1)
+    table = w.get("embed_tokens.weight", hf.model.embed_tokens.weight.detach())
+    heads, kv_heads, eps = config["num_attention_heads"], config["num_key_value_heads"], config["rms_norm_eps"]
+    dim = config["hidden_size"] // heads
+    inv_freq = 1.0 / config["rope_theta"] ** (torch.arange(0, dim, 2).float() / dim)
+    cache: dict[str, list[torch.Tensor]] = {"k": [], "v": [], "pos": []}
+
+    def rms(x, name):
+        return w[name] * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+    def rope(x, positions):
+        angles = positions[:, None].float() * inv_freq[None, :]
+        cos, sin = torch.cat([angles, angles], -1).cos()[:, None], torch.cat([angles, angles], -1).sin()[:, None]
+        return x * cos + torch.cat([-x[..., dim // 2 :], x[..., : dim // 2]], -1) * sin
+
+    def rows(tokens: list[int], hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        m = len(tokens)
+        layer = "midlayer."
+        x = torch.cat(
+            [rms(table[tokens], layer + "input_layernorm.weight"), rms(hidden, layer + "hidden_norm.weight")], -1
+        )
+        q, k, v = (x @ w[f"{layer}self_attn.{p}_proj.weight"].T for p in "qkv")
+        q, k = rope(q.view(m, heads, dim), positions), rope(k.view(m, kv_heads, dim), positions)
+        cache["k"].append(k), cache["v"].append(v.view(m, kv_heads, dim)), cache["pos"].append(positions)
+        keys, values = (torch.cat(cache[n]).repeat_interleave(heads // kv_heads, dim=1) for n in "kv")
+        scores = torch.einsum("mhd,nhd->hmn", q, keys) / dim**0.5
+        scores = scores.masked_fill(~(torch.cat(cache["pos"])[None, :] <= positions[:, None]), float("-inf"))
+        out = torch.einsum("hmn,nhd->mhd", scores.softmax(-1), values).reshape(m, -1)
+        residual = rms(hidden, layer + "hidden_norm.weight") if config.get("norm_before_residual") else hidden
+        h1 = residual + out @ w[layer + "self_attn.o_proj.weight"].T
+        y = rms(h1, layer + "post_attention_layernorm.weight")
+        gate, up = y @ w[layer + "mlp.gate_proj.weight"].T, y @ w[layer + "mlp.up_proj.weight"].T
+        return h1 + (torch.nn.functional.silu(gate) * up) @ w[layer + "mlp.down_proj.weight"].T
+
+    sequence = [*prompt, first]
+    out = rows(sequence[1:], aux @ w["fc.weight"].T, torch.arange(len(prompt)))[-1:]
+    guesses, position = [], len(prompt) - 1
+    for _ in range(count):
+        draft_id = int((rms(out, "norm.weight") @ w["lm_head.weight"].T).argmax())
+        guesses.append(draft_id + int(w["d2t"][draft_id]))
+        position += 1
+        out = rows([guesses[-1]], out, torch.tensor([position]))
+    return guesses
+
+
+@pytest.mark.parametrize(
+    ("own_embedding", "extra"),
+    [(False, {}), (True, {}), (False, {"norm_before_residual": True})],
+    ids=["target-embedding", "own-embedding", "norm-before-residual"],
+)
+def test_first_guesses_follow_the_format(counting_target, tmp_path, monkeypatch, own_embedding, extra):
+    """The engine's first guesses for a prompt (after prefill and one sampled token) are the ones computed by hand
+    from the format with transformers' hidden states: the aux layers, the token shift, fc, the layer, d2t (and
+    speculators' `norm_before_residual` variant)."""
+    from kernelbay_engine.speculative.eagle import EagleProposer
+
+    config = draft_config(
+        target_config(counting_target), eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS}, **extra
+    )
+    draft = write_draft(tmp_path / "draft", config, random_tensors(config, seed=7, embedding=own_embedding))
+    proposals: list[list[int]] = []
+    original = EagleProposer.propose_requests
+
+    def record(self, requests, limits):
+        got = original(self, requests, limits)
+        proposals.extend(p for p in got if p)
+        return got
+
+    monkeypatch.setattr(EagleProposer, "propose_requests", record)
+    prompt = PROMPTS[4]
+    llm = LLM(counting_target, progress=False, speculative=draft, num_speculative_tokens=3)
+    first = llm.generate([prompt], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].token_ids[0]
+    assert proposals and proposals[0] == reference_guesses(counting_target, draft, prompt, first, 3)
 
 
 # -- greedy equals plain decoding ----------------------------------------------------------------------------------

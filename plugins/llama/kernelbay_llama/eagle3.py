@@ -75,6 +75,8 @@ class EAGLE3LlamaForCausalLM(nn.Module):
         self.embed_tokens: nn.Module | None = VocabEmbedding(config.vocab_size, config.hidden_size)
         self._target_embedding: tuple[nn.Module, ...] = ()  # not a submodule: the target owns its weights
         self.rotary = RotaryEmbedding(rope_params(config))
+        # speculators' drafts may take the residual after hidden_norm (vLLM reads the same flag)
+        self.norm_before_residual = bool(getattr(config.hf_config, "norm_before_residual", False))
 
     def checkpoint_rules(self) -> NameRules:
         return self.name_rules
@@ -111,7 +113,8 @@ class EAGLE3LlamaForCausalLM(nn.Module):
         """The layer's output (before the final norm: the next draft row's hidden input) from its hidden input and
         the attention's [N, heads * D]."""
         layer = self.midlayer
-        x = layer.self_attn.o_proj(attention, hidden)
+        residual = layer.hidden_norm(hidden) if self.norm_before_residual else hidden
+        x = layer.self_attn.o_proj(attention, residual)
         return layer.mlp(layer.post_attention_layernorm(x), residual=x)
 
     def draft_logits(self, output: torch.Tensor) -> torch.Tensor:

@@ -373,36 +373,39 @@ class EagleProposer:
 
     def _guess(self, ingests: list[_Ingest], outputs: torch.Tensor, counts: dict[Hashable, int]):
         """Autoregressive guesses from each request's last ingested row (its output `outputs[j]`): the first from that
-        row, each next from a row fed the previous guess and output, attending to the request's cache and to the
-        earlier guesses' keys and values (kept only for this call)."""
+        row, each next from a row fed the previous guess and output, attending to the request's cache and the earlier
+        guesses' keys and values, which are appended to it for this call only (truncated back at the end)."""
         draft = self.draft
         guesses: dict[Hashable, list[int]] = {i.request.request_id: [] for i in ingests}
-        extra: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in ingests]
+        lengths = [i.state.length for i in ingests]
         active = list(range(len(ingests)))
         position = torch.tensor([int(i.positions[-1]) for i in ingests])
-        while True:
-            tokens = draft.to_target(draft.draft_logits(outputs).argmax(dim=-1))
-            for j, token in zip(active, tokens.tolist(), strict=True):
-                guesses[ingests[j].request.request_id].append(int(token))
-            keep = [
-                n
-                for n, j in enumerate(active)
-                if len(guesses[ingests[j].request.request_id]) < counts[ingests[j].request.request_id]
-            ]
-            if not keep:
-                return guesses
-            active = [active[n] for n in keep]
-            hidden, tokens = outputs[keep], tokens[keep]
-            position[active] += 1
-            q, k, v = draft.attention_inputs(draft.embed(tokens), hidden, position[active])
-            attended = []
-            for n, j in enumerate(active):
-                extra[j].append((k[n : n + 1], v[n : n + 1]))
-                keys, values, _ = ingests[j].state.cached()
-                keys = torch.cat([keys, *(e[0] for e in extra[j])])
-                values = torch.cat([values, *(e[1] for e in extra[j])])
-                attended.append(self._attend(q[n : n + 1], keys, values))
-            outputs = draft.layer_output(hidden, torch.cat(attended))
+        try:
+            while True:
+                tokens = draft.to_target(draft.draft_logits(outputs).argmax(dim=-1))
+                for j, token in zip(active, tokens.tolist(), strict=True):
+                    guesses[ingests[j].request.request_id].append(int(token))
+                keep = [
+                    n
+                    for n, j in enumerate(active)
+                    if len(guesses[ingests[j].request.request_id]) < counts[ingests[j].request.request_id]
+                ]
+                if not keep:
+                    return guesses
+                active = [active[n] for n in keep]
+                hidden, tokens = outputs[keep], tokens[keep]
+                position[active] += 1
+                q, k, v = draft.attention_inputs(draft.embed(tokens), hidden, position[active])
+                attended = []
+                for n, j in enumerate(active):
+                    state = ingests[j].state
+                    state.append(k[n : n + 1], v[n : n + 1], position[j : j + 1])
+                    keys, values, _ = state.cached()
+                    attended.append(self._attend(q[n : n + 1], keys, values))
+                outputs = draft.layer_output(hidden, torch.cat(attended))
+        finally:
+            for ingest, length in zip(ingests, lengths, strict=True):
+                ingest.state.length = length  # the guesses' rows go: the target's verdict decides what is ingested
 
     def _attend(
         self,
