@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from kernelbay.errors import InputError
-from kernelbay_engine.args import FILE_QUANTIZATION, NO_QUANTIZATION, EngineArgs, max_model_len_for, quantization_for
+from kernelbay_engine.args import FILE_QUANTIZATION, EngineArgs, max_model_len_for, quantization_for
 from kernelbay_engine.core import EngineCore
 from kernelbay_engine.detokenize import TextTracker
 from kernelbay_engine.errors import PromptTooLong
@@ -154,7 +154,7 @@ class LLM:
             num_speculative_tokens=num_speculative_tokens,
         )
         self.folder = check_model_folder(demo_model_folder() if model is None else model)
-        requested_quantization, quantization = quantization, quantization_for(quantization, self.folder)
+        quantization = quantization_for(quantization, self.folder)
         config, attention, moe = self._read_config_and_select(
             attention_backend, moe_backend, kv_cache_dtype, dtype, block_size, trust_remote_code
         )
@@ -180,8 +180,9 @@ class LLM:
                     max_num_seqs=max_num_seqs,
                     quantization=quantization,
                 )
-                sharded = self._start_ranks(tensor_parallel_size, config, requested_quantization, shard_options)
+                sharded = self._start_ranks(tensor_parallel_size, config, shard_options)
                 self.model = sharded.model
+                file_report.update(sharded.file_codes)
             else:
                 self.model = AutoModelForCausalLM.from_pretrained(
                     self.folder,
@@ -524,18 +525,19 @@ class LLM:
             selection=selection,
         )
 
-    def _start_ranks(self, n: int, config, quantization: str | None, options: dict):
+    def _start_ranks(self, n: int, config, options: dict):
         """Rank 0's runner of the model sharded over `n` ranks (the others started and loaded); what `n` cannot shard
-        (sizes, options, the machine) is refused first, before any process starts or any weight is read."""
+        (sizes, options, the machine, the file's codes) is refused first, before any process starts or any weight is
+        read."""
         from kernelbay_engine.distributed import start_tensor_parallel
         from kernelbay_engine.distributed.sharding import plan_rank_share
-        from kernelbay_engine.distributed.sizes import check_options, check_tensor_parallel
+        from kernelbay_engine.distributed.sizes import check_file_shards, check_options, check_tensor_parallel
 
-        fmt = format_for(self.folder).name
-        quantization = None if quantization == NO_QUANTIZATION else quantization
-        check_options(n, quantization=quantization, model_impl=options["model_impl"], file_format=fmt)
+        quantization, model_impl = options["quantization"], options["model_impl"]
+        check_options(n, model_impl=model_impl)
         check_tensor_parallel(config, n, source=str(self.folder), quantization=quantization)
-        plan_rank_share(config, n, options["model_impl"])  # every tensor splits (on meta), before any rank starts
+        plan_rank_share(config, n, model_impl)  # every tensor splits (on meta), before any rank starts
+        check_file_shards(self.folder, config, n, quantization=quantization, model_impl=model_impl)
         return start_tensor_parallel(self.folder, n, options)
 
     def _prepack(self, policy: str, max_num_seqs: int):

@@ -79,6 +79,21 @@ class GGUFFormat(CheckpointFormat):
         return load_quantized(path, progress=progress, moe_backend=moe_backend)
 
     @classmethod
+    def keep_quantized_shard(cls, model, path: Path, rules, sources) -> dict[str, str]:
+        """Tensor parallelism: keep_quantized's forms for one rank's model (on meta), read from its share of each
+        tensor only (`sources`: the engine's sharding pass; kernelbay_gguf.sharded)."""
+        from kernelbay_gguf.sharded import keep_quantized_shard
+
+        return keep_quantized_shard(model, path, rules, sources)
+
+    @classmethod
+    def shard_problems(cls, model, path: Path, rules, sources) -> list[str]:
+        """Why a rank's share of the file's codes cannot be kept (a split that cuts a tensor's blocks); [] if none."""
+        from kernelbay_gguf.sharded import shard_problems
+
+        return shard_problems(model, path, rules, sources)
+
+    @classmethod
     def quantized_forms(cls, model, path: Path) -> dict:
         """What keep_quantized would make of each linear of `model` (built on meta: nothing is read):
         layer path -> a record with bits, group_size and source, or the reason it keeps float weights."""

@@ -275,6 +275,14 @@ class GGUFTensorReader:
         dest.copy_(self.values(info))
         self.release(info)
 
+    def read_slice_into(self, name: str, dest: torch.Tensor, dim: int, start: int) -> None:
+        """Tensor parallelism: `dest` <- the tensor's [start : start + dest.shape[dim]] along `dim`, dequantized from
+        the bytes of that slice only (kernelbay_gguf.slices)."""
+        from kernelbay_gguf import slices
+
+        info = self.checkpoint.entries[name]
+        dest.copy_(slices.values(self.raw(info), info, dim, start, dest.shape[dim]))
+
     def values(self, info: TensorInfo) -> torch.Tensor:
         """The tensor as float32 in the model's layout: dequantized, rows un-permuted, offset added back."""
         values = torch.from_numpy(dequantize(self.raw(info), info.qtype)).view(info.shape)

@@ -119,6 +119,8 @@ class TensorParallelRunner(ModelRunner):
     """`ModelRunner` over rank 0's shard that broadcasts every step (and the cache allocation) to the other ranks."""
 
     engine: TensorParallelEngine
+    file_codes: dict[str, str]
+    """quantization="gguf": rank 0's layer path -> what it runs on its share of the file's codes ({} otherwise)."""
 
     def allocate_cache(self, num_blocks: int) -> None:
         self.engine.send(Allocate(num_blocks))
@@ -174,7 +176,7 @@ def _drive(spec: WorkerSpec, n: int, context) -> TensorParallelRunner:
         engine = TensorParallelEngine(group, context)
         with engine.failures("loading the model"):
             runner, shards = build_rank_runner(spec, group, TensorParallelRunner)
-            runner.engine = engine
+            runner.engine, runner.file_codes = engine, shards.file_codes
             engine.reports = group.gather(rank_report(runner, shards))  # type: ignore[assignment]
     except BaseException:
         if engine is None and context is not None:

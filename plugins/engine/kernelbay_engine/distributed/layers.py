@@ -50,17 +50,20 @@ class VocabParallelHead:
 
 
 class VocabParallelEmbedding(VocabEmbedding):
-    """weight: [rows, hidden], the vocabulary rows [first, first + rows) (the last rank's tail zero padding)."""
+    """weight: [rows, hidden], the vocabulary rows [first, first + rows) (the last rank's tail zero padding); or,
+    held quantized (`method`: a GGUF file's codes), those rows' codes."""
 
     def __init__(self, rows: int, hidden_size: int, *, first: int, group: TensorParallelGroup, scale=None):
         super().__init__(rows, hidden_size, scale=scale)
+        self.rows = rows
         self.first = first
         self.group = group
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         local = input_ids - self.first
-        elsewhere = (local < 0) | (local >= self.weight.shape[0])
-        x = nn.functional.embedding(local.masked_fill(elsewhere, 0), self.weight)
+        elsewhere = (local < 0) | (local >= self.rows)
+        local = local.masked_fill(elsewhere, 0)
+        x = self.method.lookup(local) if self.method is not None else nn.functional.embedding(local, self.weight)
         x = self.group.all_reduce(x.masked_fill(elsewhere.unsqueeze(-1), 0.0))
         if self.scale is not None:
             x = x * torch.tensor(self.scale).to(x.dtype)  # rounded like transformers

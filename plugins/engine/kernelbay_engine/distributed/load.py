@@ -3,6 +3,7 @@ its slices of the checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -13,6 +14,7 @@ from kernelbay_engine.distributed.sharding import RankShards, shard_model
 from kernelbay_engine.distributed.sizes import rank_config
 from kernelbay_engine.layers.moe import bind_moe_backends
 from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+from kernelbay_engine.loading.formats import format_for
 
 if TYPE_CHECKING:
     from kernelbay_engine.models.base import CausalLM
@@ -28,8 +30,11 @@ def load_rank_model(
     moe_backend: str | None = None,
     attention_backend: str | None = None,
     progress: bool | None = False,
+    file_codes: bool = False,
 ) -> tuple[nn.Module, RankShards]:
-    """This rank's share of the model at `folder` (`config`: its whole ModelConfig), loaded, MoE kernels bound."""
+    """This rank's share of the model at `folder` (`config`: its whole ModelConfig), loaded, MoE kernels bound;
+    `file_codes`: its linears keep the file's own quantized codes (a GGUF file's, `quantization="gguf"`), read from
+    the rank's share of each tensor before the rest loads."""
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     parallel = group.parallel
@@ -45,6 +50,8 @@ def load_rank_model(
     model.tie_weights()  # a tied head shares the zeroed table
     rules = model.checkpoint_rules()
     rules = NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
+    if file_codes:
+        shards.file_codes = format_for(Path(folder)).keep_quantized_shard(model, Path(folder), rules, shards.sources)
     load_weights(model, open_checkpoint(folder), rules, progress=progress, sources=shards.sources)
     model.tie_weights()
     if not parallel.is_driver:  # a row-parallel bias is added once, by rank 0

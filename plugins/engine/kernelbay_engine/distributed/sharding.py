@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -29,6 +29,9 @@ from kernelbay_engine.layers.linear import ExpertLinear, Linear, MergedLinear
 from kernelbay_engine.layers.moe import Experts, moe_layers
 from kernelbay_engine.loading.plan import SourcePiece
 from kernelbay_engine.models.quant import LinearQuantization, UnquantizedLinearMethod, create_weights
+
+if TYPE_CHECKING:
+    from kernelbay_engine.models.base import CausalLM
 
 
 @dataclass
@@ -46,6 +49,8 @@ class RankShards:
     sharded: set[str] = field(default_factory=set)
     """Parameters this rank holds a share of (not a replica)."""
     rank: int = 0
+    file_codes: dict[str, str] = field(default_factory=dict)
+    """quantization="gguf": layer path -> what it runs on the rank's share of the file's codes, or why it does not."""
 
 
 def shard_model(model: nn.Module, whole: nn.Module, parallel: ParallelConfig, group: TensorParallelGroup) -> RankShards:
@@ -121,15 +126,20 @@ def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, pa
 def plan_rank_share(config, n: int, model_impl: str = "auto") -> tuple[int, int, int]:
     """(whole model, one rank's share, the sharded part of that share) in bytes, worked out on meta with no process
     group (nothing communicates): also what refuses, before any rank starts, a model whose tensors cannot split."""
+    whole, model, shards = rank_on_meta(config, n, model_impl)
+    total = weight_bytes(whole, meta=True)
+    return total, weight_bytes(model, meta=True), weight_bytes(model, shards.sharded, meta=True)
+
+
+def rank_on_meta(config, n: int, model_impl: str = "auto", rank: int = 0) -> tuple[nn.Module, CausalLM, RankShards]:
+    """(whole model, rank `rank`'s model, its shards), all on meta, sharded with no process group."""
     from kernelbay_engine.distributed.sizes import rank_config
     from kernelbay_engine.models.auto import AutoModelForCausalLM
 
     whole = AutoModelForCausalLM.from_config(config, model_impl=model_impl)
-    model = AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl)
+    model = cast("CausalLM", AutoModelForCausalLM.from_config(rank_config(config, n), model_impl=model_impl))
     no_group = cast("TensorParallelGroup", None)  # the layers keep it, and never call it here
-    shards = shard_model(model, whole, ParallelConfig(n, 0), no_group)
-    total = weight_bytes(whole, meta=True)
-    return total, weight_bytes(model, meta=True), weight_bytes(model, shards.sharded, meta=True)
+    return whole, model, shard_model(model, whole, ParallelConfig(n, rank), no_group)
 
 
 def _shard_vocabulary(model, parallel: ParallelConfig, group: TensorParallelGroup, shards: RankShards) -> set[str]:
@@ -155,11 +165,11 @@ def _shard_vocabulary(model, parallel: ParallelConfig, group: TensorParallelGrou
         create_weights(local, LinearQuantization(), embedding.weight.dtype)
     local.combine = VocabParallelHead(group, vocab)
     model.lm_head = local
+    shards.sharded.add("lm_head.weight")  # tied: the table's rows, or the head's own codes of them (GGUF)
     if model.tied:
         model.tie_weights()
     else:
         shards.sources["lm_head.weight"] = (SourcePiece(0, first, held),)
-        shards.sharded.add("lm_head.weight")
         if held < rows:
             shards.padded.append("lm_head.weight")
     if head.has_bias:
@@ -211,11 +221,30 @@ def _join(*parts: str) -> str:
 
 
 def weight_bytes(model: nn.Module, names: set[str] | None = None, *, meta: bool = False) -> int:
-    """Bytes of `model`'s loaded parameters (each storage once), or of those named in `names`; `meta=True` counts a
-    model built on meta (each parameter once) instead."""
+    """Bytes of `model`'s loaded parameters (each storage once) and of the weights its layers hold quantized (a GGUF
+    file's codes: `<layer>.weight`), or of those named in `names`; `meta=True` counts a model built on meta (each
+    parameter once) instead."""
     if meta:
         params = dict(model.named_parameters())
         return sum(p.numel() * p.element_size() for name, p in params.items() if names is None or name in names)
+    return _parameter_bytes(model, names) + _quantized_bytes(model, names)
+
+
+def _quantized_bytes(model: nn.Module, names: set[str] | None) -> int:
+    """Bytes of the codes quantized layers and embedding tables hold in place of a `weight` parameter."""
+    from kernelbay_engine.quant import QuantizedEmbedding, QuantizedLinearMethod
+
+    total = 0
+    for path, module in model.named_modules():
+        method = getattr(module, "method", None)
+        if isinstance(method, (QuantizedLinearMethod, QuantizedEmbedding)) and (
+            names is None or _join(path, "weight") in names
+        ):
+            total += method.nbytes
+    return total
+
+
+def _parameter_bytes(model: nn.Module, names: set[str] | None) -> int:
     seen, total = set(), 0
     for name, p in model.named_parameters(remove_duplicate=False):
         if (names is not None and name not in names) or p.is_meta:

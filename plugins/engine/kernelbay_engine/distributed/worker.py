@@ -76,10 +76,11 @@ def _serve(runner, group: TensorParallelGroup) -> None:
 
 def _quantize_and_prepack(model, options: dict) -> None:
     """A worker's linears quantized and prepacked as the driver's LLM does its own (same mode, policy, row counts)."""
+    from kernelbay_engine.args import FILE_QUANTIZATION
     from kernelbay_engine.layers.prepack import prepack_linear_weights
     from kernelbay_engine.quant import quantize_model
 
-    if options.get("quantization") is not None:
+    if options.get("quantization") not in (None, FILE_QUANTIZATION):  # a file's own codes were kept as it loaded
         quantize_model(model, options["quantization"])
 
     rows = (1, min(options.get("max_num_seqs", 64), 64))
@@ -88,6 +89,7 @@ def _quantize_and_prepack(model, options: dict) -> None:
 
 def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=None):
     """This rank's model and runner (cache planned, not allocated), loaded as the driver loads rank 0's."""
+    from kernelbay_engine.args import FILE_QUANTIZATION
     from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.distributed.load import load_rank_model
     from kernelbay_engine.runner import ModelRunner
@@ -102,6 +104,7 @@ def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=N
         model_impl=o.get("model_impl", "auto"),
         moe_backend=o.get("moe_backend"),
         attention_backend=o.get("attention_backend"),
+        file_codes=o.get("quantization") == FILE_QUANTIZATION,
     )
     runner = (runner_cls or ModelRunner)(
         model,
