@@ -515,3 +515,47 @@ def test_run_speculative_dir_prints_the_plain_text(tokenized_counting_target, co
     assert captured.out == plain and "speculative acceptance rate: " in captured.err
     assert main([*base, "--speculative", str(tokenized_counting_target)]) == 14
     assert "not an EAGLE-3 draft" in capsys.readouterr().err
+
+
+# -- explain -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(p.name for p in SHARED.glob("eagle3-draft-*")))
+def test_every_vendored_eagle3_config_explains(name, capsys):
+    """Each vendored draft config explains: the slot, the draft vocabulary, the target layers it reads (its own or
+    the default), its parameters; the JSON document validates against docs/explain.schema.json."""
+    from kernelbay.cli import main
+
+    folder = SHARED / name
+    assert main(["explain", str(folder), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["resolution"] == {"kind": "draft_model", "name": "EAGLE3LlamaForCausalLM"}
+    section = doc["sections"]["draft"]
+    raw = json.loads((folder / "config.json").read_text())
+    assert section["draft_vocab_size"] == raw["draft_vocab_size"] and section["vocab_size"] == raw["vocab_size"]
+    declared = raw.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids")
+    assert section["aux_layer_ids"] == declared
+    assert section["parameters"] > 0 and section["target_hidden_size"] == raw["hidden_size"]
+    _validate(doc)
+    assert main(["explain", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "draft        EAGLE-3 head" in text and f"{raw['draft_vocab_size']:,}-token draft vocabulary" in text
+
+
+def _validate(doc: dict) -> None:
+    import jsonschema
+
+    schema = json.loads((SHARED.parents[2] / "docs" / "explain.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+
+
+def test_explain_names_a_drafts_target_model_type_and_own_embedding(counting_draft, tmp_path, capsys):
+    """A folder with weights: whether the draft keeps its own embedding; target_model_type when the config says it."""
+    from kernelbay.cli import main
+
+    config = json.loads((counting_draft / "config.json").read_text()) | {"target_model_type": "llama"}
+    folder = write_draft(tmp_path / "d", config, random_tensors(config, embedding=True))
+    assert main(["explain", str(folder), "--json"]) == 0
+    section = json.loads(capsys.readouterr().out)["sections"]["draft"]
+    assert section["target_model_type"] == "llama" and section["embedding"] == "own"
+    assert section["aux_layer_ids"] == AUX_LAYERS
+    assert main(["explain", str(counting_draft), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sections"]["draft"]["embedding"] == "target"

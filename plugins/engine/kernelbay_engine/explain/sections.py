@@ -1,6 +1,7 @@
-"""The explain document's `sections`: `kv_memory`, what `--memory` holds in the engine's KV-cache blocks, and
-`linear_kernels` (`--quantization`, quant/explain.py). Each answers None when its option is not given; both
-import torch only when asked for.
+"""The explain document's `sections`: `kv_memory`, what `--memory` holds in the engine's KV-cache blocks,
+`linear_kernels` (`--quantization`, quant/explain.py), `tensor_parallel` (distributed/explain.py) and `draft` (an
+EAGLE-3 draft folder, speculative/explain.py). Each answers None when its option is not given (or the model is no
+draft); they import torch only when asked for.
 """
 
 from __future__ import annotations
@@ -71,5 +72,18 @@ def _layer_page(config, index: int, selection, kv_cache_dtype: str, block_size: 
         return config_bytes * block_size
 
 
+def _draft(config, options: dict) -> dict | None:
+    if not config.is_draft:
+        return None
+    from kernelbay_engine.speculative.explain import draft_section
+
+    return draft_section(config, options)
+
+
 # Section name -> `section(config, options) -> dict | None`, in the document's order.
-SECTIONS = {"kv_memory": kv_memory_section, "linear_kernels": _linear_kernels, "tensor_parallel": _tensor_parallel}
+SECTIONS = {
+    "kv_memory": kv_memory_section,
+    "linear_kernels": _linear_kernels,
+    "tensor_parallel": _tensor_parallel,
+    "draft": _draft,
+}

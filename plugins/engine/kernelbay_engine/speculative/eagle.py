@@ -116,16 +116,20 @@ def _check_hidden_size(draft: ModelConfig, target: ModelConfig, where: str) -> N
 def aux_layer_ids(draft: ModelConfig, target_num_layers: int) -> tuple[int, ...]:
     """The target layers the draft reads (their input residual stream): the draft config's
     `eagle_config.eagle_aux_hidden_state_layer_ids`, else EAGLE-3's default (2, L // 2, L - 3)."""
+    ids = declared_aux_layer_ids(draft)
+    return tuple(ids) if ids else (2, target_num_layers // 2, target_num_layers - 3)
+
+
+def declared_aux_layer_ids(draft: ModelConfig) -> list[int] | None:
+    """`eagle_config.eagle_aux_hidden_state_layer_ids` as the draft config gives them (None: not given)."""
     eagle = getattr(draft.hf_config, "eagle_config", None)
     ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-    if ids:
-        return tuple(int(i) for i in ids)
-    return (2, target_num_layers // 2, target_num_layers - 3)
+    return [int(i) for i in ids] if ids else None
 
 
 def _check_aux_layers(draft: ModelConfig, target: ModelConfig, where: str) -> None:
     ids = aux_layer_ids(draft, target.num_hidden_layers)
-    given = "eagle_config.eagle_aux_hidden_state_layer_ids" if _declares_aux_layers(draft) else "the default"
+    given = "eagle_config.eagle_aux_hidden_state_layer_ids" if declared_aux_layer_ids(draft) else "the default"
     if len(ids) != NUM_AUX_LAYERS:
         raise DraftMismatch(f"{where}: {given} names {len(ids)} layers {list(ids)}; EAGLE-3 fuses exactly 3")
     outside = [i for i in ids if not 0 <= i < target.num_hidden_layers]
@@ -135,11 +139,6 @@ def _check_aux_layers(draft: ModelConfig, target: ModelConfig, where: str) -> No
             f"{target.num_hidden_layers} layers (0..{target.num_hidden_layers - 1}); layers {outside} do not exist: "
             f"the draft was trained for a deeper model"
         )
-
-
-def _declares_aux_layers(draft: ModelConfig) -> bool:
-    eagle = getattr(draft.hf_config, "eagle_config", None)
-    return isinstance(eagle, dict) and bool(eagle.get("eagle_aux_hidden_state_layer_ids"))
 
 
 def load_draft(config: ModelConfig, target: nn.Module, *, progress: bool | None = None) -> nn.Module:
