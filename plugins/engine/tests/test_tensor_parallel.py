@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -141,6 +142,79 @@ def test_each_rank_quantizes_its_own_shard(folders):
         assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
     finally:
         llm.runner.shutdown()
+
+
+FP8_PROJECTION = re.compile(r".*proj(_with_mqa)?\.weight")  # what DeepSeek-V3 / Qwen3-FP8 exports quantize
+
+
+def _fp8_checkpoint(src: Path, dst: Path, block: tuple[int, int]) -> Path:
+    """`src` with every projection (attention, MLP, experts; not the embedding or LM head) as FP8-e4m3 in blocks."""
+    import torch
+
+    from kernelbay_engine.models.quant import quantize_fp8_blocks
+
+    from .models._files import tensors, write_variant
+
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors(src).items():
+        if FP8_PROJECTION.fullmatch(name):
+            state[name], state[name.removesuffix("weight") + "weight_scale_inv"] = quantize_fp8_blocks(tensor, block)
+        else:
+            state[name] = tensor
+    quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block)}
+    return write_variant(src, dst, state, quantization_config=quant)
+
+
+@pytest.mark.parametrize(("family", "block"), [("llama", 16), ("deepseek_v2", 8)])
+def test_fp8_checkpoints_at_two_ranks_equal_one_rank(tmp_path, folders, family, block):
+    """[family] FP8 block-scaled (Llama: fused q/k/v and gate/up; DeepSeek-V2: MLA's per-head projections, the
+    latent's replicated, experts split 2 + 2, a shared expert): each rank reads its share of every weight and of its
+    block scales, and greedy decoding gives the single-process tokens."""
+    from kernelbay_engine.models.quant import FP8_DTYPE, Fp8BlockLinearMethod
+
+    fp8 = _fp8_checkpoint(folders[family], tmp_path / "fp8", (block, block))
+    expected = [o.token_ids for o in LLM(fp8, progress=False).generate(PROMPTS, GREEDY)]
+    llm = LLM(fp8, progress=False, tensor_parallel_size=2)
+    try:
+        layer = llm.model.model.layers[1]
+        o_proj = layer.self_attn.o_proj  # row-parallel: half of the inputs, and of the scales' columns
+        assert isinstance(o_proj.method, Fp8BlockLinearMethod) and o_proj.weight.dtype == FP8_DTYPE
+        assert o_proj.in_features * 2 == _whole_in_features(fp8)
+        assert o_proj.weight_scale_inv.shape[1] == o_proj.in_features // block
+        if family == "deepseek_v2":  # the rank's two of the four experts, FP8 as stored
+            assert isinstance(layer.mlp.experts.gate_up_proj.method, Fp8BlockLinearMethod)
+            assert layer.mlp.expert_parallel.count == 2
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+        first, second = llm.runner.reports
+        assert first.sharded_weight_bytes == second.sharded_weight_bytes > 0
+    finally:
+        llm.runner.shutdown()
+
+
+def _whole_in_features(folder: Path) -> int:
+    """Layer 1's o_proj input width in the checkpoint."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        return f.get_slice("model.layers.1.self_attn.o_proj.weight").get_shape()[1]
+
+
+def test_an_fp8_share_that_cuts_scale_blocks_is_refused_before_any_rank_starts(tmp_path, folders):
+    """32x32 scale blocks over a rank's 16 K (and V) rows: refused with the reason before any rank starts, and
+    `explain --tensor-parallel-size 2` says the same; MXFP4 (GPT-OSS) stays refused, saying why."""
+    from kernelbay.errors import ConfigError
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.distributed.sizes import size_problems
+    from kernelbay_engine.explain.document import explain_model
+
+    fp8 = _fp8_checkpoint(folders["llama"], tmp_path / "fp8", (32, 32))
+    cut = r"qkv_proj holds FP8 weights with 32x32 scale blocks, and a rank's share would cut them: .*32 \+ 16 \+ 16"
+    with pytest.raises(ConfigError, match=cut):
+        LLM(fp8, progress=False, tensor_parallel_size=2)
+    refused = explain_model(fp8, tensor_parallel_size=2)["sections"]["tensor_parallel"]["refused"]
+    assert re.search(cut, refused[0])
+    gpt_oss = ModelConfig.from_pretrained(Path(__file__).parents[3] / "tests/data/configs/gpt-oss-20b")
+    assert any("mxfp4 checkpoints are not sharded yet: GPT-OSS's experts" in p for p in size_problems(gpt_oss, 2))
 
 
 def test_ranks_report_per_rank_geometry(engines):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 def tensor_parallel_section(config, options: dict) -> dict | None:
     """None without `--tensor-parallel-size` (or with 1); else the per-rank figures, or why N cannot shard it."""
+    from kernelbay.errors import ConfigError
     from kernelbay_engine.distributed.sharding import plan_rank_share
     from kernelbay_engine.distributed.sizes import rank_config, size_problems
     from kernelbay_engine.explain.text import human_bytes
@@ -15,13 +16,12 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
         return None
     problems = size_problems(config, n)
     if problems:
-        return {
-            "tensor_parallel_size": n,
-            "refused": problems,
-            "lines": [f"tensor par.  N={n} refused: {p}" for p in problems],
-        }
+        return _refused(n, problems)
     rank = rank_config(config, n)
-    whole, share, sharded = plan_rank_share(config, n, options.get("model_impl", "auto"))
+    try:
+        whole, share, sharded = plan_rank_share(config, n, options.get("model_impl", "auto"))
+    except ConfigError as err:  # a tensor that cannot split (an FP8 share that cuts its scale blocks)
+        return _refused(n, [str(err)])
     kv_dtype = options.get("kv_cache_dtype", "auto")
     section = {
         "tensor_parallel_size": n,
@@ -46,3 +46,11 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
         f"sharded, the rest replicated); KV cache {r['kv_bytes_per_token']:,} bytes/token per rank",
     ]
     return section
+
+
+def _refused(n: int, problems: list[str]) -> dict:
+    return {
+        "tensor_parallel_size": n,
+        "refused": problems,
+        "lines": [f"tensor par.  N={n} refused: {p}" for p in problems],
+    }

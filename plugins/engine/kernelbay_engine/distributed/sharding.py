@@ -28,7 +28,12 @@ from kernelbay_engine.distributed.parallel import ParallelConfig
 from kernelbay_engine.layers.linear import ExpertLinear, Linear, MergedLinear
 from kernelbay_engine.layers.moe import Experts, moe_layers
 from kernelbay_engine.loading.plan import SourcePiece
-from kernelbay_engine.models.quant import LinearQuantization, UnquantizedLinearMethod, create_weights
+from kernelbay_engine.models.quant import (
+    Fp8BlockLinearMethod,
+    LinearQuantization,
+    UnquantizedLinearMethod,
+    create_weights,
+)
 
 if TYPE_CHECKING:
     from kernelbay_engine.models.base import CausalLM
@@ -69,6 +74,8 @@ def shard_model(model: nn.Module, whole: nn.Module, parallel: ParallelConfig, gr
 
 
 def _shard_module(path, module, reference, parallel, group, shards: RankShards) -> None:
+    if isinstance(module, Linear):
+        _check_fp8_blocks(path, module, reference)
     if isinstance(module, Linear) and module.in_features != reference.in_features:
         if module.out_features != reference.out_features:
             raise ConfigError(f"tensor parallelism: {path} would be split on both its inputs and outputs")
@@ -80,7 +87,7 @@ def _shard_module(path, module, reference, parallel, group, shards: RankShards) 
         if param.shape == full.shape:
             continue
         shards.sharded.add(_join(path, name))
-        if isinstance(module, MergedLinear) and not isinstance(module, ExpertLinear) and name in ("weight", "bias"):
+        if isinstance(module, MergedLinear) and not isinstance(module, ExpertLinear) and name in MERGED_PARAMS:
             _merged_pieces(path, name, module, reference, parallel, shards)
         else:
             transposed = name == "weight" and module.checkpoint_transposed if isinstance(module, Linear) else False
@@ -108,19 +115,53 @@ def _block(path: str, name: str, parallel: ParallelConfig, full: int, local: int
         raise ConfigError(f"tensor parallelism: {_join(path, name)} cannot be split: {err}") from None
 
 
+MERGED_PARAMS = ("weight", "bias", "weight_scale_inv")  # a fused projection's parameters split part by part
+
+
 def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, parallel, shards: RankShards) -> None:
-    """A fused projection: each part split by head on its own (q/k/v parts differ in size with GQA)."""
+    """A fused projection: each part split by head on its own (q/k/v parts differ in size with GQA); an FP8 scale's
+    rows are those of its weight's blocks (`_check_fp8_blocks`: each part's share is whole blocks)."""
     out_dim = 1 if name == "weight" and module.checkpoint_transposed else 0
     whole_rows, rows = reference.part_rows(), module.part_rows()
     fused, parent = [], path.rpartition(".")[0]
     for part, (start, local) in rows.items():
         full_start, full = whole_rows[part]
         begin = _block(path, f"{part} part of {name}", parallel, full, local) * local
-        fused.append(SourcePiece(out_dim, full_start + begin, local, start))
-        shards.sources[_join(parent, part, name)] = (SourcePiece(0, begin, local),)  # a part stored on its own
+        mine = _held_rows(module, name, start, local, part)
+        first = _held_rows(module, name, begin, local, part).start  # where the rank's share of the part starts
+        whole_first = _held_rows(reference, name, full_start, full, part).start
+        length = mine.stop - mine.start
+        fused.append(SourcePiece(out_dim, whole_first + first, length, mine.start))
+        shards.sources[_join(parent, part, name)] = (SourcePiece(0, first, length),)  # a part stored on its own
     shards.sources[_join(path, name)] = tuple(fused)
     if module.in_features != reference.in_features:
         raise ConfigError(f"tensor parallelism: the fused {path} would be split on its inputs too")
+
+
+def _held_rows(linear: MergedLinear, name: str, start: int, size: int, part: str) -> slice:
+    """Rows of parameter `name` holding output rows [start, start + size) (an FP8 scale: its blocks' rows)."""
+    method = linear.method
+    assert method is not None  # created with the model
+    return method.row_slice(linear, name, start, size, part)
+
+
+def _check_fp8_blocks(path: str, module: Linear, reference: Linear) -> None:
+    """An FP8 layer's share must be whole scale blocks (each scale then covers the same weights as in the whole)."""
+    method = module.method
+    if not isinstance(method, Fp8BlockLinearMethod) or module.batch_shape:
+        return
+    rows, cols = method.block_size
+    parts = module.parts.values() if isinstance(module, MergedLinear) else (module.out_features,)
+    cut = []
+    if module.out_features != reference.out_features and any(size % rows for size in parts):
+        cut.append(f"its share of the outputs ({' + '.join(map(str, parts))} rows) is not whole blocks of {rows} rows")
+    if module.in_features != reference.in_features and module.in_features % cols:
+        cut.append(f"its share of the inputs ({module.in_features}) is not whole blocks of {cols} columns")
+    if cut:
+        raise ConfigError(
+            f"tensor parallelism: {path} holds FP8 weights with {rows}x{cols} scale blocks, and a rank's share would "
+            f"cut them: {'; '.join(cut)}; choose a tensor_parallel_size that splits on whole blocks"
+        )
 
 
 def plan_rank_share(config, n: int, model_impl: str = "auto") -> tuple[int, int, int]:
@@ -180,6 +221,7 @@ def _shard_vocabulary(model, parallel: ParallelConfig, group: TensorParallelGrou
 def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, shards: RankShards) -> set[str]:
     """Each MoE layer keeps experts [rank * E/N, (rank + 1) * E/N); the router and any shared expert stay whole."""
     done = set()
+    dtype = model.input_embeddings().weight.dtype  # the model's (an FP8 expert's weight is stored as FP8)
     for layer in moe_layers(model):
         path = _path_of(model, layer)
         geometry, old = layer.geometry, layer.experts
@@ -191,13 +233,13 @@ def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, 
             local = Experts(
                 geometry.hidden_size, geometry.intermediate_size, count, bias=geometry.has_bias, names=(gate, up, down)
             )
-            create_weights(local, LinearQuantization(), old.gate_up_proj.weight.dtype)
+            create_weights(local, _format_of(old.gate_up_proj), dtype)
         for linear in (local.gate_up_proj, local.down_proj):
             linear.first_expert = first
         layer.experts = local
         layer.geometry = replace(geometry, num_experts=count, top_k=min(geometry.top_k, count))
         layer.expert_parallel = ExpertParallel(first, count, group)
-        for name in ("gate_up_proj.weight", "down_proj.weight"):  # transformers' stacked layout [E, ...]
+        for name, _ in local.named_parameters():  # transformers' stacked layout [E, ...]
             shards.sources[f"{path}.experts.{name}"] = (SourcePiece(0, first, count),)
         shards.sharded.update(f"{path}.experts.{n}" for n, _ in local.named_parameters())
         others = [str(e) for e in range(geometry.num_experts) if not first <= e < first + count]
@@ -205,6 +247,12 @@ def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, 
             shards.ignore.append(rf"{re.escape(path)}\.experts\.(?:{'|'.join(others)})\..*")
         done.add(f"{path}.experts")
     return done
+
+
+def _format_of(experts: Linear) -> LinearQuantization:
+    """The weight format of an MoE layer's experts (FP8 blocks, or plain), for the rank's own experts."""
+    method = experts.method
+    return LinearQuantization(method.block_size) if isinstance(method, Fp8BlockLinearMethod) else LinearQuantization()
 
 
 def _path_of(model: nn.Module, target: nn.Module) -> str:
