@@ -22,14 +22,33 @@ def _tokenizer_class(path: Path):
     type kernelbay already parsed: AutoTokenizer finds it by parsing the file's metadata again (a second full parse,
     ~3 s of SmolLM2's 7 s load, for a model type transformers' fast GGUF reader does not map). A folder declaring
     its own class (tokenizer_config.json) or a Mistral-format tokenizer is left to AutoTokenizer, which decides."""
-    from transformers import AutoTokenizer, TokenizersBackend
-    from transformers.models.auto import CONFIG_MAPPING, TOKENIZER_MAPPING
+    import transformers
+    from transformers import AutoTokenizer
 
     model_type = architecture(read_gguf(path, TokenizerError).metadata, str(path))[1].model_type
-    if (path.parent / "tokenizer_config.json").exists() or model_type not in CONFIG_MAPPING:
+    if (path.parent / "tokenizer_config.json").exists():
         return AutoTokenizer
-    chosen = TOKENIZER_MAPPING.get(CONFIG_MAPPING[model_type], TokenizersBackend)  # AutoTokenizer's own lookup
-    return AutoTokenizer if chosen is None or chosen.__name__ == "MistralCommonBackend" else chosen
+    name = _tokenizer_class_name(model_type)
+    return AutoTokenizer if name in (None, "MistralCommonBackend") else getattr(transformers, name)
+
+
+def _tokenizer_class_name(model_type: str) -> str | None:
+    """AutoTokenizer's own lookup (`TOKENIZER_MAPPING[config class]`) by names alone, so the config class is not
+    imported (LlamaConfig's import chain costs ~0.9 s): the model type holding the config class's name, else one
+    sharing it that has a tokenizer, else TokenizersBackend; None where transformers knows neither (AutoTokenizer
+    decides) or maps the type to no class."""
+    from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    config_name = CONFIG_MAPPING_NAMES.get(model_type)
+    if config_name is None:
+        return None
+    sharing = [t for t, name in CONFIG_MAPPING_NAMES.items() if name == config_name]
+    owner = sharing[-1]  # transformers' reverse table keeps the last model type of a config class
+    for candidate in (owner, *sharing):
+        if candidate in TOKENIZER_MAPPING_NAMES:
+            return TOKENIZER_MAPPING_NAMES[candidate]
+    return "TokenizersBackend"
 
 
 class GGUFFormat(CheckpointFormat):
@@ -39,6 +58,12 @@ class GGUFFormat(CheckpointFormat):
     def config_dict(cls, path: Path) -> dict[str, Any]:
         parsed = read_gguf(path, MalformedConfig)
         return config_dict(parsed.metadata, {t.name for t in parsed.tensors}, str(path))
+
+    @classmethod
+    def config_is_complete(cls, path: Path) -> bool:
+        """True when `config_dict` holds every field kernelbay reads for the file's architecture (no default of
+        transformers' config class adds one), so the engine holds it without importing that class."""
+        return architecture(read_gguf(path, MalformedConfig).metadata, str(path))[1].complete_config
 
     @classmethod
     def open(cls, path: Path, *, allow_pickle: bool = False) -> GGUFSource:

@@ -27,6 +27,10 @@ class Architecture:
     keys: Mapping[str, str] = field(default_factory=dict)  # further GGUF keys (after "{arch}.") -> config fields
     defaults: Mapping[str, Any] = field(default_factory=dict)  # config fields llama.cpp fixes and GGUF never says
     expert_names: tuple[str, str, str] = DEFAULT_EXPERT_NAMES  # HF per-expert (gate, up, down) names
+    # config_dict holds every field kernelbay reads: no default of transformers' config class adds one (tested
+    # against transformers' own parse of each architecture), so that class need not be imported (LlamaConfig's
+    # import chain alone costs ~0.9 s and ~57 MiB)
+    complete_config: bool = True
 
 
 _GEMMA_BLOCKS = {
@@ -39,14 +43,22 @@ _EXPERT_WIDTHS = {
     "expert_feed_forward_length": "moe_intermediate_size",
     "expert_shared_feed_forward_length": "shared_expert_intermediate_size",
 }
+# Gemma's query_pre_attn_scalar and Gemma 3's sliding-layer pattern, Qwen2-MoE's shared-expert gate: class
+# defaults GGUF has no key for (complete_config=False: transformers' class parses the file's fields)
 ARCHITECTURES = {
     "llama": Architecture("LlamaForCausalLM", "llama", permuted_qk=True),
     "qwen2": Architecture("Qwen2ForCausalLM", "qwen2", defaults={"use_sliding_window": False}),
     "qwen3": Architecture("Qwen3ForCausalLM", "qwen3"),
-    "gemma2": Architecture("Gemma2ForCausalLM", "gemma2", block_names=_GEMMA_BLOCKS, norm_offset=-1.0),
-    "gemma3": Architecture("Gemma3ForCausalLM", "gemma3_text", block_names=_GEMMA_BLOCKS, norm_offset=-1.0),
+    "gemma2": Architecture(
+        "Gemma2ForCausalLM", "gemma2", block_names=_GEMMA_BLOCKS, norm_offset=-1.0, complete_config=False
+    ),
+    "gemma3": Architecture(
+        "Gemma3ForCausalLM", "gemma3_text", block_names=_GEMMA_BLOCKS, norm_offset=-1.0, complete_config=False
+    ),
     "phi3": Architecture("Phi3ForCausalLM", "phi3", block_names={"ffn_up": "mlp.gate_up_proj"}),
-    "qwen2moe": Architecture("Qwen2MoeForCausalLM", "qwen2_moe", keys={**_EXPERTS, **_EXPERT_WIDTHS}),
+    "qwen2moe": Architecture(
+        "Qwen2MoeForCausalLM", "qwen2_moe", keys={**_EXPERTS, **_EXPERT_WIDTHS}, complete_config=False
+    ),
     # llama.cpp renormalises Qwen3-MoE's top-k weights (transformers' GGUF loader sets the same default)
     "qwen3moe": Architecture(
         "Qwen3MoeForCausalLM", "qwen3_moe", keys={**_EXPERTS, **_EXPERT_WIDTHS}, defaults={"norm_topk_prob": True}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 import transformers
@@ -73,3 +75,59 @@ def test_mixtral_config_equals_the_source_model(tmp_path):
     ours = ModelConfig.from_pretrained(path)
     assert _fields(ours) == _fields(ModelConfig.from_hf_config(source.config))
     assert ours.moe.num_experts == 4 and ours.moe.top_k == 2
+
+
+@pytest.mark.parametrize("name", sorted(TINY_GGUF))
+def test_a_complete_config_is_held_without_its_class(tiny_gguf, name):
+    """Where the file's fields are all the model reads, the config is transformers' generic PretrainedConfig (the
+    model type's class is not imported) and the native family reads the same features from it as from the class;
+    elsewhere (Gemma's query_pre_attn_scalar, ...) the class parses it."""
+    from kernelbay_gguf.metadata import ARCHITECTURES
+
+    from kernelbay_engine.models.auto import resolve_model
+
+    path = tiny_gguf(name)
+    ours, theirs = ModelConfig.from_pretrained(path), _transformers_config(path)
+    generic = type(ours.hf_config) is transformers.PretrainedConfig
+    assert generic is ARCHITECTURES[TINY_GGUF[name][0]].complete_config
+    family = resolve_model(ours, "native")
+    assert resolve_model(theirs, "native") is family
+    if hasattr(family, "features"):
+        assert family.features(ours) == family.features(theirs)
+    assert ours.hf_config.eos_token_id == theirs.hf_config.eos_token_id
+
+
+def test_the_transformers_fallback_builds_from_a_complete_config(tiny_gguf):
+    """model_impl="transformers" parses the generic config again with the model type's class, and runs the file."""
+    from kernelbay_engine.config import read_config_json, typed_hf_config
+    from kernelbay_engine.llm import LLM
+    from kernelbay_engine.sampling import SamplingParams
+
+    path = tiny_gguf("llama")
+    typed = typed_hf_config(ModelConfig.from_pretrained(path).hf_config)
+    assert type(typed) is transformers.LlamaConfig
+    raw = read_config_json(path)[1]
+    assert (
+        typed.to_dict()
+        == transformers.LlamaConfig.from_dict({k: v for k, v in raw.items() if k != "model_type"}).to_dict()
+    )
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+
+    def tokens(**options) -> list[int]:
+        return LLM(path, max_num_seqs=1, quantization="none", **options).generate([[1, 2, 3]], greedy)[0].token_ids
+
+    assert tokens(model_impl="transformers") == tokens()
+
+
+def test_reading_a_llama_file_imports_no_llama_config_class(tiny_gguf):
+    """A Llama GGUF's config and tokenizer class come without transformers' LlamaConfig, whose import chain (its
+    type validators -> activations -> torch.distributed.tensor) costs ~0.9 s and ~57 MiB (subprocess)."""
+    code = (
+        "import sys; from pathlib import Path; from kernelbay_engine.config import ModelConfig; "
+        "from kernelbay_gguf.format import _tokenizer_class; "
+        f"path = Path({str(tiny_gguf('llama'))!r}); ModelConfig.from_pretrained(path); _tokenizer_class(path); "
+        "loaded = [m for m in ('transformers.models.llama.configuration_llama', 'torch.distributed.tensor') "
+        "if m in sys.modules]; assert not loaded, loaded"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

@@ -50,8 +50,10 @@ def parameters_on_meta() -> Iterator[None]:
 
 def build_transformers_model(config, cls: type, dtype: torch.dtype) -> nn.Module:
     """`cls` built from the checkpoint's transformers config, attention routed to "kernelbay", weights on meta."""
+    from kernelbay_engine.config import typed_hf_config
+
     paged.register()
-    hf_config = copy.deepcopy(config.hf_config)  # transformers records the attention choice on its config
+    hf_config = copy.deepcopy(typed_hf_config(config.hf_config))  # transformers records the attention choice on it
     with parameters_on_meta():
         model = cls._from_config(hf_config, attn_implementation=paged.IMPLEMENTATION, dtype=dtype)
     return model.eval()

@@ -16,7 +16,7 @@ from kernelbay.attention import IndexerSpec, MLASpec  # the attention contract's
 
 from ._build import draft_architecture
 from ._layers import LayerPlan
-from ._loading import read_config_json, weight_format_class
+from ._loading import read_config_json, typed_hf_config, weight_format_class
 from ._model_config import ModelConfig
 from ._records import ROPE_TYPES, BlockSparseGeometry, QuantConfig, RopeConfig
 from ._rules import RULE_POINTS, ConfigRuleError, ConfigView
@@ -35,5 +35,6 @@ __all__ = [
     "RopeConfig",
     "draft_architecture",
     "read_config_json",
+    "typed_hf_config",
     "weight_format_class",
 ]

@@ -263,10 +263,29 @@ def read_weight_file_config(file: Path) -> dict[str, Any]:
 
 
 def hf_config_from_dict(file: Path, raw: dict[str, Any]):
-    """The transformers config for a dict read from a weight file (transformers' class or a plugin's)."""
+    """The transformers config for a dict read from a weight file: transformers' generic `PretrainedConfig` holding
+    it when its format says it is complete (`config_is_complete(path)`: no class default adds a field kernelbay
+    reads) and transformers knows the model type, so the model type's class is not imported (LlamaConfig's import
+    chain alone costs ~0.9 s); else that class's parse (transformers' class or a plugin's)."""
+    CONFIG_MAPPING, PretrainedConfig = transformers_names("CONFIG_MAPPING", "PretrainedConfig")
+    complete = getattr(weight_format_class(file), "config_is_complete", None)
+    if complete is not None and raw["model_type"] in CONFIG_MAPPING and complete(file):
+        return _parse("PretrainedConfig", f"the config read from {file}", lambda: PretrainedConfig.from_dict(raw))
     cls = config_class_for(raw["model_type"])
     config = {k: v for k, v in raw.items() if k != "model_type"}
     return _parse(cls.__name__, f"the config read from {file}", lambda: cls.from_dict(config))
+
+
+def typed_hf_config(hf_config):
+    """`hf_config` as its model type's own transformers class (transformers' modeling code reads that class's
+    defaults): a complete config read from a weight file is held in the generic `PretrainedConfig`, parsed here
+    again by the class; any other config is returned as it is."""
+    (PretrainedConfig,) = transformers_names("PretrainedConfig")
+    if type(hf_config) is not PretrainedConfig:
+        return hf_config
+    cls = config_class_for(hf_config.model_type)
+    fields = {k: v for k, v in hf_config.to_dict().items() if k != "model_type"}
+    return _parse(cls.__name__, f"the {hf_config.model_type} config", lambda: cls.from_dict(fields))
 
 
 def stored_tensors(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:

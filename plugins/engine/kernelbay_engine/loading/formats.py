@@ -51,8 +51,10 @@ class CheckpointFormat:
     """The protocol a `kernelbay.weight_formats` entry point names (`module:Class`).
 
     `config_dict(path) -> dict` (optional: formats that carry their config, read by the core's
-    ModelConfig), `stored_tensors(folder)` (optional: name -> (dtype, shape), the evidence ModelConfig reads
-    for keys config.json leaves out) and `tokenizer(path)` (optional: a transformers tokenizer from the file).
+    ModelConfig; with `config_is_complete(path) -> bool` answering True, that dict is all the model reads and is held
+    in transformers' generic PretrainedConfig, the model type's class not imported), `stored_tensors(folder)`
+    (optional: name -> (dtype, shape), the evidence ModelConfig reads for keys config.json leaves out) and
+    `tokenizer(path)` (optional: a transformers tokenizer from the file).
     """
 
     name: ClassVar[str]
