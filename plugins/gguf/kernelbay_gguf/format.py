@@ -119,6 +119,13 @@ class GGUFFormat(CheckpointFormat):
         return shard_problems(model, path, rules, sources)
 
     @classmethod
+    def shard_forms(cls, model, path: Path, rules, sources) -> dict:
+        """quantized_forms for one rank's model (on meta, sharded: `sources`); nothing is read but the header."""
+        from kernelbay_gguf.sharded import shard_forms
+
+        return shard_forms(model, path, rules, sources)
+
+    @classmethod
     def quantized_forms(cls, model, path: Path) -> dict:
         """What keep_quantized would make of each linear of `model` (built on meta: nothing is read):
         layer path -> a record with bits, group_size and source, or the reason it keeps float weights."""

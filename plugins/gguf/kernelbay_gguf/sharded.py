@@ -106,6 +106,13 @@ def shard_problems(model: nn.Module, path: str | Path, rules: NameRules, sources
     return list(problems.values())
 
 
+def shard_forms(model: nn.Module, path: str | Path, rules: NameRules, sources: Sources) -> dict[str, Form | str]:
+    """Layer path (and the token table's) -> the form its share of the file takes, or why it keeps float weights
+    (read from the header alone: what `explain --tensor-parallel-size N` counts a rank's bytes from)."""
+    parts = _parts_by_weight(model, Path(path), rules, sources)
+    return {name: form for name, _, _, form in _held_modules(model, parts)}
+
+
 def keep_quantized_shard(model: nn.Module, path: str | Path, rules: NameRules, sources: Sources) -> dict[str, str]:
     """Give a rank's model (on meta, sharded: `sources`) its share of the file's codes before the rest loads; layer
     path -> what it runs, or why it keeps float weights (what `quantized.keep_quantized` reports in one process)."""

@@ -3,6 +3,8 @@ only its share of every tensor (rows, or whole blocks of each row's columns)."""
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import gguf
@@ -17,6 +19,7 @@ from kernelbay_gguf.tensors import TensorInfo, unpermute_rows
 from kernelbay_engine import LLM, SamplingParams
 from kernelbay_engine.args import EngineArgumentError
 from kernelbay_engine.distributed.sharding import weight_bytes
+from kernelbay_engine.explain.document import explain_model
 from kernelbay_engine.loading import CheckpointError
 from plugins.gguf.tests._write import permute, write_gguf, write_random_k_quants
 from tests.models._tiny import COMMON, Tiny
@@ -34,6 +37,11 @@ def _write(folder: Path, qtype: Q, **sizes) -> Path:
     tiny = Tiny("tp gguf", lambda: transformers.LlamaConfig(**config))
     folder.mkdir()
     return write_gguf(folder / "model.gguf", build_reference("llama", tiny=tiny), "llama", qtype=qtype)
+
+
+def _parameter_counts(path: Path) -> list[int]:
+    """Values of every tensor in the file."""
+    return [math.prod(t.shape) for t in gguf.GGUFReader(path).tensors]
 
 
 def _tokens(llm: LLM) -> list[list[int]]:
@@ -61,6 +69,12 @@ def test_greedy_tokens_on_the_files_codes_at_two_ranks_equal_one_rank(tmp_path, 
         assert replicated == 4 * 128 * (2 * 3 + 1)  # the float32 norms, nothing else
         if vocab % 2 == 0:  # an odd vocabulary pads the last rank's rows
             assert 2 * first.sharded_weight_bytes + replicated == whole
+        planned = explain_model(path, tensor_parallel_size=2)["sections"]["tensor_parallel"]
+        share = planned["per_rank"]  # counted from the header: codes at their bits, float32 scales (and zeros)
+        assert share["weight_bytes"] - share["sharded_weight_bytes"] == replicated
+        # the kernels' packed forms hold the scales (and zeros) in 16 bits: Q4_0 0.625 bytes a weight, not 0.75
+        assert share["sharded_weight_bytes"] == pytest.approx(first.sharded_weight_bytes, rel=0.25)
+        assert planned["whole_weight_bytes"] < 0.4 * 4 * sum(_parameter_counts(path))  # codes, not float32
     finally:
         llm.runner.shutdown()
 
@@ -85,12 +99,16 @@ def test_codes_a_share_would_cut_are_refused_before_loading(tmp_path):
     of 128 inputs, not whole super-blocks of 256): refused on their codes, naming the tensors, before any rank
     starts; quantization='none' is the way out the message gives."""
     q8 = _write(tmp_path / "q8", Q.Q8_0)
-    with pytest.raises(
-        EngineArgumentError,
-        match=r"blk\.N\.ffn_down\.weight is Q8_0, in blocks of 32 values along a row, but a rank's share of its 96 "
-        r"inputs is 48 .*quantization='none'",
-    ):
+    cut = (
+        r"blk\.N\.ffn_down\.weight is Q8_0, in blocks of 32 values along a row, but a rank's share of its 96 inputs "
+        r"is 48 .*quantization='none'"
+    )
+    with pytest.raises(EngineArgumentError, match=cut):
         LLM(q8, progress=False, tensor_parallel_size=2)
+    (refused,) = explain_model(q8, tensor_parallel_size=2)["sections"]["tensor_parallel"]["refused"]
+    assert re.search(cut, refused)
+    dequantized = explain_model(q8, tensor_parallel_size=2, quantization="none")["sections"]["tensor_parallel"]
+    assert "refused" not in dequantized
     (tmp_path / "k").mkdir()
     k_quants = write_random_k_quants(tmp_path / "k" / "model.gguf", lambda name: Q.Q4_K)
     with pytest.raises(EngineArgumentError, match=r"blk\.N\.attn_output\.weight is Q4_K, in blocks of 256") as refused:

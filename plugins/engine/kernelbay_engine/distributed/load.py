@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from kernelbay_engine.distributed.group import TensorParallelGroup
-from kernelbay_engine.distributed.sharding import RankShards, shard_model
+from kernelbay_engine.distributed.sharding import RankShards, rank_rules, shard_model
 from kernelbay_engine.distributed.sizes import rank_config
 from kernelbay_engine.layers.moe import bind_moe_backends
-from kernelbay_engine.loading import NameRules, load_weights, open_checkpoint
+from kernelbay_engine.loading import load_weights, open_checkpoint
 from kernelbay_engine.loading.formats import format_for
 
 if TYPE_CHECKING:
@@ -48,8 +48,7 @@ def load_rank_model(
     for name in shards.padded:  # rows past the checkpoint's (uneven vocabulary split) stay zero
         _zeros(model, name)
     model.tie_weights()  # a tied head shares the zeroed table
-    rules = model.checkpoint_rules()
-    rules = NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
+    rules = rank_rules(model, shards)
     if file_codes:
         shards.file_codes = format_for(Path(folder)).keep_quantized_shard(model, Path(folder), rules, shards.sources)
     load_weights(model, open_checkpoint(folder), rules, progress=progress, sources=shards.sources)

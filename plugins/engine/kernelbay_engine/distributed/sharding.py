@@ -27,7 +27,7 @@ from kernelbay_engine.distributed.layers import ExpertParallel, RowParallel, Voc
 from kernelbay_engine.distributed.parallel import ParallelConfig
 from kernelbay_engine.layers.linear import ExpertLinear, Linear, MergedLinear
 from kernelbay_engine.layers.moe import Experts, moe_layers
-from kernelbay_engine.loading.plan import SourcePiece
+from kernelbay_engine.loading.plan import NameRules, SourcePiece
 from kernelbay_engine.models.quant import (
     Fp8BlockLinearMethod,
     LinearQuantization,
@@ -136,6 +136,12 @@ def _merged_pieces(path, name, module: MergedLinear, reference: MergedLinear, pa
     shards.sources[_join(path, name)] = tuple(fused)
     if module.in_features != reference.in_features:
         raise ConfigError(f"tensor parallelism: the fused {path} would be split on its inputs too")
+
+
+def rank_rules(model: CausalLM, shards: RankShards) -> NameRules:
+    """The family's checkpoint naming for a rank's model: other ranks' experts ignored too."""
+    rules = model.checkpoint_rules()
+    return NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
 
 
 def _held_rows(linear: MergedLinear, name: str, start: int, size: int, part: str) -> slice:

@@ -105,8 +105,8 @@ def file_shard_problems(folder, config, n: int, *, quantization: str | None, mod
     from pathlib import Path
 
     from kernelbay_engine.args import FILE_QUANTIZATION
-    from kernelbay_engine.distributed.sharding import rank_on_meta
-    from kernelbay_engine.loading import NameRules, open_checkpoint
+    from kernelbay_engine.distributed.sharding import rank_on_meta, rank_rules
+    from kernelbay_engine.loading import open_checkpoint
     from kernelbay_engine.loading.formats import format_for
 
     if n == 1:
@@ -120,9 +120,7 @@ def file_shard_problems(folder, config, n: int, *, quantization: str | None, mod
     if not hasattr(fmt, "shard_problems"):
         return [f"{fmt.name} files cannot keep their own codes sharded; quantization='none' dequantizes them"]
     _, model, shards = rank_on_meta(config, n, model_impl)
-    rules = model.checkpoint_rules()
-    rules = NameRules(rules.renames, (*rules.ignore, *shards.ignore), rules.tied)
-    return fmt.shard_problems(model, path, rules, shards.sources)
+    return fmt.shard_problems(model, path, rank_rules(model, shards), shards.sources)
 
 
 def max_ranks() -> int:
