@@ -213,12 +213,10 @@ class LLM:
         with cache_allocation_errors(kv_cache_memory, scheduler_config.num_blocks * self.runner.bytes_per_block):
             self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
+        prepack = (prepack_weights, max_num_seqs)
+        proposer = self._proposer(speculative, num_speculative_tokens, draft_config, progress, prepack)
         self._core = EngineCore(
-            self.runner,
-            Scheduler(scheduler_config),
-            self._eos_token_ids(),
-            self.max_model_len,
-            _proposer(num_speculative_tokens, speculative, draft_config, self.model, progress),
+            self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len, proposer
         )
         self._tracked: dict[int, _Tracked] = {}
         self._next_id = 0
@@ -540,6 +538,22 @@ class LLM:
         check_file_shards(self.folder, config, n, quantization=quantization, model_impl=model_impl)
         return start_tensor_parallel(self.folder, n, options)
 
+    def _proposer(self, speculative, num_speculative_tokens: int | None, draft: ModelConfig | None, progress, prepack):
+        """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs, a
+        draft's config by `_draft_config`. A draft's linears are packed as the target's (`prepack`: policy, rows)."""
+        from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
+
+        count = num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
+        if draft is None:
+            return NgramProposer(count) if speculative is not None else None
+        from kernelbay_engine.layers.prepack import prepack_linear_weights
+        from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
+
+        model = load_draft(draft, self.model, progress=progress)
+        policy, max_num_seqs = prepack
+        prepack_linear_weights(model, rows=(1, min(max_num_seqs, 64)), policy=policy)
+        return EagleProposer(model, self.model, count)
+
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""
         from kernelbay_engine.layers.prepack import prepack_linear_weights
@@ -585,19 +599,6 @@ def _draft_config(speculative, target: ModelConfig, trust_remote_code: bool) -> 
     from kernelbay_engine.speculative.eagle import read_draft_config
 
     return read_draft_config(speculative, target, trust_remote_code=trust_remote_code)
-
-
-def _proposer(num_speculative_tokens: int | None, speculative, draft: ModelConfig | None, target, progress):
-    """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs, a draft's
-    config by `_draft_config`."""
-    from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
-
-    count = num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
-    if draft is not None:
-        from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
-
-        return EagleProposer(load_draft(draft, target, progress=progress), target, count)
-    return NgramProposer(count) if speculative is not None else None
 
 
 def _select_moe(config, moe_backend: str | None, model_dtype: str):

@@ -172,6 +172,19 @@ def test_the_draft_is_built_from_the_draft_model_slot(make_llm, counting_draft):
     assert proposer.aux.layer_ids == tuple(AUX_LAYERS)
 
 
+def test_the_drafts_linears_are_packed_as_the_targets(make_llm, counting_draft, plain_tokens):
+    """prepack_weights applies to the draft too: "always" packs every linear of it, "never" none; same tokens."""
+    from kernelbay_engine.layers.linear import Linear
+    from kernelbay_engine.layers.prepack import _PrepackedMethod
+
+    for policy, packed in (("always", True), ("never", False)):
+        llm = make_llm(speculative=counting_draft, prepack_weights=policy)
+        draft = llm._core.proposer.draft
+        methods = [m.method for m in draft.modules() if isinstance(m, Linear)]
+        assert methods and all(isinstance(m, _PrepackedMethod) == packed for m in methods), (policy, methods)
+        assert _tokens(llm) == plain_tokens
+
+
 @pytest.fixture
 def replaced_draft_slot():
     """An external EAGLE3LlamaForCausalLM (a subclass that counts its proposals), unregistered afterwards."""
@@ -515,6 +528,32 @@ def test_run_speculative_dir_prints_the_plain_text(tokenized_counting_target, co
     assert captured.out == plain and "speculative acceptance rate: " in captured.err
     assert main([*base, "--speculative", str(tokenized_counting_target)]) == 14
     assert "not an EAGLE-3 draft" in capsys.readouterr().err
+
+
+def test_stop_strings_and_streaming_with_a_draft_as_plain(tokenized_counting_target, counting_draft):
+    """Text prompts with stop strings, generated and streamed, with the counting draft: every field as plain
+    decoding's (a stop string completed mid-way through accepted guesses drops the tokens after it)."""
+    plain = LLM(tokenized_counting_target, progress=False)
+    spec = LLM(tokenized_counting_target, progress=False, speculative=counting_draft, num_speculative_tokens=4)
+    texts = ["the quick brown fox", "a fortune cookie says", "kernelbay runs models", "greedy"]
+    reference = plain.generate(texts, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
+    stops = tuple(o.text[len(o.text) // 2 :][:3] for o in reference if len(o.text) > 6)
+    for params in (
+        SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, stop=stops),
+        SamplingParams(max_tokens=30, temperature=0, stop=stops[:1]),
+    ):
+        ours, theirs = spec.generate(texts, params), plain.generate(texts, params)
+        assert [(o.text, o.token_ids, o.finish_reason) for o in ours] == [
+            (o.text, o.token_ids, o.finish_reason) for o in theirs
+        ]
+        assert any(o.finish_reason == "stop" and len(o.token_ids) < 30 for o in ours), (
+            "a stop string was meant to end one"
+        )
+        streamed = {}
+        for delta in spec.stream(texts, params):
+            streamed.setdefault(delta.index, []).append(delta.text)
+        assert ["".join(streamed[i]) for i in range(len(texts))] == [o.text for o in theirs]
+    assert spec.stats().spec_accepted_tokens > 0
 
 
 # -- explain -------------------------------------------------------------------------------------------------------
