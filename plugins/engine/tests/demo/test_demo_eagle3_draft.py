@@ -105,3 +105,35 @@ def test_readme_names_corpus_licence_acceptance_and_rebuild_command():
     for needle in ("LlamaForCausalLMEagle3", "fortunes", "BSD", "LICENSE.fortunes", "acceptance", REBUILD):
         assert needle in readme, f"README.md no longer mentions {needle!r}"
     assert "Regents of the University of California" in (DRAFT_DIR / "LICENSE.fortunes").read_text()
+
+
+@pytest.fixture(scope="module")
+def demo_llms():
+    """The demo model with plain decoding and with the shipped draft proposing 4 tokens a step."""
+    from kernelbay_engine import LLM
+
+    plain = LLM(progress=False, dtype="float32", max_num_seqs=4)
+    speculative = LLM(
+        progress=False, dtype="float32", max_num_seqs=4, speculative=str(DRAFT_DIR), num_speculative_tokens=4
+    )
+    return plain, speculative
+
+
+def test_shipped_draft_keeps_greedy_tokens_and_gets_most_guesses_accepted(demo_llms):
+    """Greedy decoding with the shipped draft equals plain decoding, and over half its guesses are accepted.
+
+    Measured on these prompts: 0.68 (0.58 and 0.80 per pair); examples/train_eagle3_demo.py --evaluate gives 0.65
+    on held-out fortunes; a random draft gets almost none.
+    """
+    from kernelbay_engine import SamplingParams
+
+    plain, speculative = demo_llms
+    prompts = ["A computer is", "Love is", "You will", "A banker is a fellow who"]
+    params = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+    before = speculative.stats()
+    expected = [out.token_ids for out in plain.generate(prompts, params)]
+    assert [out.token_ids for out in speculative.generate(prompts, params)] == expected
+    after = speculative.stats()
+    proposed = after.spec_draft_tokens - before.spec_draft_tokens
+    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    assert proposed > 0 and accepted / proposed > 0.5, f"acceptance {accepted}/{proposed}"
