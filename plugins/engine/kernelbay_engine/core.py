@@ -53,6 +53,8 @@ class EngineCore:
         gets none)."""
         self._propose()
         plan = self.scheduler.schedule()
+        for request in plan.preempted:  # recomputed from its tokens later: so is any proposer state
+            self._release_proposer_state(request)
         if not plan.chunks:
             raise AssertionError(f"scheduler produced an empty step with work left: {self.scheduler.waiting}")
         emitted = self._run(plan)
@@ -73,6 +75,7 @@ class EngineCore:
             return
         request.finish(reason)
         self.scheduler.finish(request)
+        self._release_proposer_state(request)
 
     def stop(self, request: Request, num_output_tokens: int | None = None) -> None:
         """A stop string completed: the request ends with "stop", also when that token reached max_tokens.
@@ -92,6 +95,11 @@ class EngineCore:
             return
         self.scheduler.abort(request)
         request.finish(FinishReason.ABORT)
+        self._release_proposer_state(request)
+
+    def _release_proposer_state(self, request: Request) -> None:
+        if self.proposer is not None:
+            self.proposer.release(request.request_id)
 
     def _propose(self) -> None:
         """Each decoding request's proposed next tokens, as many as it may still emit in this step."""

@@ -360,9 +360,18 @@ def test_follow_up_requests_equal_their_solo_output(make_llm, counting_draft, pl
     extended = [p + out for p, out in zip(PROMPTS, first, strict=True)][:3]
     plain = make_llm()
     _check(_tokens(llm, extended), [_tokens(plain, [p])[0] for p in extended])
-    assert not llm._core.proposer._states or all(
-        r.request_id in llm._core.proposer._states for r in llm._core.scheduler.running
-    )
+    assert llm._core.proposer._states == {}, "finished requests' draft caches were meant to be released"
+
+
+def test_a_closed_stream_releases_its_draft_caches(tokenized_counting_target, counting_draft, plain_tokens):
+    """Closing a stream mid-way aborts its requests: their draft caches go at once; the next call is unaffected."""
+    llm = LLM(tokenized_counting_target, progress=False, speculative=counting_draft, num_speculative_tokens=2)
+    stream = llm.stream(PROMPTS, GREEDY)
+    next(stream), next(stream)
+    assert llm._core.proposer._states, "the running requests were meant to hold draft caches"
+    stream.close()
+    assert llm._core.proposer._states == {}
+    _check(_tokens(llm), plain_tokens)
 
 
 def test_stop_strings_max_tokens_and_logprobs_as_plain(make_llm, counting_draft):

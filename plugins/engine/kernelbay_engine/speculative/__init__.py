@@ -13,7 +13,7 @@ only blocks of accepted tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -39,6 +39,10 @@ class Proposer(Protocol):
 
     def observe(self, chunks: Sequence[ScheduledChunk]) -> None:
         """After the target ran a step over `chunks`."""
+        ...
+
+    def release(self, request_id: Hashable) -> None:
+        """The request finished, was aborted or preempted: drop whatever the proposer keeps for it."""
         ...
 
 

@@ -14,7 +14,7 @@ keep those rows each step (`AuxHiddenStates`; installed only with a draft). `Eag
   ones from the target's own hidden states.
 
 A request's draft cache follows its target cache: a chunk starting at position s drops every draft row at or past
-s (a preempted request recomputed from 0, or from a prefix-cache hit); a request no longer running is forgotten.
+s; the engine releases the cache of a request that finishes, is aborted or preempted (recomputed, it starts anew).
 A prefix served from the prefix cache is never run by the target, so the draft attends only from where the
 target started computing: proposals may be worse there, never wrong (the target verifies every one).
 
@@ -315,13 +315,14 @@ class EagleProposer:
             state.receive(chunk.start_pos, rows[offset : offset + count])
             offset += count
 
+    def release(self, request_id: Hashable) -> None:
+        """The request left the running batch (finished, aborted, preempted): its draft cache goes."""
+        self._states.pop(request_id, None)
+
     @torch.inference_mode()
     def propose_requests(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
         """Each running request's proposals (up to min(limit, num_speculative_tokens); limit 0: none, its rows are
-        still ingested); requests not among `requests` are forgotten."""
-        running = {r.request_id for r in requests}
-        for request_id in [rid for rid in self._states if rid not in running]:
-            del self._states[request_id]
+        still ingested)."""
         ingests = [i for i in (self._ingest_of(r) for r in requests) if i is not None]
         counts: dict[Hashable, int] = {
             r.request_id: min(limit, self.num_speculative_tokens) for r, limit in zip(requests, limits, strict=True)
