@@ -79,6 +79,31 @@ def test_greedy_tokens_on_the_files_codes_at_two_ranks_equal_one_rank(tmp_path, 
         llm.runner.shutdown()
 
 
+def test_a_gguf_moe_model_splits_its_experts_over_the_ranks(tmp_path):
+    """Qwen3-MoE in Q8_0: attention on the codes of each rank's heads, the four experts split 2 + 2 (each rank reads
+    only its experts' tensors, which its MoE kernel runs as in one process), the router replicated; greedy tokens
+    equal one process's."""
+    config = {**COMMON, **WIDE}
+    tiny = Tiny(
+        "tp gguf moe",
+        lambda: transformers.Qwen3MoeConfig(
+            **config, num_experts=4, num_experts_per_tok=2, head_dim=32, moe_intermediate_size=64, norm_topk_prob=True
+        ),
+    )
+    (tmp_path / "moe").mkdir()
+    path = write_gguf(tmp_path / "moe" / "model.gguf", build_reference("qwen3moe", tiny=tiny), "qwen3moe", qtype=Q.Q8_0)
+    expected = _tokens(LLM(path, progress=False))
+    llm = LLM(path, progress=False, tensor_parallel_size=2)
+    try:
+        assert llm.quant_report["model.layers.0.self_attn.o_proj"].startswith("GGUF Q8_0 on ")
+        experts = llm.quant_report["model.layers.0.mlp.experts.down_proj"]
+        assert experts == "per-expert weights: the MoE kernel runs them"
+        assert llm.model.model.layers[0].mlp.expert_parallel.count == 2
+        assert _tokens(llm) == expected
+    finally:
+        llm.runner.shutdown()
+
+
 def test_a_dequantized_file_at_two_ranks_equals_one_rank(tmp_path):
     """quantization="none": each rank dequantizes its share as it loads, also where the share cuts blocks (an FFN
     of 96 splits each row of down_proj's Q8_0 blocks of 32 at column 48: the covering blocks are read, then cut)."""
