@@ -12,7 +12,8 @@ like the float path, a tied LM head from the embedding's tensor):
 - F32 / F16 / BF16 (not quantized in the file) and per-expert weights keep the weights as loaded.
 
 The token embedding table takes the same form as its tensor (`set_quantized_embedding`: codes held, rows
-dequantized per lookup); a tied LM head's codes are assembled once for both, so the model holds no float table.
+dequantized per lookup); a tied LM head's codes are assembled once for both and held once (the table reads its
+rows from the head's int8_dot layout), so the model holds no float table and no second copy of the codes.
 
 `forms(model, path)` says this per layer from the header alone (what `explain --quantization gguf` shows);
 `keep_quantized(model, path)` applies it and reports each layer's kernel.
@@ -20,6 +21,7 @@ dequantized per lookup); a tied LM head's codes are assembled once for both, so 
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +45,7 @@ from kernelbay_engine.quant import (
     set_quantized_embedding,
     set_quantized_weight,
 )
+from kernelbay_engine.quant.kernels import dot_code_rows
 from kernelbay_gguf.parsed import open_source, release_free_heap
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
 
@@ -230,7 +233,7 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     parts_of = _parts_by_weight(model, source)
     layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
     shared = {id(parts) for *_, parts, _ in table}  # a tied head's parts: assembled once, for it and the table
-    report, built = {}, {}
+    report, built, heads = {}, {}, {}
     with source.reader() as reader, torch.inference_mode():
         for name, module, parts, form in [*_peak_order(layers), *table]:
             if isinstance(form, str) or parts is None:
@@ -241,11 +244,20 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
                 built[id(parts)] = quantized
             if isinstance(module, Linear):
                 report[name] = f"{quantized.source} on {set_quantized_weight(module, quantized).kernel.name}"
+                if id(parts) in shared:
+                    heads[id(parts)] = module.method
             else:
-                set_quantized_embedding(module, quantized)
+                set_quantized_embedding(module, quantized, _head_code_rows(heads.get(id(parts))))
                 report[name] = f"{quantized.source} on {TABLE_ROWS}"
     release_free_heap()
     return {name: report[name] for name, *_ in [*layers, *table]}  # in module order, the table last
+
+
+def _head_code_rows(head_method):
+    """Where a tied table reads its rows' codes: the LM head's int8_dot layout (the codes held once, not a copy for
+    each); None (the table keeps its own) for a head on another kernel, or no head."""
+    native = getattr(head_method, "native", None)
+    return functools.partial(dot_code_rows, native) if native is not None else None
 
 
 def load_quantized(path: str | Path, *, progress: bool | None = None, moe_backend: str | None = None):

@@ -286,8 +286,9 @@ def test_load_quantized_builds_no_float_copy_and_equals_quantizing_after_load(ti
 @pytest.mark.parametrize("qtype", KEPT, ids=lambda q: q.name)
 def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(tiny_gguf, qtype):
     """A tied model: token_embd's codes serve the LM head (on its kernel) and the table (rows dequantized per
-    lookup); no float copy of the table is held, nor of the head where a quantized kernel runs it (dense: its plain
-    weight), and every row equals gguf's own dequantization of the tensor."""
+    lookup, from the head's codes where int8_dot runs it: one copy); no float copy of the table is held, nor of the
+    head where a quantized kernel runs it (dense: its plain weight), and every row equals gguf's own dequantization
+    of the tensor."""
     head = KERNEL_OF[qtype]
     path = tiny_gguf("qwen2", qtype)
     model, report = GGUFFormat.load_quantized(path, progress=False)
@@ -296,6 +297,7 @@ def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(ti
     table = model.input_embeddings()
     assert "weight" not in table._parameters
     assert ("weight" in model.lm_head._parameters) == (head == "dense")
+    assert table.method.owns_codes == (head != "int8_dot")  # on int8_dot the table reads the head's codes
     source = GGUFFormat.open(path)
     info = source.entries["model.embed_tokens.weight"]
     with source.reader() as reader:

@@ -1,8 +1,9 @@
 """A token embedding table held as a `QuantizedWeight`'s codes: rows dequantized only as they are looked up.
 
 A GGUF file's token_embd (Q8_0 in SmolLM2's Q4_1 file) is also the tied LM head's weight: the head runs it on
-a kernel, the table keeps the same codes and scales, so neither an fp32 table (vocab x hidden x 4 bytes:
-113 MiB for SmolLM2) nor any other float copy exists. A row equals `weight.dequantize()`'s bit for bit (the
+a kernel, and the table reads its rows' codes back from the head's (int8_dot's layout: `code_rows`), keeping only
+the scales, so the codes are held once and neither an fp32 table (vocab x hidden x 4 bytes: 113 MiB for SmolLM2)
+nor any other float copy exists. A row equals `weight.dequantize()`'s bit for bit (the
 same float32 products), cast to the model dtype: a Q8_0 table gives the rows of the file dequantized.
 
     set_quantized_embedding(model.input_embeddings(), weight)   # the module's `weight` is deleted
@@ -10,41 +11,63 @@ same float32 products), cast to the model dtype: a Q8_0 table gives the rows of 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from kernelbay.errors import ConfigError
-from kernelbay_engine.quant.weights import QuantizedWeight
+from kernelbay_engine.quant.weights import QuantizedWeight, dequantized_rows
 
 
 class QuantizedEmbedding:
-    """`lookup(ids) -> [*ids.shape, hidden]` in `dtype`, from the codes of the gathered rows only."""
+    """`lookup(ids) -> [*ids.shape, hidden]` in `dtype`, from the codes of the gathered rows only.
+
+    `code_rows(ids) -> q rows`: where the codes are read when the tied LM head's kernel holds them
+    (`kernels.dot_code_rows`); the table then keeps only the scales (and zeros), so the codes exist once."""
 
     holds_weight = True  # loading/plan.py: the loader reads no checkpoint tensor into the table
 
-    def __init__(self, weight: QuantizedWeight, dtype: torch.dtype):
-        self.weight, self.dtype, self.source = weight, dtype, weight.source
+    def __init__(
+        self,
+        weight: QuantizedWeight,
+        dtype: torch.dtype,
+        code_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        self.dtype, self.source = dtype, weight.source
+        self.bits, self.group_size, self.in_features = weight.bits, weight.group_size, weight.in_features
+        self.scale, self.zero = weight.scale, weight.zero
+        self.owns_codes = code_rows is None
+        self.code_rows = code_rows or functools.partial(torch.index_select, weight.q, 0)
 
     @property
     def device(self) -> torch.device:
-        return self.weight.q.device
+        return self.scale.device
 
     @property
     def nbytes(self) -> int:
-        """Bytes the table holds (codes one per byte, float32 scales and zeros)."""
-        w = self.weight
-        return w.q.nbytes + w.scale.nbytes + (w.zero.nbytes if w.zero is not None else 0)
+        """Bytes the table holds: codes one per byte (unless the tied LM head holds them), float32 scales and zeros."""
+        held = self.scale.nbytes + (self.zero.nbytes if self.zero is not None else 0)
+        return held + (self.scale.shape[0] * self.in_features if self.owns_codes else 0)
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.weight.dequantize(self.dtype, rows=ids.reshape(-1))
-        return rows.view(*ids.shape, self.weight.in_features)
+        flat = ids.reshape(-1)
+        zero = None if self.zero is None else self.zero.index_select(0, flat)
+        rows = dequantized_rows(
+            self.code_rows(flat), self.scale.index_select(0, flat), zero, self.bits, self.group_size, self.dtype
+        )
+        return rows.view(*ids.shape, self.in_features)
 
     def __repr__(self) -> str:
         return f"QuantizedEmbedding({self.source}, rows dequantized per lookup)"
 
 
-def set_quantized_embedding(table: nn.Module, weight: QuantizedWeight) -> QuantizedEmbedding:
-    """Hold `table`'s (a `VocabEmbedding`'s) rows as `weight`'s codes; its float `weight` is deleted."""
+def set_quantized_embedding(
+    table: nn.Module, weight: QuantizedWeight, code_rows: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> QuantizedEmbedding:
+    """Hold `table`'s (a `VocabEmbedding`'s) rows as `weight`'s codes (read through `code_rows` where the tied LM
+    head holds them); its float `weight` is deleted."""
     plain = table._parameters.get("weight")
     if plain is None or not hasattr(table, "method"):
         raise ConfigError(f"{table!r} is not a plain VocabEmbedding table: it cannot hold quantized rows")
@@ -52,7 +75,7 @@ def set_quantized_embedding(table: nn.Module, weight: QuantizedWeight) -> Quanti
         raise ConfigError(
             f"quantized table is [{weight.out_features}, {weight.in_features}], the embedding is {list(plain.shape)}"
         )
-    method = QuantizedEmbedding(weight, plain.dtype)
+    method = QuantizedEmbedding(weight, plain.dtype, code_rows)
     table.method = method  # type: ignore[assignment]  # a plain attribute of the table module, not a submodule
     del table.weight  # a tied LM head holds its own (kernel-packed) form of the same codes
     return method

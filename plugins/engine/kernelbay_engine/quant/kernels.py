@@ -292,6 +292,21 @@ def _dot_codes(q: torch.Tensor, bits: int, blocks: int) -> torch.Tensor:
     return (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(q.shape[0], -1)
 
 
+def dot_code_rows(native: tuple, rows: torch.Tensor) -> torch.Tensor:
+    """The codes `q` [R, K] (QuantizedWeight's: int8 for 8 bits, 0..15 for 4) of `rows` of a weight held in qdot.cpp's
+    layout (`Packed.native` of int8_dot: codes, d, m, bits, N), read back from those rows alone (_dot_layout's
+    inverse): a tied embedding table looks its rows up in the LM head's codes instead of holding a copy."""
+    codes, d, _, bits, _ = native
+    k = d.shape[1] * DOT_BLOCK
+    picked = codes.index_select(0, rows)
+    if bits == 8:
+        q = (picked ^ 0x80).view(torch.int8)  # u = q + 128 as bits (two's complement)
+    else:
+        pairs = picked.view(picked.shape[0], -1, 1, DOT_BLOCK)
+        q = torch.cat([pairs & 0x0F, pairs >> 4], dim=2).reshape(picked.shape[0], -1)
+    return q if q.shape[1] == k else q[:, :k].contiguous()  # an odd block count was padded with a zero block
+
+
 class DenseKernel(LinearKernel):
     """The codes dequantized once to the model dtype (oneDNN-packed where possible): any width and group,
     at 2-8x the bytes. The nearest supported form when no quantized kernel runs a layer."""

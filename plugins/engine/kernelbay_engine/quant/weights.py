@@ -56,20 +56,33 @@ class QuantizedWeight:
         def pick(t: torch.Tensor) -> torch.Tensor:
             return t if rows is None else t.index_select(0, rows)
 
-        q = pick(self.q)
-        codes = q.view(q.shape[0], -1, self.group_size).float()
-        if self.bits == 4:
-            codes = codes - 8
-        out = codes * pick(self.scale).unsqueeze(-1)
-        if self.zero is not None:  # __post_init__: 4-bit weights have zeros, 8-bit ones none
-            out = out + pick(self.zero).unsqueeze(-1)
-        out = out.view(q.shape[0], self.in_features)
-        return out if out.dtype == dtype else out.to(dtype)  # a same-dtype .to() is still a dispatched call
+        zero = None if self.zero is None else pick(self.zero)
+        return dequantized_rows(pick(self.q), pick(self.scale), zero, self.bits, self.group_size, dtype)
 
     def nbytes(self) -> int:
         """Bytes a kernel streams per use: the codes at their bit width plus the scales."""
         n = self.q.numel() * self.bits // 8 + self.scale.numel() * 4
         return n + (self.zero.numel() * 4 if self.zero is not None else 0)
+
+
+def dequantized_rows(
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    zero: torch.Tensor | None,
+    bits: int,
+    group_size: int,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The values [R, K] of codes `q` [R, K] with their scales (and zeros, 4-bit) [R, K // group_size], in `dtype`:
+    a `QuantizedWeight`'s rows, or a quantized table's rows read back from where its tied LM head keeps them."""
+    codes = q.view(q.shape[0], -1, group_size).float()
+    if bits == 4:
+        codes = codes - 8
+    out = codes * scale.unsqueeze(-1)
+    if zero is not None:  # 4-bit weights have zeros, 8-bit ones none
+        out = out + zero.unsqueeze(-1)
+    out = out.view(q.shape[0], q.shape[1])
+    return out if out.dtype == dtype else out.to(dtype)  # a same-dtype .to() is still a dispatched call
 
 
 def _shape_problems(w: QuantizedWeight) -> list[str]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from kernelbay.errors import ConfigError
 from kernelbay_engine.models.base import VocabEmbedding, activation_dtype_device
 from kernelbay_engine.quant import QuantizedEmbedding, from_q4_1, from_q8_0, quantize, set_quantized_embedding
+from kernelbay_engine.quant.kernels import NativeDotKernel, dot_code_rows
+from plugins.engine.tests.quant._kernels_here import skip_unless
 
 VOCAB, HIDDEN = 97, 64
 
@@ -67,3 +71,19 @@ def test_a_table_of_another_shape_or_module_is_refused():
     set_quantized_embedding(held, weight)
     with pytest.raises(ConfigError, match="is not a plain VocabEmbedding table"):
         set_quantized_embedding(held, weight)
+
+
+@skip_unless("int8_dot")
+@pytest.mark.parametrize("kind, hidden", [("q8_0", HIDDEN), ("q4_1", HIDDEN), ("q8_0", 96), ("q4_1", 96)])
+def test_a_table_reading_the_tied_heads_codes_holds_no_copy(kind, hidden):
+    """Rows read back from the LM head's int8_dot layout (an odd block count padded, for 96) equal the codes' own
+    dequantized rows bit for bit; the table then holds only the scales (and zeros)."""
+    gen = torch.Generator().manual_seed(3)
+    weight = quantize(torch.randn(VOCAB, hidden, generator=gen), 8 if kind == "q8_0" else 4, 32)
+    native = NativeDotKernel.pack(weight).native
+    ids = torch.tensor([0, VOCAB - 1, 7, 7, 40])
+    assert torch.equal(dot_code_rows(native, ids), weight.q[ids])
+    table = QuantizedEmbedding(weight, torch.float32, functools.partial(dot_code_rows, native))
+    torch.testing.assert_close(table.lookup(ids), weight.dequantize()[ids], rtol=0, atol=0)
+    own = QuantizedEmbedding(weight, torch.float32)
+    assert own.nbytes - table.nbytes == VOCAB * hidden  # the codes, one per byte: held by the head alone
