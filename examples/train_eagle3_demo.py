@@ -35,16 +35,18 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import torch
 from make_demo_checkpoint import DEBIAN_VERSION, encode_stream, fetch_packages, load_corpus, split_held_out
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
-from transformers import AutoTokenizer, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "plugins/engine/kernelbay_engine/demo"
 LOSS_DECAY = 0.8  # weight of TTT step j is LOSS_DECAY**j, as in EAGLE-3 / SpecForge
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]  # per draft step: keys, values [B, kv_heads, T, head_dim]
 
 
 # --- settings ----------------------------------------------------------------------------
@@ -141,19 +143,19 @@ class DraftGeometry:
 
 def demo_geometry(target: LlamaForCausalLM, settings: DraftSettings) -> DraftGeometry:
     """The target's own layer shape, with the draft vocabulary and aux layers of the settings."""
-    config = target.config
-    if max(settings.aux_layers) >= config.num_hidden_layers:
-        raise ValueError(f"--aux-layers must be < the target's {config.num_hidden_layers} layers")
+    config = target.config.to_dict()  # plain values (the config object types them all Optional)
+    if max(settings.aux_layers) >= config["num_hidden_layers"]:
+        raise ValueError(f"--aux-layers must be < the target's {config['num_hidden_layers']} layers")
     return DraftGeometry(
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_heads=config.num_attention_heads,
-        num_kv_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        vocab_size=config.vocab_size,
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        head_dim=config["head_dim"],
+        vocab_size=config["vocab_size"],
         draft_vocab_size=settings.draft_vocab_size,
-        rms_norm_eps=config.rms_norm_eps,
-        rope_theta=config.rope_parameters["rope_theta"],
+        rms_norm_eps=config["rms_norm_eps"],
+        rope_theta=config["rope_parameters"]["rope_theta"],
         aux_layers=settings.aux_layers,
     )
 
@@ -188,7 +190,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(2 * g.hidden_size, g.num_kv_heads * g.head_dim, bias=False)
         self.o_proj = nn.Linear(g.num_heads * g.head_dim, g.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]]):
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """x: [B, T, 2H]; positions: [T]. Appends this step's (k, v) [B, Hkv, T, D] to cache.
 
         cache[0] holds the teacher-forced step's keys (causal over rows); cache[s] for s >= 1 the keys of
@@ -220,7 +222,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
-def ttt_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]], groups: int) -> torch.Tensor:
+def ttt_attention(q: torch.Tensor, cache: KVCache, groups: int) -> torch.Tensor:
     """Softmax over [causal step-0 keys of rows <= i] + [row i's own keys of steps 1..j]; q: [B, H, T, D]."""
     scale = q.shape[-1] ** -0.5
     k0, v0 = (x.repeat_interleave(groups, dim=1) for x in cache[0])
@@ -265,6 +267,9 @@ class DecoderLayer(nn.Module):
 
 class DraftHead(nn.Module):
     """fc + midlayer + norm + lm_head, with d2t / t2d buffers: state_dict names are the format's."""
+
+    d2t: torch.Tensor  # int64 [draft_vocab_size]
+    t2d: torch.Tensor  # bool [vocab_size]
 
     def __init__(self, g: DraftGeometry):
         super().__init__()
@@ -322,7 +327,7 @@ def shifted(x: torch.Tensor, by: int, fill: float | int = 0) -> torch.Tensor:
 
 
 def ttt_loss(
-    draft: DraftHead, embed: nn.Embedding, ids: torch.Tensor, aux: torch.Tensor, logits: torch.Tensor, steps: int
+    draft: DraftHead, embed: nn.Module, ids: torch.Tensor, aux: torch.Tensor, logits: torch.Tensor, steps: int
 ) -> tuple[torch.Tensor, list[float]]:
     """Weighted distillation loss over `steps` unrolled steps, and each step's top-1 agreement with the target.
 
@@ -336,7 +341,7 @@ def ttt_loss(
         target_p = logits[:, 1:, draft.t2d].softmax(-1)  # row i's teacher at step 0 is position i + 1
         argmax = logits[:, 1:].argmax(-1)
         in_vocab = draft.t2d[argmax]
-    hidden, cache = draft.fc(aux), []
+    hidden, cache = draft.fc(aux), cast(KVCache, [])
     total, agreement = torch.zeros(()), []
     for j in range(steps):
         hidden, draft_logits = draft.step(embed(shifted(ids, 1 + j)), hidden, rows + j, cache)
@@ -381,7 +386,7 @@ def self_distillation_rows(target: LlamaForCausalLM, stream: torch.Tensor, setti
     it (a 3M-parameter model's greedy text loops on its favourite phrases).
     """
     prompt_len = 8
-    prompts = fortune_prompts(stream, target.config.bos_token_id, prompt_len, settings.generated_prompts)
+    prompts = fortune_prompts(stream, target.config.to_dict()["bos_token_id"], prompt_len, settings.generated_prompts)
     chunks = [greedy_continuations(target, chunk, settings.seq_len - prompt_len) for chunk in prompts.split(64)]
     return torch.cat(chunks)
 
@@ -467,7 +472,7 @@ def greedy_continuations(target: LlamaForCausalLM, prompts: torch.Tensor, new_to
 
 
 @torch.no_grad()
-def proposals(draft: DraftHead, embed: nn.Embedding, ids: torch.Tensor, aux: torch.Tensor, k: int) -> torch.Tensor:
+def proposals(draft: DraftHead, embed: nn.Module, ids: torch.Tensor, aux: torch.Tensor, k: int) -> torch.Tensor:
     """[B, T, k] target ids the draft proposes at every row in one pass.
 
     Row p is the state after the target produced ids[p + 1] from position p: proposal 1 comes from
@@ -476,7 +481,7 @@ def proposals(draft: DraftHead, embed: nn.Embedding, ids: torch.Tensor, aux: tor
     """
     t = ids.shape[1]
     rows = torch.arange(t)
-    hidden, cache = draft.fc(aux), []
+    hidden, cache = draft.fc(aux), cast(KVCache, [])
     tokens = shifted(ids, 1)
     out = []
     for j in range(k):
@@ -514,7 +519,7 @@ def fortune_prompts(stream: torch.Tensor, bos: int, prompt_len: int, limit: int)
 
 def evaluate(target: LlamaForCausalLM, draft: DraftHead, val_stream: torch.Tensor, args) -> Acceptance:
     """Greedy k-token proposals against the target's greedy continuations of held-out fortune prompts."""
-    prompts = fortune_prompts(val_stream, target.config.bos_token_id, args.prompt_len, args.eval_prompts)
+    prompts = fortune_prompts(val_stream, target.config.to_dict()["bos_token_id"], args.prompt_len, args.eval_prompts)
     ids = greedy_continuations(target, prompts, args.new_tokens)
     aux, _ = target_features(target, ids, draft.geometry.aux_layers)
     proposed = proposals(draft, target.get_input_embeddings(), ids, aux, args.k)
@@ -674,7 +679,7 @@ def build(args: argparse.Namespace) -> None:
     torch.set_num_threads(settings.threads)
     corpus = load_corpus(fetch_packages(args.cache_dir, args.debian_version))
     train_texts, val_texts = split_held_out(corpus.fortunes, seed=0)  # the demo model's own split
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    tokenizer = cast(PreTrainedTokenizerFast, AutoTokenizer.from_pretrained(args.target))
     stream, val_stream = encode_stream(tokenizer, train_texts), encode_stream(tokenizer, val_texts)
     target = load_target(args.target)
     if args.evaluate:
