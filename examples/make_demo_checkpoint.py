@@ -381,7 +381,8 @@ both trained from scratch on CPU by `examples/make_demo_checkpoint.py`. It exist
 
 Files: `config.json`, `generation_config.json`, `model.safetensors` (no `lm_head.weight`: it is
 tied to `model.embed_tokens.weight`), `tokenizer.json`, `tokenizer_config.json`,
-`LICENSE.fortunes`, this README.
+`LICENSE.fortunes`, this README. `eagle3/` holds an EAGLE-3 draft trained for this model by
+`examples/train_eagle3_demo.py` (`LLM(speculative=...)`; see its own README).
 
 ## Corpus and licence
 
