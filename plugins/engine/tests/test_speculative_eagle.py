@@ -582,6 +582,8 @@ def test_every_vendored_eagle3_config_explains(name, capsys):
     declared = raw.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids")
     assert section["aux_layer_ids"] == declared
     assert section["parameters"] > 0 and section["target_hidden_size"] == raw["hidden_size"]
+    head_dim = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
+    assert section["kv_bytes_per_token"] == 2 * raw["num_key_value_heads"] * head_dim * 4
     _validate(doc)
     assert main(["explain", str(folder)]) == 0
     text = capsys.readouterr().out

@@ -22,9 +22,14 @@ def draft_section(config, _options: dict) -> dict | None:
         "aux_layer_ids": declared_aux_layer_ids(config),
         "parameters": draft_parameters(config),
         "embedding": _embedding(config),
+        "kv_bytes_per_token": 2 * config.num_key_value_heads * config.head_dim * FLOAT32_BYTES,
     }
     section["lines"] = _lines(section)
     return section
+
+
+FLOAT32_BYTES = 4
+"""The proposer runs the draft, and keeps its keys and values, in float32 (speculative/eagle.py)."""
 
 
 def draft_parameters(config) -> int:
@@ -70,5 +75,7 @@ def _lines(s: dict) -> list[str]:
     return [
         f"draft        EAGLE-3 head for targets with a {s['vocab_size']:,}-token vocabulary and hidden size "
         f"{s['target_hidden_size']:,}{trained}: a {s['draft_vocab_size']:,}-token draft vocabulary, {reads}; "
-        f"{scaled(total, COUNT_UNITS, str(total))} parameters besides {embedding[s['embedding']]}"
+        f"{scaled(total, COUNT_UNITS, str(total))} parameters besides {embedding[s['embedding']]}",
+        f"             runs in float32 beside the target; its keys and values take {s['kv_bytes_per_token']:,} "
+        f"bytes per token of each running request (dense, outside the target's KV blocks)",
     ]
