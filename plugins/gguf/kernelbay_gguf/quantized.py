@@ -21,8 +21,10 @@ rows from the head's int8_dot layout), so the model holds no float table and no 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -234,7 +236,7 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
     shared = {id(parts) for *_, parts, _ in table}  # a tied head's parts: assembled once, for it and the table
     report, built, heads = {}, {}, {}
-    with source.reader() as reader, torch.inference_mode():
+    with source.reader() as reader, torch.inference_mode(), _one_thread():
         for name, module, parts, form in [*_peak_order(layers), *table]:
             if isinstance(form, str) or parts is None:
                 report[name] = str(form)
@@ -251,6 +253,19 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
                 report[name] = f"{quantized.source} on {TABLE_ROWS}"
     release_free_heap()
     return {name: report[name] for name, *_ in [*layers, *table]}  # in module order, the table last
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one thread while the codes are unpacked and packed: ~2,000 small memory-bound ops, each of which, split
+    over threads, pays a barrier (and on a busy machine waits for a descheduled thread): SmolLM2's Q4_1 load took
+    6-7 s on two threads with both cores shared by other work, 1.1-1.3 s on one, in the same minutes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _head_code_rows(head_method):

@@ -350,3 +350,20 @@ def test_codes_dequantized_for_want_of_a_kernel_are_a_warning_and_an_explain_not
         "  note: 3 linears run on dense weights: the file's codes are dequantized at load, no quantized kernel runs "
         "them here"
     ]
+
+
+def test_packing_on_one_thread_leaves_torchs_threads_as_they_were(tiny_gguf, monkeypatch):
+    """keep_quantized packs on one torch thread (small ops: no barrier per op) and gives the count back."""
+    import kernelbay_gguf.quantized as quantized
+
+    seen = []
+    assemble = quantized._assemble
+    monkeypatch.setattr(quantized, "_assemble", lambda *a: seen.append(torch.get_num_threads()) or assemble(*a))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        GGUFFormat.load_quantized(tiny_gguf("llama", Q.Q4_1), progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and set(seen) == {1}
