@@ -167,11 +167,15 @@ class ModelRunner:
         except KernelRaised as err:
             raise located(err, self._layer_name(err.module), self._step_name(requests)) from err.cause
         decode = hidden.shape[0] == len(requests)  # one new token per request: every row is a last token
-        if decode and not every_position:
-            return self._finite(self.model.compute_logits(hidden), requests), {}
-        starts = metadata.query_start_loc.to(torch.long)
-        full = {i: self.model.compute_logits(hidden[starts[i] : starts[i + 1]]) for i in every_position}
-        return self._finite(self.model.compute_logits(hidden if decode else hidden[starts[1:] - 1]), requests), full
+        last = hidden if decode else hidden[metadata.query_start_loc[1:].to(torch.long) - 1]
+        if not every_position:
+            return self._finite(self.model.compute_logits(last), requests), {}
+        # one LM-head pass over the last rows and every row asked for: the head's weight is read once a step
+        starts = metadata.query_start_loc.tolist()
+        spans = [hidden[starts[i] : starts[i + 1]] for i in every_position]
+        logits = self.model.compute_logits(torch.cat([last, *spans]))
+        full = logits[len(requests) :].split([len(span) for span in spans])
+        return self._finite(logits[: len(requests)], requests), dict(zip(every_position, full, strict=True))
 
     def free(self, request_id: Hashable) -> None:
         """Release a finished request's blocks from the runner's own allocator (driven by hand only)."""
