@@ -29,7 +29,17 @@ from kernelbay_engine.loading.plan import SourcePiece, make_plan
 from kernelbay_engine.quant import QuantizedWeight, quantize, set_quantized_embedding, set_quantized_weight
 from kernelbay_gguf import slices
 from kernelbay_gguf.parsed import open_source, release_free_heap
-from kernelbay_gguf.quantized import BLOCK, CONSTRUCTORS, TABLE_ROWS, Form, _form, _type_form, codes
+from kernelbay_gguf.quantized import (
+    BLOCK,
+    CONSTRUCTORS,
+    TABLE_ROWS,
+    Form,
+    _form,
+    _head_code_rows,
+    _one_thread,
+    _type_form,
+    codes,
+)
 from kernelbay_gguf.tensors import GGUFTensorReader, TensorInfo, unpermute_rows
 
 Sources = Mapping[str, tuple[SourcePiece, ...]]
@@ -126,7 +136,8 @@ def keep_quantized_shard(model: nn.Module, path: str | Path, rules: NameRules, s
     held = list(_held_modules(model, parts))
     report: dict[str, str] = {}
     built: dict[int, QuantizedWeight] = {}
-    with open_source(path).reader() as reader, torch.inference_mode():
+    heads: dict[int, object] = {}  # parts -> the method of the linear holding them (a tied head, for its table)
+    with open_source(path).reader() as reader, torch.inference_mode(), _one_thread():
         for name, module, mine, form in held:
             if isinstance(form, str) or mine is None:
                 report[name] = str(form)
@@ -135,8 +146,9 @@ def keep_quantized_shard(model: nn.Module, path: str | Path, rules: NameRules, s
             built[id(mine)] = weight  # a tied head and table share their parts: assembled once
             if isinstance(module, Linear):
                 report[name] = f"{weight.source} on {set_quantized_weight(module, weight).kernel.name}"
-            else:
-                set_quantized_embedding(module, weight)
+                heads[id(mine)] = module.method
+            else:  # the table comes last: a tied one reads its codes from the head's layout, held once
+                set_quantized_embedding(module, weight, _head_code_rows(heads.get(id(mine))))
                 report[name] = f"{weight.source} on {TABLE_ROWS}"
     release_free_heap()
     return report

@@ -49,13 +49,16 @@ def _tokens(llm: LLM) -> list[list[int]]:
 
 
 @pytest.mark.parametrize(
-    ("qtype", "vocab"), [(Q.Q8_0, 96), (Q.Q4_0, 97)], ids=["Q8_0", "Q4_0 odd vocabulary (padded rows)"]
+    ("qtype", "vocab", "tied"),
+    [(Q.Q8_0, 96, False), (Q.Q4_0, 97, True)],
+    ids=["Q8_0", "Q4_0 tied, odd vocabulary (padded rows)"],
 )
-def test_greedy_tokens_on_the_files_codes_at_two_ranks_equal_one_rank(tmp_path, qtype, vocab):
-    """Every linear and the tied table run the file's own codes on both ranks (Llama's permuted Q/K rows, fused
-    q/k/v and gate/up, row-parallel o_proj/down_proj split on whole blocks), and greedy decoding gives the tokens of
-    one process; each rank holds half of the sharded codes, which with the replicated norms are the whole model's."""
-    path = _write(tmp_path / "model", qtype, **WIDE, vocab_size=vocab)
+def test_greedy_tokens_on_the_files_codes_at_two_ranks_equal_one_rank(tmp_path, qtype, vocab, tied):
+    """Every linear and the table run the file's own codes on both ranks (Llama's permuted Q/K rows, fused q/k/v and
+    gate/up, row-parallel o_proj/down_proj split on whole blocks, a tied head's vocabulary rows held once for both),
+    and greedy decoding gives the tokens of one process; each rank holds half of the sharded codes, which with the
+    replicated norms are the whole model's."""
+    path = _write(tmp_path / "model", qtype, **WIDE, vocab_size=vocab, tie_word_embeddings=tied)
     single = LLM(path, progress=False)
     expected, whole = _tokens(single), weight_bytes(single.model)
     llm = LLM(path, progress=False, tensor_parallel_size=2)
@@ -63,6 +66,8 @@ def test_greedy_tokens_on_the_files_codes_at_two_ranks_equal_one_rank(tmp_path, 
         assert llm.quant_report.keys() == single.quant_report.keys()
         assert all(what.startswith(f"GGUF {qtype.name} on ") for what in llm.quant_report.values()), llm.quant_report
         assert _tokens(llm) == expected
+        if tied and llm.quant_report["lm_head"].endswith(" on int8_dot"):  # the table reads the head's codes
+            assert not llm.model.model.embed_tokens.method.owns_codes
         first, second = llm.runner.reports
         assert first.sharded_weight_bytes == second.sharded_weight_bytes > 0
         replicated = first.weight_bytes - first.sharded_weight_bytes
