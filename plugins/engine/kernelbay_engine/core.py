@@ -99,7 +99,7 @@ class EngineCore:
 
     def _release_proposer_state(self, request: Request) -> None:
         if self.proposer is not None:
-            self.proposer.release(request.request_id)
+            self.proposer.release(request)
 
     def _propose(self) -> None:
         """Each decoding request's proposed next tokens, as many as it may still emit in this step."""

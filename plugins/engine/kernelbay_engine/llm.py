@@ -213,8 +213,9 @@ class LLM:
         with cache_allocation_errors(kv_cache_memory, scheduler_config.num_blocks * self.runner.bytes_per_block):
             self.runner.allocate_cache(scheduler_config.num_blocks)
         self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
-        prepack = (prepack_weights, max_num_seqs)
-        proposer = self._proposer(speculative, num_speculative_tokens, draft_config, progress, prepack)
+        proposer = self._proposer(
+            speculative, num_speculative_tokens, draft_config, progress, prepack_weights, scheduler_config
+        )
         self._core = EngineCore(
             self.runner, Scheduler(scheduler_config), self._eos_token_ids(), self.max_model_len, proposer
         )
@@ -538,9 +539,12 @@ class LLM:
         check_file_shards(self.folder, config, n, quantization=quantization, model_impl=model_impl)
         return start_tensor_parallel(self.folder, n, options)
 
-    def _proposer(self, speculative, num_speculative_tokens: int | None, draft: ModelConfig | None, progress, prepack):
+    def _proposer(
+        self, speculative, num_speculative_tokens: int | None, draft: ModelConfig | None, progress, prepack, scheduling
+    ):
         """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs, a
-        draft's config by `_draft_config`. A draft's linears are packed as the target's (`prepack`: policy, rows)."""
+        draft's config by `_draft_config`. A draft's linears are packed as the target's (`prepack`: the policy, for
+        `scheduling.max_num_seqs` rows)."""
         from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
 
         count = num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
@@ -550,9 +554,8 @@ class LLM:
         from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
 
         model = load_draft(draft, self.model, progress=progress)
-        policy, max_num_seqs = prepack
-        prepack_linear_weights(model, rows=(1, min(max_num_seqs, 64)), policy=policy)
-        return EagleProposer(model, self.model, count)
+        prepack_linear_weights(model, rows=(1, min(scheduling.max_num_seqs, 64)), policy=prepack)
+        return EagleProposer(model, self.model, count, block_size=scheduling.block_size)
 
     def _prepack(self, policy: str, max_num_seqs: int):
         """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""

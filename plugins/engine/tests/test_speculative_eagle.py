@@ -278,21 +278,11 @@ def test_first_guesses_follow_the_format(counting_target, tmp_path, monkeypatch,
     """The engine's first guesses for a prompt (after prefill and one sampled token) are the ones computed by hand
     from the format with transformers' hidden states: the aux layers, the token shift, fc, the layer, d2t (and
     speculators' `norm_before_residual` variant)."""
-    from kernelbay_engine.speculative.eagle import EagleProposer
-
     config = draft_config(
         target_config(counting_target), eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS}, **extra
     )
     draft = write_draft(tmp_path / "draft", config, random_tensors(config, seed=7, embedding=own_embedding))
-    proposals: list[list[int]] = []
-    original = EagleProposer.propose_requests
-
-    def record(self, requests, limits):
-        got = original(self, requests, limits)
-        proposals.extend(p for p in got if p)
-        return got
-
-    monkeypatch.setattr(EagleProposer, "propose_requests", record)
+    proposals = _recorded_proposals(monkeypatch)
     prompt = PROMPTS[4]
     llm = LLM(counting_target, progress=False, speculative=draft, num_speculative_tokens=3)
     first = llm.generate([prompt], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].token_ids[0]
@@ -361,6 +351,60 @@ def test_follow_up_requests_equal_their_solo_output(make_llm, counting_draft, pl
     plain = make_llm()
     _check(_tokens(llm, extended), [_tokens(plain, [p])[0] for p in extended])
     assert llm._core.proposer._states == {}, "finished requests' draft caches were meant to be released"
+
+
+def _recorded_proposals(monkeypatch) -> list[list[int]]:
+    """Every non-empty proposal list the EAGLE proposer returns from now on, in order."""
+    from kernelbay_engine.speculative.eagle import EagleProposer
+
+    proposals: list[list[int]] = []
+    original = EagleProposer.propose_requests
+
+    def record(self, requests, limits):
+        got = original(self, requests, limits)
+        proposals.extend(p for p in got if p)
+        return got
+
+    monkeypatch.setattr(EagleProposer, "propose_requests", record)
+    return proposals
+
+
+def test_a_prompt_on_a_cached_prefix_gets_the_same_guesses(make_llm, random_draft, monkeypatch):
+    """The same 40-token prompt twice: the second time the target computes only its last block (prefix cache) and
+    the draft starts from the rows saved when the first request finished: the same guesses, step by step (a
+    random draft's guesses depend on its whole context)."""
+    llm = make_llm(speculative=random_draft, num_speculative_tokens=3, block_size=4)
+    proposals = _recorded_proposals(monkeypatch)
+    runs = []
+    for _ in range(2):
+        hits = llm.stats().prefix_cache_hits
+        tokens = _tokens(llm, [PROMPTS[2]])
+        runs.append((tokens, list(proposals)))
+        proposals.clear()
+    assert llm.stats().prefix_cache_hits > hits, "the second prompt was meant to start on a cached prefix"
+    assert runs[0][1] and runs[1] == runs[0]
+
+
+def test_saved_draft_prefixes_are_bounded_least_recently_used_first():
+    """Past its token budget the store drops the draft rows saved longest ago, with every hash that found them."""
+    from kernelbay_engine.speculative.eagle import _DraftCache, _SavedPrefixes
+
+    def state(length: int) -> _DraftCache:
+        cache = _DraftCache()
+        cache.append(torch.randn(length, 2, 8), torch.randn(length, 2, 8), torch.arange(length))
+        cache.block_aux = {p: torch.randn(12) for p in range(3, length, 4)}
+        return cache
+
+    store = _SavedPrefixes(max_tokens=20, block_size=4)
+    store.save([b"a0", b"a1", b"a2"], state(12))  # rows 0..10 kept, found by a0, a1, a2
+    store.save([b"b0", b"b1"], state(9))  # rows 0..6: 18 tokens in all
+    restored = _DraftCache()
+    store.restore([b"a0", b"a1"], 8, restored)
+    assert restored.length == 7 and restored.pending_start == 7 and restored.pending is not None
+    store.save([b"c0", b"c1"], state(8))  # 25 tokens: the least recently used (b) goes
+    store.restore([b"b0"], 4, dropped := _DraftCache())
+    store.restore([b"a0"], 4, kept := _DraftCache())
+    assert dropped.length == 0 and dropped.pending is None and kept.length == 3
 
 
 def test_a_closed_stream_releases_its_draft_caches(tokenized_counting_target, counting_draft, plain_tokens):

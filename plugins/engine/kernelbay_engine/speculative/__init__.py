@@ -13,7 +13,7 @@ only blocks of accepted tokens.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,7 +41,7 @@ class Proposer(Protocol):
         """After the target ran a step over `chunks`."""
         ...
 
-    def release(self, request_id: Hashable) -> None:
+    def release(self, request: Request) -> None:
         """The request finished, was aborted or preempted: drop whatever the proposer keeps for it."""
         ...
 

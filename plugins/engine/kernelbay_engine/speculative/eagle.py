@@ -14,15 +14,18 @@ keep those rows each step (`AuxHiddenStates`; installed only with a draft). `Eag
   ones from the target's own hidden states.
 
 A request's draft cache follows its target cache: a chunk starting at position s drops every draft row at or past
-s; the engine releases the cache of a request that finishes, is aborted or preempted (recomputed, it starts anew).
-A prefix served from the prefix cache is never run by the target, so the draft attends only from where the
-target started computing: proposals may be worse there, never wrong (the target verifies every one).
+s; the engine releases the cache of a request that finishes, is aborted or preempted, and the rows it covers are
+kept by the prefix-cache hash of each full block (`_SavedPrefixes`, least recently used dropped past
+SAVED_DRAFT_BYTES): a prefix served from the prefix cache is never run by the target again, so a request starting
+on one takes the draft rows from there. Where none are kept, the draft attends only from where the target started
+computing: proposals may be worse, never wrong (the target verifies every one).
 
 The draft runs in float32, its keys and values dense per request with torch's SDPA (one layer: small).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +244,9 @@ class _DraftCache:
     length: int = 0
     pending_start: int = 0
     pending: torch.Tensor | None = None  # [m, 3 * target_hidden]: rows of positions pending_start ...
+    block_aux: dict[int, torch.Tensor] = field(default_factory=dict)
+    """The target rows [3 * target_hidden] ingested at the last position of each full block (what a later request
+    starting after that block needs: `_SavedPrefixes`)."""
 
     def receive(self, start: int, rows: torch.Tensor) -> None:
         """The target computed positions start .. start + len(rows) - 1: anything of ours at or past `start` is
@@ -254,6 +260,7 @@ class _DraftCache:
 
     def truncate(self, position: int) -> None:
         self.length = int(torch.searchsorted(self.positions[: self.length], position))
+        self.block_aux = {p: row for p, row in self.block_aux.items() if p < position}
         if self.pending is not None:
             keep = position - self.pending_start
             self.pending = self.pending[:keep] if keep > 0 else None
@@ -281,6 +288,69 @@ class _DraftCache:
         n = self.length
         return self.keys[:n], self.values[:n], self.positions[:n]
 
+    def contiguous(self) -> int:
+        """n: the rows of positions 0 .. n - 1 are all here (positions are ascending and distinct)."""
+        return int((self.positions[: self.length] == torch.arange(self.length)).sum())
+
+
+SAVED_DRAFT_BYTES = 64 * 2**20
+"""Draft keys and values of released requests kept for later prompts that start with their prefix."""
+
+
+@dataclass(slots=True)
+class _Saved:
+    keys: torch.Tensor  # [n, kv_heads, D]: the draft rows of positions 0 .. n - 1
+    values: torch.Tensor
+    block_aux: dict[int, torch.Tensor]  # the target rows at the last position of each full block it covers
+
+
+class _SavedPrefixes:
+    """Draft caches of released requests, found by the prefix-cache hash of each full block they cover (least
+    recently used dropped past `max_tokens`). A request admitted on a cached prefix of s tokens is not computed
+    there by the target, so its draft could not ingest those positions; it starts from the saved rows 0 .. s - 2
+    and the target row at s - 1 instead (the same rows: they depend only on the prefix)."""
+
+    def __init__(self, max_tokens: int, block_size: int):
+        self.max_tokens, self.block_size = max_tokens, block_size
+        self._saved: OrderedDict[int, tuple[_Saved, list[bytes]]] = OrderedDict()
+        self._index: dict[bytes, int] = {}
+        self._tokens = self._count = 0
+
+    def save(self, hashes: Sequence[bytes], state: _DraftCache) -> None:
+        covered = state.contiguous()
+        ends = ((h, (j + 1) * self.block_size) for j, h in enumerate(hashes))
+        usable = [(h, end) for h, end in ends if end - 1 <= covered and end - 1 in state.block_aux]
+        if not usable or state.keys is None or state.values is None:
+            return
+        rows = usable[-1][1] - 1
+        aux = {end - 1: state.block_aux[end - 1] for _, end in usable}
+        saved = _Saved(state.keys[:rows].clone(), state.values[:rows].clone(), aux)
+        self._count += 1
+        self._saved[self._count] = (saved, [h for h, _ in usable])
+        self._index.update((h, self._count) for h, _ in usable)
+        self._tokens += rows
+        while self._tokens > self.max_tokens and self._saved:
+            self._drop_oldest()
+
+    def restore(self, hashes: Sequence[bytes], start: int, state: _DraftCache) -> None:
+        """Fill an empty `state` for a request whose target starts computing at `start` (after a cached prefix)."""
+        blocks, partial = divmod(start, self.block_size)
+        key = self._index.get(hashes[blocks - 1]) if blocks and not partial and len(hashes) >= blocks else None
+        if key is None:
+            return
+        self._saved.move_to_end(key)
+        saved = self._saved[key][0]
+        state.append(saved.keys[: start - 1], saved.values[: start - 1], torch.arange(start - 1))
+        state.block_aux = {p: row for p, row in saved.block_aux.items() if p < start}
+        state.pending, state.pending_start = saved.block_aux[start - 1][None], start - 1
+
+    def _drop_oldest(self) -> None:
+        key, (saved, hashes) = self._saved.popitem(last=False)
+        self._tokens -= len(saved.keys)
+        for h in hashes:
+            if self._index.get(h) == key:
+                del self._index[h]
+
 
 @dataclass(slots=True)
 class _Ingest:
@@ -296,12 +366,16 @@ class _Ingest:
 class EagleProposer:
     """Proposals from an EAGLE-3 draft for each decoding request (see the module docstring)."""
 
-    def __init__(self, draft: nn.Module, target: nn.Module, num_speculative_tokens: int):
+    def __init__(self, draft: nn.Module, target: nn.Module, num_speculative_tokens: int, *, block_size: int):
+        """`block_size`: the target cache's (prefix-cache hashes cover blocks of it)."""
         self.draft: DraftModel = draft  # type: ignore[assignment]  # a draft model class (the DraftModel protocol)
         self.num_speculative_tokens = num_speculative_tokens
+        self.block_size = block_size
         target_layers = cast("CausalLM", target).config.num_hidden_layers
         self.aux = AuxHiddenStates(target, self.draft.aux_layer_ids(target_layers))
         self._states: dict[Hashable, _DraftCache] = {}
+        _, kv_heads, head_dim = self.draft.shape
+        self._saved = _SavedPrefixes(SAVED_DRAFT_BYTES // (2 * kv_heads * head_dim * 4), block_size)
 
     def observe(self, chunks: Sequence[ScheduledChunk]) -> None:
         """After a target step over `chunks` (in the step's token order): keep each chunk's aux rows."""
@@ -310,14 +384,20 @@ class EagleProposer:
             return
         offset = 0
         for chunk in chunks:
-            count = len(chunk.token_ids)
-            state = self._states.setdefault(chunk.request.request_id, _DraftCache())
+            count, request = len(chunk.token_ids), chunk.request
+            state = self._states.get(request.request_id)
+            if state is None:  # a new request, or one preempted and recomputed: after a cached prefix, maybe
+                state = self._states[request.request_id] = _DraftCache()
+                self._saved.restore(request.block_hashes, chunk.start_pos, state)
             state.receive(chunk.start_pos, rows[offset : offset + count])
             offset += count
 
-    def release(self, request_id: Hashable) -> None:
-        """The request left the running batch (finished, aborted, preempted): its draft cache goes."""
-        self._states.pop(request_id, None)
+    def release(self, request: Request) -> None:
+        """The request left the running batch (finished, aborted, preempted): its draft cache goes, kept by the
+        prefix-cache hashes of the full blocks it covers for later requests on that prefix."""
+        state = self._states.pop(request.request_id, None)
+        if state is not None and request.block_hashes:
+            self._saved.save(request.block_hashes, state)
 
     @torch.inference_mode()
     def propose_requests(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
@@ -345,6 +425,9 @@ class EagleProposer:
         if end <= start:
             return None
         tokens = request.all_token_ids()[start + 1 : end + 1]  # each position's row pairs with the token after it
+        first_block_end = -(-(start + 1) // self.block_size) * self.block_size  # the first block end past start
+        for last in range(first_block_end - 1, end, self.block_size):
+            state.block_aux[last] = pending[last - start].clone()  # not a view: the step's rows may go
         return _Ingest(request, state, torch.arange(start, end), tokens, pending[: end - start])
 
     def _ingest_and_propose(self, ingests: list[_Ingest], counts: dict[Hashable, int]) -> dict[Hashable, list[int]]:

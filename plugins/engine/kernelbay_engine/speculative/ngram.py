@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,7 +34,7 @@ class NgramProposer:
     def observe(self, chunks: Sequence[ScheduledChunk]) -> None:
         """Nothing to keep: proposals come from the tokens alone."""
 
-    def release(self, request_id: Hashable) -> None:
+    def release(self, request: Request) -> None:
         """Nothing kept."""
 
     def propose(self, token_ids: Sequence[int], limit: int) -> list[int]:
