@@ -317,6 +317,15 @@ def test_a_draft_derived_from_the_target_gets_its_guesses_accepted(make_llm, cou
     )
 
 
+def test_a_transformers_fallback_target_feeds_the_draft(make_llm, counting_draft):
+    """model_impl="transformers": the hooks read the residual stream entering transformers' own decoder layers; the
+    guesses are accepted and the tokens are the fallback's plain ones."""
+    plain = make_llm(model_impl="transformers")
+    llm = make_llm(model_impl="transformers", speculative=counting_draft, num_speculative_tokens=1)
+    proposed, accepted = _gain(llm, lambda: _check(_tokens(llm), _tokens(plain)))
+    assert accepted > 0.5 * proposed
+
+
 def test_chunked_prefill_beside_verifying_decodes_keeps_tokens(make_llm, counting_draft, plain_tokens):
     """An 8-token step budget: prompts are prefilled in chunks (the draft ingests each chunk's hidden states) beside
     requests verifying guesses; tokens stay plain and guesses are accepted."""

@@ -201,11 +201,13 @@ class AuxHiddenStates:
         layers = _decoder_layers(target)
         self.layer_ids = tuple(layer_ids)
         self._rows: dict[int, torch.Tensor] = {}
-        self._handles = [layers[i].register_forward_pre_hook(self._keeper(i)) for i in sorted(set(self.layer_ids))]
+        self._handles = [
+            layers[i].register_forward_pre_hook(self._keeper(i), with_kwargs=True) for i in sorted(set(self.layer_ids))
+        ]
 
     def _keeper(self, index: int):
-        def keep(_module, args):
-            x = args[0]
+        def keep(_module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]  # transformers' layers may take it by name
             self._rows[index] = x.reshape(-1, x.shape[-1]).to(torch.float32, copy=True)  # the layer may update x
 
         return keep
