@@ -161,6 +161,11 @@ class LLM:
         draft_config = _draft_config(speculative, config, trust_remote_code)  # checked before any weight is read
         self.prefix_caching = prefix_caching_status(attention, enable_prefix_caching)
         """Whether prompts reuse cached prefix blocks, and why (`PrefixCaching(enabled, reason)`)."""
+        # before the weights: building it parses the vocabulary into ~50 MiB of short-lived objects (SmolLM2's GGUF),
+        # which would otherwise be the process's peak on top of the loaded model
+        self.tokenizer = (
+            Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
+        )
         from kernelbay_engine.models.auto import AutoModelForCausalLM
 
         file_report: dict[str, str] = {}
@@ -201,9 +206,6 @@ class LLM:
         """What each linear runs (a GGUF file: its own codes by default; quantization="none" dequantizes them)."""
         _warn_dequantized_codes(file_report, self.folder)
         self.max_model_len = max_model_len_for(max_model_len, self.config.max_position_embeddings)
-        self.tokenizer = (
-            Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
-        )
         self.runner = sharded or self._make_runner(
             block_size, attention_backend, kv_cache_dtype, attention_backend_options, attention
         )

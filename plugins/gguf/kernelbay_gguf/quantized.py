@@ -234,25 +234,26 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
     source = open_source(Path(path))
     parts_of = _parts_by_weight(model, source)
     layers, table = list(_layers(model, parts_of)), _table(model, parts_of)
-    shared = {id(parts) for *_, parts, _ in table}  # a tied head's parts: assembled once, for it and the table
-    report, built, heads = {}, {}, {}
+    tables = {id(item[2]): item for item in table if isinstance(item[3], Form)}  # by its parts: a tied head's too
+    report: dict[str, str] = {name: str(form) for name, _, _, form in [*layers, *table] if not isinstance(form, Form)}
     with source.reader() as reader, torch.inference_mode(), _one_thread():
-        for name, module, parts, form in [*_peak_order(layers), *table]:
-            if isinstance(form, str) or parts is None:
-                report[name] = str(form)
-                continue
-            quantized = built.get(id(parts)) or _assemble(reader, parts, form)
-            if id(parts) in shared:
-                built[id(parts)] = quantized
-            if isinstance(module, Linear):
+        for name, module, parts, form in _peak_order(layers):
+            if isinstance(form, Form) and parts is not None:
+                quantized = _assemble(reader, parts, form)
                 report[name] = f"{quantized.source} on {set_quantized_weight(module, quantized).kernel.name}"
-                if id(parts) in shared:
-                    heads[id(parts)] = module.method
-            else:
-                set_quantized_embedding(module, quantized, _head_code_rows(heads.get(id(parts))))
-                report[name] = f"{quantized.source} on {TABLE_ROWS}"
+                tied = tables.pop(id(parts), None)  # a tied table: set now, so no copy of the codes outlives this
+                if tied is not None:
+                    report[tied[0]] = _set_table(tied[1], quantized, _head_code_rows(module.method))
+        for name, module, parts, form in tables.values():  # untied tables, or a head that keeps its weight
+            report[name] = _set_table(module, _assemble(reader, parts, form), None)
     release_free_heap()
     return {name: report[name] for name, *_ in [*layers, *table]}  # in module order, the table last
+
+
+def _set_table(module: nn.Module, quantized: QuantizedWeight, code_rows) -> str:
+    """Hold the token embedding as `quantized`'s codes (read through `code_rows` where its tied head keeps them)."""
+    set_quantized_embedding(module, quantized, code_rows)
+    return f"{quantized.source} on {TABLE_ROWS}"
 
 
 @contextlib.contextmanager

@@ -79,3 +79,22 @@ def test_kernelbay_run_on_a_folder_holding_the_gguf(smollm2):
     done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip(), "no completion printed"
+
+
+def test_the_process_peaks_under_170_mib_over_torch_and_transformers(smollm2):
+    """`LLM(file)` and a first answer: the peak RSS over `import torch, transformers` stays near the model's own
+    ~95 MiB of codes (157 MiB measured; 259 MiB when LlamaConfig's import chain, the tied table's second copy of its
+    codes and the tokenizer's parse on top of the loaded model all counted): a subprocess's /proc/self/status."""
+    code = (
+        "import sys, torch, transformers\n"
+        "def kib(key): return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key))\n"
+        "floor = kib('VmHWM')\n"
+        "from kernelbay_engine import LLM, SamplingParams\n"
+        "llm = LLM(sys.argv[1], max_num_seqs=1)\n"
+        "ids = llm.tokenizer.encode_chat([{'role': 'user', 'content': 'Write one sentence about the sea.'}])\n"
+        "llm.generate([ids], SamplingParams(max_tokens=32, temperature=0))\n"
+        "print((kib('VmHWM') - floor) / 1024)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(smollm2)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 170, f"peak {float(done.stdout):.0f} MiB over the torch + transformers floor"
