@@ -184,9 +184,10 @@ def _check_tensors(checkpoint, stored: dict[str, str], config: ModelConfig) -> N
 
 def _check_d2t(draft: DraftModel, config: ModelConfig) -> None:
     """Every draft id maps into the target's vocabulary."""
-    d2t = cast(nn.Module, draft).get_parameter("d2t")
-    target_ids = torch.arange(d2t.numel()) + d2t
-    if d2t.numel() and not (0 <= int(target_ids.min()) and int(target_ids.max()) < config.vocab_size):
+    assert config.draft_vocab_size is not None  # a draft's config
+    with torch.inference_mode():
+        target_ids = draft.to_target(torch.arange(config.draft_vocab_size))
+    if not (0 <= int(target_ids.min()) and int(target_ids.max()) < config.vocab_size):
         raise DraftMismatch(
             f"{config.source}: d2t maps draft ids to target ids outside [0, {config.vocab_size}); the draft's "
             f"vocabulary map is corrupt or made for another tokenizer"
@@ -219,10 +220,6 @@ class AuxHiddenStates:
         rows = torch.cat([self._rows[i] for i in self.layer_ids], dim=-1)
         self._rows.clear()
         return rows
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
 
 
 def _decoder_layers(target: nn.Module) -> Sequence[nn.Module]:
