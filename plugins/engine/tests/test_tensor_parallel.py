@@ -25,6 +25,7 @@ from kernelbay_engine.distributed.sharding import weight_bytes
 
 from .checkpoints import build_tiny_llama, build_tiny_model
 
+CONFIGS = Path(__file__).parents[3] / "tests" / "data" / "configs"
 PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13], [3, 40, 17, 22, 8, 9, 10]]
 GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
 SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128)
@@ -60,6 +61,55 @@ def _deepseek_v2():
     )
 
 
+def _deepseek_v32():
+    """DeepSeek-V3.2: MLA over a query latent, 4 experts split 2 + 2, and DSA's lightning indexer (replicated: every
+    rank picks the same top-4 keys for its heads); prompts and decodes run past the 4 keys, so attention is sparse."""
+    return transformers.DeepseekV32Config(
+        **SIZES,
+        vocab_size=96,
+        intermediate_size=96,
+        num_key_value_heads=4,
+        moe_intermediate_size=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        q_lora_rank=24,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        n_shared_experts=1,
+        index_n_heads=4,
+        index_head_dim=16,
+        index_topk=4,
+    )
+
+
+def _gpt_oss():
+    """GPT-OSS: q/k/v/o biases and a sink per head (split with their heads), sliding and full layers, 4 experts with
+    biases and interleaved gate/up split 2 + 2, the biased router replicated; widths multiples of 32 (MXFP4)."""
+    return transformers.GptOssConfig(
+        **SIZES,
+        vocab_size=96,
+        intermediate_size=32,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={**GPT_OSS_YARN, "truncate": False},
+        attention_bias=True,
+        swiglu_limit=0.3,
+    )
+
+
+GPT_OSS_YARN = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32)
+GPT_OSS_YARN |= dict(beta_fast=32, beta_slow=1)
+
+
 def _mixtral():
     return transformers.MixtralConfig(
         **SIZES, vocab_size=96, intermediate_size=32, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2
@@ -81,6 +131,7 @@ def _gpt2():
 
 
 FAMILIES = {"llama": None, "qwen3": _qwen3, "deepseek_v2": _deepseek_v2, "mixtral": _mixtral, "gpt2": _gpt2}
+FAMILIES |= {"deepseek_v32": _deepseek_v32, "gpt_oss": _gpt_oss}
 _ENGINES: dict[str, tuple[list, LLM, int]] = {}
 
 
@@ -128,6 +179,17 @@ def test_each_rank_holds_half_of_the_sharded_weights(engines, family):
     replicated = first.weight_bytes - first.sharded_weight_bytes
     assert 2 * first.sharded_weight_bytes + replicated == whole
     assert first.sharded_weight_bytes > 0.8 * whole / 2  # most of the model is sharded, not replicated
+
+
+def test_dsa_indexer_is_replicated_while_mla_heads_split(engines):
+    """DeepSeek-V3.2 at two ranks: each rank runs 2 of the 4 MLA heads, and the whole lightning indexer (its 4 heads,
+    key and weights projections) on the replicated query latent, so every rank picks the same keys."""
+    _, llm, _ = engines("deepseek_v32")
+    attention = llm.model.model.layers[1].self_attn
+    assert attention.indexer.wq_b.weight.shape == (4 * 16, 24)  # [index heads x index_head_dim, q_lora_rank]
+    assert attention.indexer.weights_proj.weight.shape == (4, 64)
+    assert attention.q_b_proj.out_features == 2 * (8 + 4)  # 2 heads x (qk_nope + qk_rope)
+    assert [r.geometry[0] for r in llm.runner.reports] == [2, 2]
 
 
 def test_each_rank_quantizes_its_own_shard(folders):
@@ -191,6 +253,65 @@ def test_fp8_checkpoints_at_two_ranks_equal_one_rank(tmp_path, folders, family, 
         llm.runner.shutdown()
 
 
+GPT_OSS_EXPERTS = ("experts.gate_up_proj", "experts.down_proj")
+
+
+def _mxfp4_checkpoint(src: Path, dst: Path) -> Path:
+    """`src` (GPT-OSS) with its experts MXFP4 as GPT-OSS ships them: `*_blocks` [E, out, in/32, 16] and `*_scales`
+    [E, out, in/32], each expert's rows its output features."""
+    from plugins.llama.tests._tiny_gpt_oss import quantize_mxfp4
+
+    from .models._files import tensors, write_variant
+
+    state = tensors(src)
+    for name in [n for n in state if n.endswith(GPT_OSS_EXPERTS)]:
+        state[f"{name}_blocks"], state[f"{name}_scales"] = quantize_mxfp4(state.pop(name).transpose(1, 2))
+    not_converted = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "lm_head"]
+    quant = {"quant_method": "mxfp4", "modules_to_not_convert": not_converted}
+    return write_variant(src, dst, state, quantization_config=quant)
+
+
+def test_mxfp4_gpt_oss_at_two_ranks_equals_one_rank(tmp_path, folders):
+    """GPT-OSS with MXFP4 experts: each rank reads the packed blocks and scales of its two experts (whole experts, so
+    no block is cut) with their biases, and greedy decoding gives the single-process tokens."""
+    mxfp4 = _mxfp4_checkpoint(folders["gpt_oss"], tmp_path / "mxfp4")
+    expected = [o.token_ids for o in LLM(mxfp4, progress=False).generate(PROMPTS, GREEDY)]
+    llm = LLM(mxfp4, progress=False, tensor_parallel_size=2)
+    try:
+        layer = llm.model.model.layers[1].mlp
+        assert layer.experts.stored_format() == ("mxfp4", None) and layer.expert_parallel.count == 2
+        assert layer.experts.gate_up_proj_bias.shape == (2, 64)
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    finally:
+        llm.runner.shutdown()
+
+
+@pytest.mark.parametrize("form", ["float", "mxfp4"])
+def test_each_gpt_oss_rank_reads_half_of_the_expert_bytes(tmp_path, folders, form):
+    """[form] GPT-OSS experts at two ranks: rank r reads experts [2r, 2r + 2) of every expert tensor (weights or
+    packed blocks and scales, and biases): half of the expert bytes; the router and the sinks' heads as planned."""
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.distributed.sharding import rank_on_meta
+    from kernelbay_engine.loading.plan import SourcePiece
+
+    folder = folders["gpt_oss"] if form == "float" else _mxfp4_checkpoint(folders["gpt_oss"], tmp_path / "mxfp4")
+    config = ModelConfig.from_pretrained(folder)
+    whole, _, _ = rank_on_meta(config, 1)
+    whole_experts = _expert_bytes(whole)
+    for rank in (0, 1):
+        _, model, shards = rank_on_meta(config, 2, rank=rank)
+        assert 2 * _expert_bytes(model) == whole_experts > 0
+        experts = {n: s for n, s in shards.sources.items() if ".mlp.experts." in n}
+        assert len(experts) == 2 * (6 if form == "mxfp4" else 4)  # per layer: weights (or blocks, scales) + biases
+        assert set(experts.values()) == {(SourcePiece(0, 2 * rank, 2),)}
+        assert "model.layers.0.mlp.gate.weight" not in shards.sharded  # the router is replicated
+        assert shards.sources["model.layers.0.self_attn.sinks"] == (SourcePiece(0, 2 * rank, 2),)
+
+
+def _expert_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".mlp.experts." in n)
+
+
 def _whole_in_features(folder: Path) -> int:
     """Layer 1's o_proj input width in the checkpoint."""
     from safetensors import safe_open
@@ -201,7 +322,7 @@ def _whole_in_features(folder: Path) -> int:
 
 def test_an_fp8_share_that_cuts_scale_blocks_is_refused_before_any_rank_starts(tmp_path, folders):
     """32x32 scale blocks over a rank's 16 K (and V) rows: refused with the reason before any rank starts, and
-    `explain --tensor-parallel-size 2` says the same; MXFP4 (GPT-OSS) stays refused, saying why."""
+    `explain --tensor-parallel-size 2` says the same; a quantization method with no rule to split it is refused."""
     from kernelbay.errors import ConfigError
     from kernelbay_engine.config import ModelConfig
     from kernelbay_engine.distributed.sizes import size_problems
@@ -213,8 +334,24 @@ def test_an_fp8_share_that_cuts_scale_blocks_is_refused_before_any_rank_starts(t
         LLM(fp8, progress=False, tensor_parallel_size=2)
     refused = explain_model(fp8, tensor_parallel_size=2)["sections"]["tensor_parallel"]["refused"]
     assert re.search(cut, refused[0])
-    gpt_oss = ModelConfig.from_pretrained(Path(__file__).parents[3] / "tests/data/configs/gpt-oss-20b")
-    assert any("mxfp4 checkpoints are not sharded yet: GPT-OSS's experts" in p for p in size_problems(gpt_oss, 2))
+    modelopt = ModelConfig.from_pretrained(CONFIGS / "qwen3-32b-fp8-static-pertensor")
+    assert "modelopt checkpoints are not sharded yet: no rule splits their weights" in size_problems(modelopt, 2)
+
+
+def test_layers_with_different_kv_head_counts_are_refused(tmp_path):
+    """Nemotron-NAS groups each layer's heads on its own (8 heads over 4 and 2 KV heads here): refused with the
+    reason; no family kernelbay builds has such layers (Nemotron-NAS is a config only)."""
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.distributed.sizes import size_problems
+
+    attention = {"n_heads_in_group": 2, "no_op": False, "replace_with_linear": False, "window_length": None}
+    blocks = [{"attention": {**attention, "n_heads_in_group": group}, "ffn": {"ffn_mult": 1.0}} for group in (2, 4)]
+    config = dict(model_type="nemotron-nas", architectures=["DeciLMForCausalLM"], hidden_size=64, vocab_size=96)
+    config |= dict(num_hidden_layers=2, num_attention_heads=8, block_configs=blocks, max_position_embeddings=128)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    nas = ModelConfig.from_pretrained(tmp_path)
+    assert nas.layer_num_kv_heads == (4, 2)
+    assert "layers with different KV head counts are not sharded yet" in size_problems(nas, 2)
 
 
 def test_ranks_report_per_rank_geometry(engines):

@@ -70,6 +70,15 @@ class GptOssExperts(nn.Module):
         self.rearranged = False
         self.released_by: str | None = None
 
+    def for_experts(self, geometry: MoEGeometry) -> GptOssExperts:
+        """The same storage (format and dtypes) for `geometry.num_experts` experts, on meta: one rank's share under
+        expert parallelism (kernelbay_engine.distributed), each expert's tensors whole (no MXFP4 block is cut)."""
+        with torch.device("meta"):
+            local = GptOssExperts(geometry, mxfp4=self.mxfp4)
+            for name, param in list(local.named_parameters()):
+                setattr(local, name, _param(*param.shape, dtype=getattr(self, name).dtype))
+        return local
+
     def _weight_names(self) -> tuple[str, ...]:
         if self.mxfp4:
             return ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales")

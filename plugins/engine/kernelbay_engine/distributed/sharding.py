@@ -233,17 +233,9 @@ def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, 
         geometry, old = layer.geometry, layer.experts
         count = geometry.num_experts // parallel.world_size
         first = parallel.rank * count
-        gate, up = old.gate_up_proj.parts
-        (down,) = old.down_proj.parts
-        with torch.device("meta"):
-            local = Experts(
-                geometry.hidden_size, geometry.intermediate_size, count, bias=geometry.has_bias, names=(gate, up, down)
-            )
-            create_weights(local, _format_of(old.gate_up_proj), dtype)
-        for linear in (local.gate_up_proj, local.down_proj):
-            linear.first_expert = first
-        layer.experts = local
         layer.geometry = replace(geometry, num_experts=count, top_k=min(geometry.top_k, count))
+        local = _local_experts(old, layer.geometry, first, dtype)
+        layer.experts = cast("Experts", local)  # or a family's own storage with Experts' interface (GPT-OSS's)
         layer.expert_parallel = ExpertParallel(first, count, group)
         for name, _ in local.named_parameters():  # transformers' stacked layout [E, ...]
             shards.sources[f"{path}.experts.{name}"] = (SourcePiece(0, first, count),)
@@ -253,6 +245,34 @@ def _shard_experts(model, parallel: ParallelConfig, group: TensorParallelGroup, 
             shards.ignore.append(rf"{re.escape(path)}\.experts\.(?:{'|'.join(others)})\..*")
         done.add(f"{path}.experts")
     return done
+
+
+def _local_experts(old: nn.Module, geometry, first: int, dtype: torch.dtype) -> nn.Module:
+    """The rank's experts [first, first + geometry.num_experts), on meta: the engine's stacked `Experts` in the
+    whole layer's weight format, or a family's own storage through its `for_experts(geometry)` (GPT-OSS's
+    interleaved or MXFP4-packed experts, each expert's tensors whole)."""
+    if not isinstance(old, Experts):
+        for_experts = getattr(old, "for_experts", None)
+        if for_experts is None:
+            raise ConfigError(
+                f"tensor parallelism: the experts module {type(old).__name__} cannot be split across ranks; give it "
+                "for_experts(geometry) (the same storage for fewer experts, on meta) or use the engine's Experts"
+            )
+        return for_experts(geometry)
+    gate, up = old.gate_up_proj.parts
+    (down,) = old.down_proj.parts
+    with torch.device("meta"):
+        local = Experts(
+            geometry.hidden_size,
+            geometry.intermediate_size,
+            geometry.num_experts,
+            bias=geometry.has_bias,
+            names=(gate, up, down),
+        )
+        create_weights(local, _format_of(old.gate_up_proj), dtype)
+    for linear in (local.gate_up_proj, local.down_proj):
+        linear.first_expert = first  # per-expert checkpoint names keep their global number
+    return local
 
 
 def _format_of(experts: Linear) -> LinearQuantization:

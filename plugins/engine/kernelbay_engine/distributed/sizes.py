@@ -33,20 +33,16 @@ def _unsupported(config) -> list[str]:
     """What the sharded layers do not handle yet (refused, never run wrong)."""
     problems = []
     method = config.quantization.quant_method if config.quantization is not None else None
-    if method not in (None, "fp8"):  # fp8: weights and block scales split together (sharding._check_fp8_blocks)
-        why = _NOT_SHARDED.get(method, "no rule splits their weights")
-        problems.append(f"{method} checkpoints are not sharded yet: {why}")
-    if config.indexer is not None:
-        problems.append("DSA's lightning indexer (DeepSeek-V3.2) is not sharded yet")
-    if len(set(config.layer_num_kv_heads) - {0}) > 1:
+    if method not in _SHARDED_METHODS:
+        problems.append(f"{method} checkpoints are not sharded yet: no rule splits their weights")
+    if len(set(config.layer_num_kv_heads) - {0}) > 1:  # Nemotron-NAS's per-layer grouping (a config, not built)
         problems.append("layers with different KV head counts are not sharded yet")
     return problems
 
 
-_NOT_SHARDED = {
-    "mxfp4": "GPT-OSS's experts (MXFP4 uint8 blocks and scales, held by its own experts module) are not split by the "
-    "expert-parallel pass, which splits the engine's stacked `Experts`",
-}
+# fp8: weights and block scales split together (sharding._check_fp8_blocks); mxfp4: only experts are packed, and
+# they split whole (each expert's blocks and scales with it)
+_SHARDED_METHODS = (None, "fp8", "mxfp4")
 
 
 def check_tensor_parallel(config, n: int, *, source: str, quantization: str | None = None) -> None:
