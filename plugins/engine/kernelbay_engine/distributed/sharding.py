@@ -7,9 +7,10 @@ the whole model (both on meta, nothing allocated) and, for every parameter, read
   KV head it shares with its neighbours), per part for fused projections (q/k/v, gate/up, GPT-2's c_attn);
 - a linear whose input features shrank is row-parallel (`layers.RowParallel`: summed over the ranks, the bias on
   rank 0); one whose output shrank is column-parallel and needs nothing;
-- what did not shrink is replicated (norms, MLA's latent projections, routers, shared experts).
+- what did not shrink is replicated (norms, MLA's latent projections, DSA's indexer, routers, shared experts).
 Three modules are split explicitly: the embedding and the LM head by vocabulary rows, and each MoE layer's experts
-by expert (`layers.ExpertParallel`), the router whole.
+by expert (`layers.ExpertParallel`: the engine's stacked `Experts`, or a family's own storage through its
+`for_experts`), the router whole.
 """
 
 from __future__ import annotations
