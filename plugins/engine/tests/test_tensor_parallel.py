@@ -308,6 +308,19 @@ def test_each_gpt_oss_rank_reads_half_of_the_expert_bytes(tmp_path, folders, for
         assert shards.sources["model.layers.0.self_attn.sinks"] == (SourcePiece(0, 2 * rank, 2),)
 
 
+def test_an_experts_module_that_cannot_split_is_refused_naming_it(monkeypatch, folders):
+    """A family's own experts module without `for_experts` is refused on meta, before any rank starts, naming it and
+    what to add (GPT-OSS's, with the method taken away)."""
+    from kernelbay.errors import ConfigError
+    from kernelbay_engine.config import ModelConfig
+    from kernelbay_engine.distributed.sharding import plan_rank_share
+    from kernelbay_llama.gpt_oss import GptOssExperts
+
+    monkeypatch.delattr(GptOssExperts, "for_experts")
+    with pytest.raises(ConfigError, match=r"experts module GptOssExperts cannot be split .* for_experts\(geometry\)"):
+        plan_rank_share(ModelConfig.from_pretrained(folders["gpt_oss"]), 2)
+
+
 def _expert_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".mlp.experts." in n)
 
