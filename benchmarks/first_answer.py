@@ -13,10 +13,13 @@ imported). Cases, each a fresh process, interleaved round by round so a change i
   in the interpreter of --llamacpp-python (default $LLAMACPP_PYTHON; install the wheel of /work/shared/wheels into
   its own venv: it is not part of kernelbay's install); skipped, with a line saying so, without one;
 - `torch-floor`: `python -c "import torch, transformers"`, what any torch engine pays before its first line;
-- `kernelbay-explain`: `kernelbay explain CONFIG_FOLDER` on a vendored config.json.
+- `kernelbay-explain`: `kernelbay explain CONFIG_FOLDER` on a vendored config.json;
+- `kernelbay-load`: `LLM(FILE, max_num_seqs=1)` timed inside a process that has imported torch, transformers and
+  kernelbay_engine.llm: the file to a model that can take its first token (config, tokenizer, codes packed, cache).
 
-Wall time is a parent's clock around the child; peak RSS the child's own `ru_maxrss`. Reported: the
-median and the spread of --repeat runs, and the ratios the targets of issue #31 name.
+Wall time is a parent's clock around the child (for `kernelbay-load`, the child's own clock around `LLM(...)`);
+peak RSS the child's own `ru_maxrss`. Reported: the median and the spread of --repeat runs, and the ratios the
+targets of issue #31 name.
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ llm = Llama(model_path=path, n_threads=threads, n_ctx=512, verbose=False)
 out = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=tokens, temperature=0)
 print(out["choices"][0]["message"]["content"])
 """
+LOAD_SCRIPT = """
+import sys, time
+import torch, transformers
+import kernelbay_engine.llm
+start = time.perf_counter()
+kernelbay_engine.llm.LLM(sys.argv[1], max_num_seqs=1)
+print(time.perf_counter() - start)
+"""
 
 
 def source_gguf() -> Path:
@@ -58,6 +69,7 @@ def commands(args) -> dict[str, list[str]]:
         "kernelbay-run": [kernelbay, "run", gguf, "--prompt", PROMPT, "--max-tokens", tokens, "--temperature", "0"],
         "torch-floor": [sys.executable, "-c", "import torch, transformers"],
         "kernelbay-explain": [kernelbay, "explain", str(args.config)],
+        "kernelbay-load": [sys.executable, "-c", LOAD_SCRIPT, gguf],
     }
     if args.llamacpp_python:
         cases["llamacpp-run"] = [args.llamacpp_python, "-c", LLAMACPP_SCRIPT, gguf, PROMPT, tokens, str(args.threads)]
@@ -100,6 +112,7 @@ def main() -> None:
     for round_ in range(args.repeat):
         for name, cmd in cases.items():
             wall, rss, out = measure(cmd, env)
+            wall = float(out) if name == "kernelbay-load" else wall  # the child's clock around LLM(...)
             results[name].append((wall, rss))
             answers[name] = out.strip()
             print(f"round {round_ + 1} {name:<18} {wall:6.2f} s {rss:7.0f} MiB", flush=True)
@@ -132,6 +145,7 @@ def render(results: dict[str, list[tuple[float, float]]], args, answers: dict[st
     fw = med["torch-floor"][0]
     lines.append(f"- kernelbay explain over `import torch, transformers`: {med['kernelbay-explain'][0] - fw:+.2f} s")
     lines.append(f"- kernelbay run over `import torch, transformers`: {med['kernelbay-run'][0] - fw:+.2f} s")
+    lines.append(f"- load (`LLM(FILE)`, imports done): {med['kernelbay-load'][0]:.2f} s")
     for name in ("kernelbay-run", "llamacpp-run"):
         if name in answers:
             lines.append(f"- {name} answered: {answers[name][:120]!r}")
