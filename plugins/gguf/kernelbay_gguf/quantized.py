@@ -49,7 +49,8 @@ from kernelbay_engine.quant import (
 )
 from kernelbay_engine.quant.kernels import dot_code_rows
 from kernelbay_gguf.parsed import open_source, release_free_heap
-from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo, unpermute_rows
+from kernelbay_gguf.slices import unpermute_rows
+from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo
 
 BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block, and per Q4_K sub-block
 REQUANTIZED = frozenset({Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.Q6_K})

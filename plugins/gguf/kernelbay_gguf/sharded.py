@@ -40,7 +40,8 @@ from kernelbay_gguf.quantized import (
     _type_form,
     codes,
 )
-from kernelbay_gguf.tensors import GGUFTensorReader, TensorInfo, unpermute_rows
+from kernelbay_gguf.slices import unpermute_rows
+from kernelbay_gguf.tensors import GGUFTensorReader, TensorInfo
 
 Sources = Mapping[str, tuple[SourcePiece, ...]]
 

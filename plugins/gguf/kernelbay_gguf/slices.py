@@ -9,13 +9,23 @@ its own head count.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
-from kernelbay_gguf.tensors import TensorInfo, unpermute_rows
+
+if TYPE_CHECKING:
+    from kernelbay_gguf.tensors import TensorInfo
+
+
+def unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K permutation: within each head its rotary pairs go back to HF's half-split."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 def block_of(info: TensorInfo) -> int:

@@ -23,8 +23,10 @@ from gguf.quants import dequantize
 
 from kernelbay_engine.loading import CheckpointError
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
+from kernelbay_gguf import slices
 from kernelbay_gguf.header import HeaderTensor
 from kernelbay_gguf.metadata import DEFAULT_EXPERT_NAMES, Architecture
+from kernelbay_gguf.slices import unpermute_rows
 
 # Read by dequantizing to float32 with the gguf package; anything else is refused by name.
 SUPPORTED_TYPES = frozenset(
@@ -76,12 +78,6 @@ def hf_name(info: TensorInfo, arch: Architecture | None = None) -> str:
         return f"model.layers.{index}.{names[part]}.{kind}" if part in names else name
     stem, _, kind = name.rpartition(".")
     return f"{_GLOBAL_NAMES[stem]}.{kind}" if stem in _GLOBAL_NAMES else name
-
-
-def unpermute_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Undo llama.cpp's Q/K permutation: within each head its rotary pairs go back to HF's half-split."""
-    rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +274,6 @@ class GGUFTensorReader:
     def read_slice_into(self, name: str, dest: torch.Tensor, dim: int, start: int) -> None:
         """Tensor parallelism: `dest` <- the tensor's [start : start + dest.shape[dim]] along `dim`, dequantized from
         the bytes of that slice only (kernelbay_gguf.slices)."""
-        from kernelbay_gguf import slices
-
         info = self.checkpoint.entries[name]
         dest.copy_(slices.values(self.raw(info), info, dim, start, dest.shape[dim]))
 

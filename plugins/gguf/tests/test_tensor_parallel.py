@@ -14,7 +14,8 @@ import torch
 import transformers
 from gguf import GGMLQuantizationType as Q
 from kernelbay_gguf import slices
-from kernelbay_gguf.tensors import TensorInfo, unpermute_rows
+from kernelbay_gguf.slices import unpermute_rows
+from kernelbay_gguf.tensors import TensorInfo
 
 from kernelbay_engine import LLM, SamplingParams
 from kernelbay_engine.args import EngineArgumentError
