@@ -531,8 +531,8 @@ class LLM:
         (sizes, options, the machine, the file's codes) is refused first, before any process starts or any weight is
         read."""
         from kernelbay_engine.distributed import start_tensor_parallel
-        from kernelbay_engine.distributed.sharding import plan_rank_share
-        from kernelbay_engine.distributed.sizes import check_file_shards, check_options, check_tensor_parallel
+        from kernelbay_engine.distributed.sharding import check_file_shards, plan_rank_share
+        from kernelbay_engine.distributed.sizes import check_options, check_tensor_parallel
 
         quantization, model_impl = options["quantization"], options["model_impl"]
         check_options(n, model_impl=model_impl)

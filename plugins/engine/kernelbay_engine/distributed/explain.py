@@ -11,8 +11,8 @@ def tensor_parallel_section(config, options: dict) -> dict | None:
     """None without `--tensor-parallel-size` (or with 1); else the per-rank figures, or why N cannot shard it."""
     from kernelbay.errors import ConfigError
     from kernelbay_engine.args import FILE_QUANTIZATION
-    from kernelbay_engine.distributed.sharding import plan_rank_share
-    from kernelbay_engine.distributed.sizes import file_shard_problems, rank_config, size_problems
+    from kernelbay_engine.distributed.sharding import file_shard_problems, plan_rank_share
+    from kernelbay_engine.distributed.sizes import rank_config, size_problems
     from kernelbay_engine.explain.text import human_bytes
 
     n = options.get("tensor_parallel_size") or 1

@@ -62,7 +62,7 @@ def _group_problems(config, n: int, quantization: str | None) -> list[str]:
     that its groups are those of the unsharded weight."""
     from kernelbay_engine.args import FILE_QUANTIZATION
 
-    if n == 1 or quantization in (None, FILE_QUANTIZATION):  # a file's codes: file_shard_problems checks their blocks
+    if n == 1 or quantization in (None, FILE_QUANTIZATION):  # a file's codes: file_shard_problems checks them
         return []
     from kernelbay_engine.quant.method import quant_mode
 
@@ -86,37 +86,6 @@ def check_options(n: int, *, model_impl: str) -> None:
     """Options sharded ranks cannot honour, refused by name."""
     if n > 1 and model_impl == "transformers":
         raise EngineArgumentError("model_impl='transformers' (the fallback) is not sharded; use model_impl='native'")
-
-
-def check_file_shards(folder, config, n: int, *, quantization: str | None, model_impl: str = "auto") -> None:
-    """Refuse, before any rank starts, weights a rank cannot read its share of (`file_shard_problems`)."""
-    problems = file_shard_problems(folder, config, n, quantization=quantization, model_impl=model_impl)
-    if problems:
-        raise EngineArgumentError(f"tensor_parallel_size={n} cannot run {folder}: " + "; ".join(problems))
-
-
-def file_shard_problems(folder, config, n: int, *, quantization: str | None, model_impl: str = "auto") -> list[str]:
-    """Why the ranks cannot read their shares of the weights at `folder`: a format that cannot read slices, or a
-    file's own quantized codes (quantization="gguf") that a rank's share would cut (worked out on meta)."""
-    from pathlib import Path
-
-    from kernelbay_engine.args import FILE_QUANTIZATION
-    from kernelbay_engine.distributed.sharding import rank_on_meta, rank_rules
-    from kernelbay_engine.loading import open_checkpoint
-    from kernelbay_engine.loading.formats import format_for
-
-    if n == 1:
-        return []
-    path = Path(folder)
-    fmt = format_for(path)
-    if not hasattr(open_checkpoint(path).reader(), "read_slice_into"):
-        return [f"{fmt.name} weights cannot be read in slices (each rank reads only its share)"]
-    if quantization != FILE_QUANTIZATION:
-        return []
-    if not hasattr(fmt, "shard_problems"):
-        return [f"{fmt.name} files cannot keep their own codes sharded; quantization='none' dequantizes them"]
-    _, model, shards = rank_on_meta(config, n, model_impl)
-    return fmt.shard_problems(model, path, rank_rules(model, shards), shards.sources)
 
 
 def max_ranks() -> int:
