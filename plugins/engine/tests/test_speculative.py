@@ -262,17 +262,23 @@ def test_seeded_sampling_with_speculation_follows_the_plain_distribution(six_tok
     """1200 seeded requests, 4 sampled tokens each, on a 6-token model with and without n-gram speculation: the
     marginal of every position agrees between the two (two-sample chi-square, 0.1% level), and proposals were
     verified and accepted along the way."""
+    assert_sampling_follows_plain_decoding(six_token_model, {"speculative": "ngram", "num_speculative_tokens": 3})
+
+
+def assert_sampling_follows_plain_decoding(model, speculation: dict, vocab_size: int = 6) -> None:
+    """1200 seeded requests of 4 sampled tokens on `model` with and without `speculation` (LLM options): every
+    position's marginal agrees (two-sample chi-square, 0.1% level), and proposals were both accepted and rejected."""
     prompt = [3, 4, 5, 3, 4, 5, 3, 4]
     params = [SamplingParams(max_tokens=4, temperature=1.0, seed=seed, ignore_eos=True) for seed in range(1200)]
     columns = []
-    for options in ({}, {"speculative": "ngram", "num_speculative_tokens": 3}):
-        llm = LLM(six_token_model, progress=False, max_num_seqs=1200, **options)
+    for options in ({}, speculation):
+        llm = LLM(model, progress=False, max_num_seqs=1200, **options)
         outputs = llm.generate([prompt] * len(params), params)
         columns.append([[o.token_ids[i] for o in outputs] for i in range(4)])
         stats = llm.stats()
     assert stats.spec_draft_tokens > 300 and 0 < stats.spec_accepted_tokens < stats.spec_draft_tokens
     for position, (plain, spec) in enumerate(zip(*columns, strict=True)):
-        a, b = [plain.count(t) for t in range(6)], [spec.count(t) for t in range(6)]
+        a, b = [plain.count(t) for t in range(vocab_size)], [spec.count(t) for t in range(vocab_size)]
         statistic = sum((x - y) ** 2 / (x + y) for x, y in zip(a, b, strict=True) if x + y)
         dof = sum(1 for x, y in zip(a, b, strict=True) if x + y) - 1
         assert statistic < CHI2_999[dof], f"token {position}: plain {a} vs speculative {b}"

@@ -22,7 +22,7 @@ from kernelbay_engine.scheduler import Scheduler
 
 from .checkpoints import build_tiny_llama
 from .eagle3_drafts import draft_config, random_tensors, target_config, vocabulary_maps, write_draft
-from .test_speculative import CHI2_999
+from .test_speculative import assert_sampling_follows_plain_decoding
 
 SHARED = Path(__file__).resolve().parents[3] / "tests" / "data" / "configs"
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
@@ -456,20 +456,7 @@ def test_seeded_sampling_with_a_draft_follows_the_plain_distribution(six_token_t
     guesses were accepted and rejected along the way."""
     config = draft_config(target_config(six_token_target))
     draft = write_draft(tmp_path / "draft", config, random_tensors(config, seed=5, scale=0.05))
-    prompt = [3, 4, 5, 3, 4, 5, 3, 4]
-    params = [SamplingParams(max_tokens=4, temperature=1.0, seed=seed, ignore_eos=True) for seed in range(1200)]
-    columns = []
-    for options in ({}, {"speculative": draft, "num_speculative_tokens": 3}):
-        llm = LLM(six_token_target, progress=False, max_num_seqs=1200, **options)
-        outputs = llm.generate([prompt] * len(params), params)
-        columns.append([[o.token_ids[i] for o in outputs] for i in range(4)])
-        stats = llm.stats()
-    assert stats.spec_draft_tokens > 300 and 0 < stats.spec_accepted_tokens < stats.spec_draft_tokens
-    for position, (plain, spec) in enumerate(zip(*columns, strict=True)):
-        a, b = [plain.count(t) for t in range(6)], [spec.count(t) for t in range(6)]
-        statistic = sum((x - y) ** 2 / (x + y) for x, y in zip(a, b, strict=True) if x + y)
-        dof = sum(1 for x, y in zip(a, b, strict=True) if x + y) - 1
-        assert statistic < CHI2_999[dof], f"token {position}: plain {a} vs speculative {b}"
+    assert_sampling_follows_plain_decoding(six_token_target, {"speculative": draft, "num_speculative_tokens": 3})
 
 
 # -- bad draft folders ---------------------------------------------------------------------------------------------
