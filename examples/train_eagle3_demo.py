@@ -146,17 +146,13 @@ def demo_geometry(target: LlamaForCausalLM, settings: DraftSettings) -> DraftGeo
     config = target.config.to_dict()  # plain values (the config object types them all Optional)
     if max(settings.aux_layers) >= config["num_hidden_layers"]:
         raise ValueError(f"--aux-layers must be < the target's {config['num_hidden_layers']} layers")
-    return DraftGeometry(
-        hidden_size=config["hidden_size"],
-        intermediate_size=config["intermediate_size"],
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config["num_key_value_heads"],
-        head_dim=config["head_dim"],
-        vocab_size=config["vocab_size"],
-        draft_vocab_size=settings.draft_vocab_size,
-        rms_norm_eps=config["rms_norm_eps"],
-        rope_theta=config["rope_parameters"]["rope_theta"],
-        aux_layers=settings.aux_layers,
+    return DraftGeometry.from_config(
+        {
+            **config,
+            "draft_vocab_size": settings.draft_vocab_size,
+            "rope_theta": config["rope_parameters"]["rope_theta"],
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(settings.aux_layers)},
+        }
     )
 
 
