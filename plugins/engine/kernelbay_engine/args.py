@@ -112,18 +112,11 @@ class EngineArgs:
                 )
 
     def _check_draft_folder(self) -> None:
-        """speculative= names an EAGLE-3 draft folder: it exists, and the target runs on one rank (the draft reads the
-        target's hidden states, which tensor parallelism leaves on the ranks)."""
+        """speculative= names an EAGLE-3 draft folder that exists (its config is checked once the target's is read)."""
         if not isinstance(self.speculative, (str, os.PathLike)) or not Path(self.speculative).is_dir():
             raise EngineArgumentError(
                 f"speculative must be None, 'ngram' (prompt-lookup proposals) or an EAGLE-3 draft folder; "
                 f"got {self.speculative!r}, which is neither (no such folder)"
-            )
-        if self.tensor_parallel_size > 1:
-            raise EngineArgumentError(
-                f"speculative={str(self.speculative)!r} (an EAGLE-3 draft) with tensor_parallel_size="
-                f"{self.tensor_parallel_size}: the draft reads the target's hidden states, which stay on the ranks; "
-                f"use tensor_parallel_size=1 with a draft, or speculative='ngram' with tensor parallelism"
             )
 
 

@@ -555,7 +555,7 @@ class LLM:
         from kernelbay_engine.layers.prepack import prepack_linear_weights
         from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
 
-        model = load_draft(draft, self.model, progress=progress)
+        model = load_draft(draft, self.runner.whole_input_embeddings, progress=progress)
         prepack_linear_weights(model, rows=(1, min(scheduling.max_num_seqs, 64)), policy=prepack)
         return EagleProposer(model, self.model, count, block_size=scheduling.block_size)
 

@@ -126,6 +126,11 @@ class ModelRunner:
         self.cache.bind(num_blocks, self.device)
         self.num_blocks = num_blocks
 
+    def whole_input_embeddings(self) -> torch.nn.Module:
+        """The model's whole token table, for a model that looks tokens up outside the steps (an EAGLE-3 draft without
+        its own); a tensor-parallel runner gathers it from the ranks."""
+        return self.model.input_embeddings()
+
     def backend_for(self, layer_kind: str) -> str:
         """Name of the backend serving `layer_kind` layers (a `LayerKind`)."""
         return self.cache.selection.backend_for(layer_kind).backend_name

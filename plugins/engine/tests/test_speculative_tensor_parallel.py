@@ -1,16 +1,23 @@
-"""Speculative decoding on a model sharded over two gloo ranks: n-gram proposals give one rank's plain greedy tokens
-across a mixed batch (chunked prefills beside verifying decodes, rejected guesses rolled back on every rank), and
-their guesses are accepted."""
+"""Speculative decoding on a model sharded over two gloo ranks: n-gram proposals and EAGLE-3 drafts give one rank's
+plain greedy tokens across a mixed batch (chunked prefills beside verifying decodes, rejected guesses rolled back on
+every rank), and their guesses are accepted.
+
+The draft runs on the driver (rank 0), unsharded: it reads rank 0's aux-layer inputs (the residual stream, whole on
+every rank after each all-reduce) and, when its folder holds no token table, a whole copy of the target's, gathered
+from the ranks' vocabulary rows once at load."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelbay_engine import LLM, SamplingParams
 
-from .test_speculative_eagle import build_counting_target
+from .checkpoints import build_tiny_llama
+from .eagle3_drafts import draft_config, random_tensors, target_config, write_draft
+from .test_speculative_eagle import AUX_LAYERS, VOCAB, build_counting_target, counting_draft_tensors
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
 PROMPTS = [
@@ -28,6 +35,18 @@ SCHEDULING = dict(block_size=4, max_num_batched_tokens=16)
 @pytest.fixture(scope="module")
 def counting_target(tmp_path_factory) -> Path:
     return build_counting_target(tmp_path_factory.mktemp("tp-counting-target"))
+
+
+@pytest.fixture(scope="module")
+def counting_draft(tmp_path_factory, counting_target) -> Path:
+    """Guesses the counting target's next tokens; no token table of its own (it looks tokens up in the target's)."""
+    config = draft_config(
+        target_config(counting_target),
+        draft_vocab_size=VOCAB,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS},
+    )
+    tensors = counting_draft_tensors(counting_target, config)
+    return write_draft(tmp_path_factory.mktemp("tp-counting-draft"), config, tensors)
 
 
 @pytest.fixture(scope="module")
@@ -53,5 +72,49 @@ def test_ngram_at_two_ranks_gives_one_ranks_plain_tokens(counting_target, plain_
         stats = llm.stats()
         assert 0 < stats.spec_accepted_tokens < stats.spec_draft_tokens, "guesses were meant to be both kept and not"
         assert _tokens(llm, PROMPTS[::-1]) == plain_tokens[::-1]  # no stale keys or values on either rank
+    finally:
+        llm.runner.shutdown()
+
+
+def test_an_eagle_draft_at_two_ranks_gives_one_ranks_plain_tokens(counting_target, counting_draft, plain_tokens):
+    """The counting draft, k = 4, at two ranks: it reads rank 0's aux-layer inputs, so it makes one rank's guesses
+    (the same proposed, accepted and verified counts, most verifications keeping one); the tokens are plain decoding's
+    at one rank, first and again."""
+    options = dict(speculative=counting_draft, num_speculative_tokens=4)
+    single = LLM(counting_target, progress=False, **SCHEDULING, **options)
+    assert _tokens(single) == plain_tokens
+    expected = _speculation(single)
+    assert expected[1] > 0.5 * expected[2] > 0, expected
+    llm = _sharded(counting_target, **options)
+    try:
+        assert _tokens(llm) == plain_tokens
+        assert _speculation(llm) == expected
+        assert _tokens(llm, PROMPTS[::-1]) == plain_tokens[::-1]
+    finally:
+        llm.runner.shutdown()
+
+
+def _speculation(llm: LLM) -> tuple[int, int, int]:
+    """(proposed, accepted, verifications) so far."""
+    stats = llm.stats()
+    return stats.spec_draft_tokens, stats.spec_accepted_tokens, stats.spec_verifications
+
+
+def test_a_draft_reads_the_whole_target_table_gathered_from_the_ranks(tmp_path):
+    """A 97-token vocabulary splits 49 + 49 (the last row padding): the draft's lookups at two ranks equal the
+    single-process table for every token, and a random draft's guesses leave the plain tokens."""
+    target = build_tiny_llama(tmp_path / "target", vocab_size=97)
+    config = draft_config(target_config(target), eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 1]})
+    draft = write_draft(tmp_path / "draft", config, random_tensors(config, seed=1))
+    single = LLM(target, progress=False)
+    prompts = [[5, 6, 7, 8, 9, 5, 6, 7], [96, 95, 11], [40, 41, 42, 43, 44]]
+    expected, table = _tokens(single, prompts), single.model.input_embeddings().weight.detach().clone()
+    del single
+    llm = _sharded(target, speculative=draft, num_speculative_tokens=3)
+    try:
+        with torch.inference_mode():
+            assert torch.equal(llm._core.proposer.draft.embed(torch.arange(97)), table)
+        assert _tokens(llm, prompts) == expected
+        assert llm.stats().spec_draft_tokens > 0
     finally:
         llm.runner.shutdown()

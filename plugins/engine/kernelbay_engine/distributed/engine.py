@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from kernelbay.errors import KernelbayError
 from kernelbay_engine.distributed.group import DEFAULT_TIMEOUT_S, Rendezvous, TensorParallelGroup
 from kernelbay_engine.distributed.parallel import ParallelConfig
-from kernelbay_engine.distributed.protocol import Allocate, RankReport, Step, Stop
+from kernelbay_engine.distributed.protocol import Allocate, GatherEmbedding, RankReport, Step, Stop
 from kernelbay_engine.distributed.worker import WorkerSpec, build_rank_runner, rank_report
 from kernelbay_engine.runner import ModelRunner
 
@@ -131,6 +131,15 @@ class TensorParallelRunner(ModelRunner):
         self.engine.send(Step(tuple(requests), tuple(every_position)))
         with self.engine.failures(f"running engine step {self.steps + 1}"):
             return super().step_with_all_logits(requests, every_position)
+
+    def whole_input_embeddings(self):
+        """The target's whole token table, gathered from every rank's vocabulary rows: rank 0's own table is a share
+        whose lookups sum over the ranks in a collective, which a draft on the driver cannot call alone."""
+        from kernelbay_engine.distributed.layers import whole_embedding
+
+        self.engine.send(GatherEmbedding())
+        with self.engine.failures("gathering the token table for the draft model"):
+            return whole_embedding(self.model)
 
     @property
     def reports(self) -> list[RankReport]:

@@ -5,7 +5,8 @@
 - `VocabParallelHead`: the LM head split by vocabulary rows; the ranks' logits are gathered side by side (what the
   driver samples from), the padding of an uneven split cut off.
 - `VocabParallelEmbedding`: the embedding table split by vocabulary rows; a rank looks up the ids it holds, zeros
-  elsewhere, and the ranks sum.
+  elsewhere, and the ranks sum. `whole_embedding` gathers the whole table on every rank, for a model outside the
+  ranks' steps (an EAGLE-3 draft on the driver) that looks tokens up alone.
 - `ExpertParallel`: an MoE layer holding experts [first, first + count); the router stays whole on every rank, each
   rank runs its own experts on the tokens routed to them (others weigh 0), the ranks sum.
 Column-parallel linears (q/k/v, gate/up, MLA's per-head projections) need nothing: their outputs stay split by head.
@@ -68,6 +69,25 @@ class VocabParallelEmbedding(VocabEmbedding):
         if self.scale is not None:
             x = x * torch.tensor(self.scale).to(x.dtype)  # rounded like transformers
         return x
+
+    def held_rows(self) -> torch.Tensor:
+        """[rows, hidden]: this rank's rows as its lookups return them before the scale (quantized ones dequantized)."""
+        if self.method is None:
+            return self.weight.detach()
+        return self.method.lookup(torch.arange(self.rows))
+
+
+def whole_embedding(model) -> VocabEmbedding:
+    """The model's token table, every rank's rows gathered (a collective: every rank calls it; the driver keeps the
+    result): a plain `VocabEmbedding` of `vocab_size` rows in the rows' dtype, with the sharded table's scale."""
+    sharded = model.input_embeddings()
+    if not isinstance(sharded, VocabParallelEmbedding):
+        raise TypeError(f"the token table is a {type(sharded).__name__}, not a VocabParallelEmbedding")
+    vocab = model.config.vocab_size
+    rows = sharded.group.all_gather_last(sharded.held_rows().T).T[:vocab]  # [world_size * rows, hidden] -> vocab
+    whole = VocabEmbedding(vocab, rows.shape[1], scale=sharded.scale)
+    whole.weight = nn.Parameter(rows.contiguous(), requires_grad=False)
+    return whole
 
 
 @dataclass(frozen=True, slots=True, eq=False)

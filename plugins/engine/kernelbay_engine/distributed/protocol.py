@@ -21,6 +21,12 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class GatherEmbedding:
+    """Join the gather of the token table's vocabulary rows (`layers.whole_embedding`): a draft model on the driver
+    looks tokens up in the whole table."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """Leave the loop and exit."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kernelbay_engine.distributed.group import Rendezvous, TensorParallelGroup
 from kernelbay_engine.distributed.parallel import ParallelConfig
-from kernelbay_engine.distributed.protocol import Allocate, RankReport, Step, Stop
+from kernelbay_engine.distributed.protocol import Allocate, GatherEmbedding, RankReport, Step, Stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,10 @@ def _serve(runner, group: TensorParallelGroup) -> None:
             runner.allocate_cache(message.num_blocks)
         elif isinstance(message, Step):
             runner.step_with_all_logits(message.requests, message.every_position)
+        elif isinstance(message, GatherEmbedding):
+            from kernelbay_engine.distributed.layers import whole_embedding
+
+            whole_embedding(runner.model)  # the driver keeps the gathered table
         else:
             raise TypeError(f"unexpected message from the driver: {message!r}")
 

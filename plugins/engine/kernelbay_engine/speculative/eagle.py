@@ -3,7 +3,9 @@
 The draft (the `draft_model` slot `EAGLE3<Arch>`, e.g. kernelbay-llama's `EAGLE3LlamaForCausalLM`) pairs, at each
 position p the target computed, the token after it with the residual stream entering three of the target's layers
 (its aux layers) at p, and predicts the token after that (vLLM's alignment). Forward pre-hooks on the aux layers
-keep those rows each step (`AuxHiddenStates`; installed only with a draft). `EagleProposer`:
+keep those rows each step (`AuxHiddenStates`; installed only with a draft). With tensor parallelism they sit on rank
+0's shard, in the driver: the residual stream is whole on every rank after each all-reduce, so the draft runs there,
+unsharded, on the rows of one process. `EagleProposer`:
 
 - `observe(chunks)` after each target step: the rows of every chunk it ran, by request and position;
 - `propose_requests(requests, limits)` before the next: ingests the rows of positions the target kept (prefill
@@ -26,7 +28,7 @@ The draft runs in float32, its keys and values dense per request with torch's SD
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
@@ -144,9 +146,12 @@ def _check_aux_layers(draft: ModelConfig, target: ModelConfig, where: str) -> No
         )
 
 
-def load_draft(config: ModelConfig, target: nn.Module, *, progress: bool | None = None) -> nn.Module:
+def load_draft(
+    config: ModelConfig, target_embedding: Callable[[], nn.Module], *, progress: bool | None = None
+) -> nn.Module:
     """The draft model of `config` (read by `read_draft_config`), resolved through the `draft_model` slot, its weights
-    read in float32; without `embed_tokens.weight` in the folder it looks tokens up in the target's table."""
+    read in float32; without `embed_tokens.weight` in the folder it looks tokens up in the target's table, which
+    `target_embedding()` gives (`ModelRunner.whole_input_embeddings`: called only then)."""
     from kernelbay_engine.inputs import model_errors
     from kernelbay_engine.loading import load_weights, open_checkpoint
     from kernelbay_engine.models.auto import AutoModelForCausalLM
@@ -160,7 +165,7 @@ def load_draft(config: ModelConfig, target: nn.Module, *, progress: bool | None 
         stored = {rules.rename(name): name for name in checkpoint.names}
         _check_tensors(checkpoint, stored, config)
         if "embed_tokens.weight" not in stored:
-            draft.use_target_embedding(cast("CausalLM", target).input_embeddings())
+            draft.use_target_embedding(target_embedding())
         load_weights(model, checkpoint, rules, progress=progress)
     _check_d2t(draft, config)
     return model.eval()
