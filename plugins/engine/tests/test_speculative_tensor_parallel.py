@@ -118,3 +118,27 @@ def test_a_draft_reads_the_whole_target_table_gathered_from_the_ranks(tmp_path):
         assert llm.stats().spec_draft_tokens > 0
     finally:
         llm.runner.shutdown()
+
+
+DEMO_TEXTS = ["A fortune for today:", "Love is", "The computer", "Q: What is a fortune?\nA:"]
+
+
+@pytest.mark.slow  # the demo model at one rank and two, with its trained draft and without
+def test_the_trained_demo_draft_accepts_as_much_at_two_ranks():
+    """The demo model in float32 with its trained EAGLE-3 draft (k = 4): at two ranks the same greedy tokens as
+    plain decoding at one, and the same acceptance as at one rank (0.701 measured)."""
+    from kernelbay_engine.inputs import demo_model_folder
+
+    draft = demo_model_folder() / "eagle3"
+    params = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
+    plain = LLM(progress=False, dtype="float32")
+    expected = [o.token_ids for o in plain.generate(DEMO_TEXTS, params)]
+    single = LLM(progress=False, dtype="float32", speculative=draft)
+    assert [o.token_ids for o in single.generate(DEMO_TEXTS, params)] == expected
+    llm = LLM(progress=False, dtype="float32", tensor_parallel_size=2, speculative=draft)
+    try:
+        assert [o.token_ids for o in llm.generate(DEMO_TEXTS, params)] == expected
+        assert _speculation(llm) == _speculation(single)
+        assert llm.stats().spec_acceptance_rate > 0.5
+    finally:
+        llm.runner.shutdown()
