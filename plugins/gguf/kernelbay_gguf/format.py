@@ -1,7 +1,8 @@
 """`GGUFFormat`: the `gguf` weight format (entry point `kernelbay.weight_formats: gguf`).
 
 One file carries the config (`config_dict`, read by the engine's ModelConfig), the tokenizer and
-chat template (`tokenizer`, built by transformers' GGUF support) and the tensors (`open`).
+chat template (`tokenizer`: vocabulary.py for byte-level BPE, transformers' GGUF support for others) and the
+tensors (`open`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kernelbay_engine.tokenizer import TokenizerError
 from kernelbay_gguf.metadata import architecture, config_dict
 from kernelbay_gguf.parsed import open_source, read_gguf, release_free_heap
 from kernelbay_gguf.tensors import GGUFSource
+from kernelbay_gguf.vocabulary import byte_level_tokenizer, is_byte_level
 
 
 def _tokenizer_class(path: Path):
@@ -75,9 +77,15 @@ class GGUFFormat(CheckpointFormat):
 
     @classmethod
     def tokenizer(cls, path: Path):
-        """transformers' tokenizer built from the file's vocabulary, merges, special tokens and chat template."""
+        """transformers' tokenizer built from the file's vocabulary, merges, special tokens and chat template: a
+        byte-level BPE vocabulary by kernelbay_gguf.vocabulary (no second parse, no transformers `models` import),
+        any other (sentencepiece, or a folder whose tokenizer_config.json names the class) by transformers."""
+        metadata = read_gguf(path, TokenizerError).metadata
         try:
-            tokenizer = _tokenizer_class(path).from_pretrained(str(path.parent), gguf_file=path.name)
+            if is_byte_level(metadata) and not (path.parent / "tokenizer_config.json").exists():
+                tokenizer = byte_level_tokenizer(path, metadata)
+            else:
+                tokenizer = _tokenizer_class(path).from_pretrained(str(path.parent), gguf_file=path.name)
         except Exception as err:  # transformers raises anything on an unexpected vocabulary layout
             raise TokenizerError(
                 f"the tokenizer in {path} cannot be built ({type(err).__name__}: {err}); "

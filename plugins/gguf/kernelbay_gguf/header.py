@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ _SCALARS = {
     GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
+
+
+_LENGTH = struct.Struct("<Q")  # a string's byte count
 
 
 class HeaderError(ValueError):
@@ -74,14 +78,17 @@ class _Cursor:
         self.pos += length
         return raw.decode("utf-8", errors="replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, *, whole: bool = False) -> Any:
+        """The value at the cursor; an array as its length unless `whole` (then a list of its items)."""
         if kind in _SCALARS:
-            return self.unpack(_SCALARS[kind])
+            return self.unpack(_SCALARS[GGUFValueType(kind)])
         if kind == GGUFValueType.STRING:
             return self.string()
         if kind != GGUFValueType.ARRAY:
             raise HeaderError(f"metadata value type {kind} at byte {self.pos} is not a GGUF type")
         item, count = self.unpack("<I"), self.unpack("<Q")
+        if whole:
+            return self.items(item, count)
         if item in _SCALARS:  # fixed width: jumped over
             self.pos += count * struct.calcsize(_SCALARS[item])
         elif item == GGUFValueType.STRING:  # each string's length, then its bytes
@@ -95,9 +102,34 @@ class _Cursor:
             raise HeaderError(f"an array of {count} items runs past the end of the file")
         return count
 
+    def items(self, item: int, count: int) -> list[Any]:
+        """An array's `count` items of type `item` (a vocabulary's strings: one slice and decode each)."""
+        if item in _SCALARS:
+            fmt = f"<{count}{_SCALARS[GGUFValueType(item)][1]}"
+            try:
+                values = struct.unpack_from(fmt, self.data, self.pos)
+            except struct.error:
+                raise HeaderError(f"an array of {count} items runs past the end of the file") from None
+            self.pos += struct.calcsize(fmt)
+            return list(values)
+        if item != GGUFValueType.STRING:
+            return [self.value(item, whole=True) for _ in range(count)]
+        data, pos, end, out = self.data, self.pos, len(self.data), []
+        for _ in range(count):
+            if pos + 8 > end:
+                raise HeaderError(f"an array of {count} strings runs past the end of the file")
+            (length,) = _LENGTH.unpack_from(data, pos)
+            out.append(data[pos + 8 : pos + 8 + length].decode("utf-8", errors="replace"))
+            pos += 8 + length
+        if pos > end:
+            raise HeaderError(f"an array of {count} strings runs past the end of the file")
+        self.pos = pos
+        return out
 
-def read_header(path: Path) -> Header:
-    """The file's metadata and tensor table; HeaderError naming what is wrong with the bytes."""
+
+def read_header(path: Path, arrays: Container[str] = ()) -> Header:
+    """The file's metadata and tensor table; HeaderError naming what is wrong with the bytes. The arrays named in
+    `arrays` (a vocabulary's tokens, say) are read whole, as lists; every other array is given as its length."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         cursor = _Cursor(data)
         if cursor.unpack("<I") != GGUF_MAGIC:
@@ -109,7 +141,7 @@ def read_header(path: Path) -> Header:
         metadata = {}
         for _ in range(kv_count):
             key = cursor.string()
-            metadata[key] = cursor.value(cursor.unpack("<I"))
+            metadata[key] = cursor.value(cursor.unpack("<I"), whole=key in arrays)
         table = [_tensor_entry(cursor) for _ in range(tensor_count)]
         alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):

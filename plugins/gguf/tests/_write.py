@@ -196,20 +196,27 @@ CHAT_TEMPLATE = (
 )
 
 
-def add_byte_level_tokenizer(writer: gguf.GGUFWriter) -> None:
+def add_byte_level_tokenizer(
+    writer: gguf.GGUFWriter,
+    *,
+    pre: str = "gpt-2",
+    add_bos: bool = False,
+    extra_tokens: tuple[tuple[str, gguf.TokenType], ...] = (),
+) -> None:
     """A small GPT-2 style vocabulary as llama.cpp's converter writes one (`tokenizer.ggml.model` "gpt2"): the
-    256 byte symbols, a few merges, three control tokens and a chat template."""
+    256 byte symbols, a few merges, three control tokens, `extra_tokens` after them and a chat template."""
     symbols = list(transformers.convert_slow_tokenizer.bytes_to_unicode().values())
     merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ w"]
-    tokens = [*symbols, *(m.replace(" ", "") for m in merges), *SPECIAL_TOKENS]
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_TOKENS)) + [gguf.TokenType.CONTROL] * 3
+    tokens = [*symbols, *(m.replace(" ", "") for m in merges), *SPECIAL_TOKENS, *(t for t, _ in extra_tokens)]
+    types = [gguf.TokenType.NORMAL] * (len(symbols) + len(merges)) + [gguf.TokenType.CONTROL] * 3
+    types += [kind for _, kind in extra_tokens]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
     writer.add_bos_token_id(tokens.index("<|im_start|>"))
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
-    writer.add_add_bos_token(False)
+    writer.add_add_bos_token(add_bos)
     writer.add_chat_template(CHAT_TEMPLATE)

@@ -1,11 +1,16 @@
-"""The tokenizer of a GGUF file: the class and behaviour transformers' AutoTokenizer gives, built without its
-second parse of the file (kernelbay_gguf.format._tokenizer_class)."""
+"""The tokenizer of a GGUF file: token for token what transformers' AutoTokenizer gives. A byte-level BPE
+vocabulary is built by kernelbay_gguf.vocabulary (no transformers `models` import, no second parse); others by
+the class AutoTokenizer would pick, without its second parse (kernelbay_gguf.format._tokenizer_class)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import gguf
 import pytest
 from kernelbay_gguf.format import _tokenizer_class
+from kernelbay_gguf.vocabulary import PRE_TOKENIZER_SPLITS
 from transformers import AutoTokenizer
 
 from kernelbay_engine.tokenizer import Tokenizer
@@ -13,17 +18,38 @@ from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import add_byte_level_tokenizer, add_metadata
 from tests.models.conftest import build_reference
 
-TEXTS = ["the weather in winter", "  two  spaces\nand a newline", "Ünïcode ✓ 123"]
+TEXTS = [
+    "the weather in winter",
+    "  two  spaces\nand a newline",
+    "Ünïcode ✓ 123",
+    "tabs\t\tand\r\nCRLF   \n\n\n trailing   ",
+    "emoji 👩\u200d💻, 中文 and العربية; 12345678",
+    "<|im_start|>user\nhi<|im_end|><|endoftext|>",
+    "don't I'LL we've x<think>y</think>",
+    "Hello , world . it ' s",
+    "",
+]
 CHAT = [{"role": "user", "content": "hi there"}]
+CHATS = [
+    CHAT,
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  two\n\nlines ✓ <think>"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+]
+MISLABELLED = "<\uff5cmislabelled\uff5c>"  # fullwidth bars, as DeepSeek's control tokens are spelled
+EXTRA_TOKENS = (
+    ("<think>", gguf.TokenType.USER_DEFINED),
+    ("</think>", gguf.TokenType.USER_DEFINED),
+    (MISLABELLED, gguf.TokenType.CONTROL),  # outside the byte alphabet: not added (transformers' rule)
+)
 
 
-def _with_tokenizer(folder, name):
+def _with_tokenizer(folder, name, **vocabulary):
     """A tiny model's metadata plus a byte-level vocabulary, no tensors: all a tokenizer reads."""
     arch, tiny = TINY_GGUF[name]
     folder.mkdir()
     writer = gguf.GGUFWriter(folder / "m.gguf", arch)
     add_metadata(writer, build_reference(name, tiny=tiny).config, arch, skip=("bos", "eos"))
-    add_byte_level_tokenizer(writer)
+    add_byte_level_tokenizer(writer, **vocabulary)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -31,21 +57,79 @@ def _with_tokenizer(folder, name):
     return folder / "m.gguf"
 
 
+def assert_same_tokenizer(ours, theirs) -> None:
+    """Equal vocabulary, merges, splitting, added tokens, special tokens and chat template, and equal ids and text
+    over TEXTS and CHATS (each with and without special tokens)."""
+    assert ours.backend_tokenizer.to_str() == theirs.backend_tokenizer.to_str()
+    for attr in ("bos_token", "eos_token", "unk_token", "pad_token", "eos_token_id", "all_special_tokens"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert (ours.add_bos_token, ours.add_eos_token, ours.chat_template) == (
+        theirs.add_bos_token,
+        theirs.add_eos_token,
+        theirs.chat_template,
+    )
+    for text in TEXTS:
+        for special in (True, False):
+            ids = ours(text, add_special_tokens=special)["input_ids"]
+            assert ids == theirs(text, add_special_tokens=special)["input_ids"], (text, special)
+            for skip in (True, False):
+                assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
+    for chat in CHATS:
+        rendered = ours.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        assert rendered == theirs.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        assert (
+            ours(rendered, add_special_tokens=False)["input_ids"]
+            == theirs(rendered, add_special_tokens=False)["input_ids"]
+        ), rendered
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "phi3", "qwen2moe"])
 def test_tokenizer_is_what_autotokenizer_builds(tmp_path, name):
-    path = _with_tokenizer(tmp_path / name, name)
+    """Per architecture: the byte-level vocabulary built by kernelbay_gguf.vocabulary equals AutoTokenizer's."""
+    path = _with_tokenizer(tmp_path / name, name, extra_tokens=EXTRA_TOKENS)
     ours = Tokenizer(path).hf
     theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    assert type(ours) is type(theirs)
-    assert _tokenizer_class(path) is type(theirs)  # the class itself, not AutoTokenizer and its second parse
+    assert_same_tokenizer(ours, theirs)
     for text in TEXTS:
-        assert ours(text)["input_ids"] == theirs(text)["input_ids"], text
-        assert ours.decode(ours(text)["input_ids"]) == text
-    assert ours.apply_chat_template(CHAT, add_generation_prompt=True) == theirs.apply_chat_template(
-        CHAT, add_generation_prompt=True
-    )
-    assert ours.all_special_tokens == theirs.all_special_tokens
+        assert ours.decode(ours(text)["input_ids"]) == text  # byte-level: every text comes back as it was
     assert (ours.bos_token, ours.eos_token, ours.pad_token) == ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+    assert MISLABELLED not in ours.get_vocab()
+
+
+@pytest.mark.parametrize("pre", ["gpt-2", "smollm", "qwen2", "llama-bpe", "gpt-4o", "tekken", "qwen35"])
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_each_split_and_bos_flag_is_what_autotokenizer_builds(tmp_path, pre, add_bos):
+    """Each split regex `tokenizer.ggml.pre` names (GPT-2's own for the others), with and without BOS added."""
+    path = _with_tokenizer(tmp_path / "qwen3", "qwen3", pre=pre, add_bos=add_bos, extra_tokens=EXTRA_TOKENS)
+    ours = Tokenizer(path).hf
+    assert_same_tokenizer(ours, AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))
+    assert (ours("the")["input_ids"][0] == ours.bos_token_id) is add_bos
+
+
+def test_the_split_table_is_transformers_own():
+    """kernelbay_gguf.vocabulary holds transformers' table of split regexes (its module imports `models`)."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+
+    assert PRE_TOKENIZER_SPLITS == GGUF_PRE_TOKENIZER_SPLITS
+
+
+def test_smollm2_tokenizer_is_what_autotokenizer_builds(smollm2):
+    """The real file's 49,152-token vocabulary and 48,900 merges, token for token."""
+    theirs = _tokenizer_class(smollm2).from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
+    assert_same_tokenizer(Tokenizer(smollm2).hf, theirs)
+
+
+def test_a_byte_level_tokenizer_imports_no_transformers_models(tmp_path):
+    """Building a GGUF file's byte-level tokenizer leaves transformers' `models` package (~0.4 s) unimported
+    (subprocess)."""
+    path = _with_tokenizer(tmp_path / "llama", "llama")
+    code = (
+        "import sys; from kernelbay_engine.tokenizer import Tokenizer; "
+        f"assert Tokenizer({str(path)!r}).encode('the weather'); "
+        "loaded = [m for m in sys.modules if m.startswith('transformers.models')]; assert not loaded, loaded"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_folder_declaring_its_tokenizer_class_is_left_to_autotokenizer(tmp_path):
