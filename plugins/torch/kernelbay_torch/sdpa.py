@@ -26,6 +26,11 @@ from ._workspace import scratch
 # on zero-copy views (per-call overhead dominates). With heads stored outermost the views won from
 # ~160 keys at batch 1, 8 and 32 (gathering won at 64 keys, batch 8); see benchmarks/RESULTS-attention.md.
 MIN_KEYS_FOR_VIEWS = 128
+# A request adding at most this many tokens after cached ones (a speculative verify row: its last token and the
+# guesses) attends query by query through the decode path: one SDPA call over all its queries sums in another
+# order (CPU flash blocks, a mask), and those last bits, amplified by int8 activations, flipped greedy tokens on
+# SmolLM2 Q4_1 after 56 tokens; per query, verifying gives decoding's bits and speculation stays lossless.
+MAX_QUERIES_DECODED_EACH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +51,8 @@ class SdpaMetadata(AttentionMetadata):
 
 class SdpaBackend(AttentionBackend[SdpaMetadata]):
     """Decode: one SDPA call over a gathered (preallocated) buffer, or one call per request on zero-copy
-    views when every request's blocks are one run of an NHD cache. Prefill: one call per request.
+    views when every request's blocks are one run of an NHD cache. Prefill: one call per request; a request adding a
+    few tokens after cached ones (a speculative verify row) one decode call per token, for decoding's bits.
     Decode folds the query heads sharing a KV head into the query length (reads each KV head once).
 
     Honest capabilities: no logit soft-cap (SDPA cannot apply tanh capping), no MLA. Sinks are exact: one extra
@@ -96,6 +102,8 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
             return self._sinks_one(rows, k, v, md.positions[q0:q1], causal, args.sinks)
         if q1 - q0 == 1 and causal:
             return self._decode_one(rows, k, v, md.seq_lens_host[i] - 1)
+        if causal and q1 - q0 <= MAX_QUERIES_DECODED_EACH and k1 - k0 > q1 - q0:
+            return self._decode_each(rows, k, v, md.seq_lens_host[i])
         return self._prefill_one(rows, k, v, md.positions[q0:q1], causal)
 
     def _zero_copy(self, views: ops.CacheViews, dtype: torch.dtype) -> bool:
@@ -138,6 +146,14 @@ class SdpaBackend(AttentionBackend[SdpaMetadata]):
         folded = q.view(1, g.num_kv_heads, g.num_queries_per_kv, g.head_dim)
         out = F.scaled_dot_product_attention(folded, k, v, scale=g.scale)
         return out.view(1, g.num_heads, g.head_dim)
+
+    def _decode_each(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_len: int) -> torch.Tensor:
+        """q [Tq, H, D], a request's last Tq tokens, over k/v [1, kv_heads, seq_len, D] -> [Tq, H, D]: each query
+        through `_decode_one` over the keys up to its own, so it gets the bits decoding it alone would."""
+        out = torch.empty_like(q)
+        for j, pos in enumerate(range(seq_len - q.shape[0], seq_len)):
+            out[j : j + 1] = self._decode_one(q[j : j + 1], k[:, :, : pos + 1], v[:, :, : pos + 1], pos)
+        return out
 
     def _prefill_one(self, q, k, v, q_pos, causal: bool) -> torch.Tensor:
         """q [Tq, H, D] over k/v [1, kv_heads, S, D] -> [Tq, H, D]; SDPA's is_causal when it means the same."""

@@ -9,7 +9,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelbay.attention import AttentionForwardArgs
-from tests.attention._harness import SPECS, BatchSpec, assert_close, block_tables, build_layer, make_data, run_backend
+from tests.attention._harness import (
+    SPECS,
+    BatchSpec,
+    StepData,
+    assert_close,
+    block_tables,
+    build_layer,
+    make_data,
+    run_backend,
+)
 
 ONE = BatchSpec("one_run_decode", ((1, 40),), contiguous_blocks=True)
 BATCH_ONE_RUNS = {
@@ -96,3 +105,27 @@ def test_batched_decode_gathers_both_planes_in_one_call():
     writes, attend = _decode_calls(spec)
     assert writes == ["index_copy_", "index_copy_"]
     assert attend == ["index_select", "view", "transpose", "unbind", "view", "scaled_dot_product_attention", "view"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BatchSpec("verify_row", ((5, 40),), contiguous_blocks=True),
+        BatchSpec("verify_row_gqa_hnd", ((4, 70),), contiguous_blocks=True, num_heads=8, num_kv_heads=2, layout="HND"),
+        BatchSpec(
+            "verify_row_sliding", ((5, 40),), contiguous_blocks=True, attn_type="sliding_attention", sliding_window=8
+        ),
+    ],
+    ids=lambda s: s.name,
+)
+def test_a_verify_row_gets_the_bits_of_decoding_its_tokens_one_by_one(spec):
+    """A request's few new tokens after cached ones (a speculative verify row): each query's output equals, bit for
+    bit, decoding that token alone over the keys up to it (greedy speculation stays lossless)."""
+    data = make_data(spec)
+    verify = run_backend("SDPA", spec, data=data)
+    ((q_len, context),) = spec.requests
+    for j in range(q_len):
+        seq_len = context + j + 1
+        alone = StepData([data.keys[0][:seq_len]], [data.values[0][:seq_len]], data.queries[j : j + 1], None)
+        decoded = run_backend("SDPA", spec.but(requests=((1, seq_len - 1),)), data=alone)
+        assert torch.equal(verify[j], decoded[0]), f"[SDPA] {spec.name}: query {j} differs from decoding it"
