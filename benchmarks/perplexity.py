@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=512, help="prefill chunk (max_num_batched_tokens)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers reference")
     parser.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's perplexity of a .gguf file")
-    parser.add_argument("--threads", type=int, default=2, help="llama.cpp's threads")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: torch's, kernelbay's)")
     parser.add_argument(
         "--quantization",
         nargs="*",
@@ -123,7 +123,9 @@ def main() -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             print("llama.cpp    skipped: llama-cpp-python is not installed (pip install llama-cpp-python)")
             return
-        theirs, ll_seconds = llamacpp_nll(model, ids, args.chunk, args.threads)
+        import torch
+
+        theirs, ll_seconds = llamacpp_nll(model, ids, args.chunk, args.threads or torch.get_num_threads())
         versus = change(theirs, ours)
         print(
             f"llama.cpp    perplexity {perplexity(theirs):.4f}  ({ll_seconds:.2f} s; {versus} vs kernelbay unquantized)"
