@@ -131,3 +131,17 @@ def test_reading_a_llama_file_imports_no_llama_config_class(tiny_gguf):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_running_a_gguf_file_imports_no_transformers_models_package(tiny_gguf, name):
+    """LLM on a GGUF file whose metadata is its whole config builds, loads and generates without transformers'
+    `models` package (its import structure alone costs ~0.4 s): no config table, no family check (subprocess)."""
+    code = (
+        "import sys; from kernelbay_engine import LLM, SamplingParams; "
+        f"llm = LLM({str(tiny_gguf(name))!r}, max_num_seqs=1); "
+        "assert llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))[0].token_ids; "
+        "loaded = [m for m in sys.modules if m.startswith('transformers.models')]; assert not loaded, loaded"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr

@@ -81,6 +81,19 @@ def test_kernelbay_run_on_a_folder_holding_the_gguf(smollm2):
     assert done.stdout.strip(), "no completion printed"
 
 
+def test_kernelbay_run_imports_no_transformers_models_package(smollm2):
+    """`kernelbay run FILE.gguf` (config, byte-level tokenizer, codes, chat prompt, answer) leaves transformers'
+    `models` package (~0.4 s of import) unimported."""
+    code = (
+        "import sys\nfrom kernelbay.cli import main\n"
+        "code = main(['run', sys.argv[1], '--prompt', 'Say hi', '--max-tokens', '4'])\nassert not code, code\n"
+        "loaded = [m for m in sys.modules if m.startswith('transformers.models')]\nassert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(smollm2)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "no completion printed"
+
+
 def test_the_process_peaks_under_170_mib_over_torch_and_transformers(smollm2):
     """`LLM(file)` and a first answer: the peak RSS over `import torch, transformers` stays near the model's own
     ~95 MiB of codes (157 MiB measured; 259 MiB when LlamaConfig's import chain, the tied table's second copy of its

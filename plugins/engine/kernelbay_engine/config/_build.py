@@ -13,7 +13,14 @@ from kernelbay.errors import ConfigError
 from . import _geometry as geo
 from ._fields import Fields
 from ._layers import LayerPlan, resolve_layers
-from ._loading import CONFIG_FILE, hf_config_from_dict, load_hf_config, read_config_json, stored_tensors
+from ._loading import (
+    CONFIG_FILE,
+    hf_config_from_dict,
+    load_hf_config,
+    read_config_json,
+    stored_tensors,
+    weight_file_config_is_complete,
+)
 from ._moe import resolve_moe
 from ._quant import resolve_quantization
 from ._rope import resolve_position_embedding, resolve_rope
@@ -36,7 +43,8 @@ def build_from_folder(record: type[ModelConfig], path: str | Path, trust_remote_
     folder, raw = read_config_json(path)
     if folder.is_file():  # a self-describing weight file (x.gguf): its format plugin read the config
         hf_config = hf_config_from_dict(folder, raw)
-        fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)")
+        paired = weight_file_config_is_complete(folder)  # the format wrote both names from one table
+        fields = Fields(raw, _parsed(hf_config), source=f"{folder} (metadata)", paired=paired)
     else:
         names, model_type = raw.get("architectures"), raw.get("model_type")
         if isinstance(names, list) and names and isinstance(names[0], str) and isinstance(model_type, str):
@@ -183,7 +191,8 @@ def _naming(f: Fields, model_type: str, encoder_only: bool, rules: FamilyRules) 
     encoder-only -> vision encoder; drafts -> EAGLE3<Arch>; a family's `architecture` rule may rename a legacy
     architectures[0]."""
     names = _architectures(f, model_type)
-    _check_family(f.source, names[0], model_type)
+    if not f.paired:  # (transformers' tables cost its `models` package import, ~0.4 s)
+        _check_family(f.source, names[0], model_type)
     architecture, kind, draft_vocab_size = names[0], "model", None
     if f.get("draft_vocab_size") is not None:
         architecture, kind = draft_architecture(names[0]), "draft_model"

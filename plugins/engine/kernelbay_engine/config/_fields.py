@@ -35,12 +35,15 @@ class Fields:
         source: str,
         folder: Path | None = None,
         read_tensors: Callable[[Path], dict[str, tuple[str, tuple[int, ...]]]] | None = None,
+        *,
+        paired: bool = False,
     ):
         self.raw = raw
         self.parsed = parsed
         self.source = source  # where the keys came from, for error messages
         self.folder = folder  # the model folder, whose stored tensors are evidence for keys left out
         self.read_tensors = read_tensors  # folder -> its stored tensors (the weight format reads the headers)
+        self.paired = paired  # architectures and model_type written together by a weight format: no family check
         self.notes: list[str] = []  # how a default or a quirk was resolved, in words
 
     @cached_property

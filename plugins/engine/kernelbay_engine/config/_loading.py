@@ -262,14 +262,20 @@ def read_weight_file_config(file: Path) -> dict[str, Any]:
     return raw
 
 
+def weight_file_config_is_complete(file: Path) -> bool:
+    """True when the weight file's format says the config it reads is whole (`config_is_complete(path)`: no class
+    default adds a field kernelbay reads, and its architectures and model_type come from one table of the format)."""
+    complete = getattr(weight_format_class(file), "config_is_complete", None)
+    return complete is not None and bool(complete(file))
+
+
 def hf_config_from_dict(file: Path, raw: dict[str, Any]):
     """The transformers config for a dict read from a weight file: transformers' generic `PretrainedConfig` holding
-    it when its format says it is complete (`config_is_complete(path)`: no class default adds a field kernelbay
-    reads) and transformers knows the model type, so the model type's class is not imported (LlamaConfig's import
-    chain alone costs ~0.9 s); else that class's parse (transformers' class or a plugin's)."""
-    CONFIG_MAPPING, PretrainedConfig = transformers_names("CONFIG_MAPPING", "PretrainedConfig")
-    complete = getattr(weight_format_class(file), "config_is_complete", None)
-    if complete is not None and raw["model_type"] in CONFIG_MAPPING and complete(file):
+    it when its format says it is complete, so neither the model type's class (LlamaConfig's import chain costs
+    ~0.9 s) nor transformers' config tables (its `models` package, ~0.4 s) is imported; else that class's parse
+    (transformers' class or a plugin's)."""
+    if weight_file_config_is_complete(file):
+        (PretrainedConfig,) = transformers_names("PretrainedConfig")
         return _parse("PretrainedConfig", f"the config read from {file}", lambda: PretrainedConfig.from_dict(raw))
     cls = config_class_for(raw["model_type"])
     config = {k: v for k, v in raw.items() if k != "model_type"}
