@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/speculative.py [--models demo smollm2] [--methods ngram eagle3] [--new-tokens 128]
         [--k 4] [--repeat 3] [--threads 2]
 
-Two tasks at batch 1, greedy, end-of-sequence ignored: "repetitive" (the prompt holds the MIT licence and asks
-for it again, so the continuation copies text the prompt contains: prompt lookup's case) and "free" (an open
-question). Each runs on plain decoding and on each method, alternating: "ngram" (`speculative="ngram"`) and
+Three tasks at batch 1, greedy, end-of-sequence ignored: "repetitive" (the prompt holds the MIT licence and asks
+for it again, so the continuation copies text the prompt contains: prompt lookup's case), "repetitive-twice" (the
+licence twice, then its start again: a small model follows the pattern longer before it drifts) and "free" (an
+open question). Each runs on plain decoding and on each method, alternating: "ngram" (`speculative="ngram"`) and
 "eagle3" (`speculative=` the model's trained EAGLE-3 draft folder: the demo's ships in
 `kernelbay_engine/demo/eagle3`, made by examples/train_eagle3_demo.py; a model without one skips the method);
 tokens/s = generated tokens / wall time of the call (prefill included), best of --repeat; every method's tokens
@@ -35,6 +36,7 @@ MIT = (
 )
 TASKS = {
     "repetitive": f"The MIT License\n\n{MIT}\n\nThe same licence, copied exactly:\n\nThe MIT License\n\nPermission",
+    "repetitive-twice": f"The MIT License\n\n{MIT}\n\nThe MIT License\n\n{MIT}\n\nThe MIT License\n\nPermission",
     "free": "Question: Why do people enjoy walking in the mountains? Answer:",
 }
 
@@ -74,6 +76,15 @@ def build(model: str, work: Path, **options):
     return LLM(converted_folder(path, work), progress=False, dtype="float32", max_num_seqs=1, **options)
 
 
+def fits(llm, prompt: str, new_tokens: int) -> bool:
+    from kernelbay_engine.errors import PromptTooLong
+
+    try:
+        return len(llm.encode(prompt)) + new_tokens <= llm.max_model_len
+    except PromptTooLong:
+        return False
+
+
 def timed(llm, prompt: str, new_tokens: int) -> tuple[float, list[int]]:
     from kernelbay_engine import SamplingParams
 
@@ -97,6 +108,9 @@ def measure(model: str, args) -> list[dict] | None:
         engines[method] = build(model, args.work, speculative=option, num_speculative_tokens=args.k)
     rows = []
     for task, prompt in TASKS.items():
+        if not fits(plain, prompt, args.new_tokens):
+            print(f"{model}: {task} skipped (the prompt does not fit the model's context)", file=sys.stderr)
+            continue
         for llm in engines.values():
             timed(llm, prompt, 8)  # warm-up
         before = {name: llm.stats() for name, llm in engines.items()}
