@@ -66,8 +66,9 @@ PRE_TOKENIZER_SPLITS = {
 
 
 def is_byte_level(metadata: dict[str, Any]) -> bool:
-    """True when the file's vocabulary is byte-level BPE, which `byte_level_tokenizer` builds."""
-    return metadata.get("tokenizer.ggml.model") == BYTE_LEVEL_MODEL
+    """True when the file's vocabulary is byte-level BPE with its merges listed, which `byte_level_tokenizer`
+    builds (without merges transformers derives them from the token scores: its path)."""
+    return metadata.get("tokenizer.ggml.model") == BYTE_LEVEL_MODEL and "tokenizer.ggml.merges" in metadata
 
 
 def byte_level_tokenizer(path: Path, metadata: dict[str, Any]):
@@ -77,7 +78,7 @@ def byte_level_tokenizer(path: Path, metadata: dict[str, Any]):
 
     arrays = read_header(path, _ARRAYS).metadata
     tokens = arrays["tokenizer.ggml.tokens"]
-    backend = _backend(tokens, arrays.get("tokenizer.ggml.merges", []), arrays.get("tokenizer.ggml.token_type", []))
+    backend = _backend(tokens, arrays["tokenizer.ggml.merges"], arrays.get("tokenizer.ggml.token_type", []))
     _split_by(backend, metadata.get("tokenizer.ggml.pre"))
     # set before __init__, as transformers' own subclasses (GPT2Tokenizer) do: `tokenizer_object=` would deep-copy
     # the vocabulary and merges (~0.1 s for SmolLM2's) only to drop this one

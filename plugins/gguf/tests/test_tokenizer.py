@@ -10,7 +10,7 @@ import sys
 import gguf
 import pytest
 from kernelbay_gguf.format import _tokenizer_class
-from kernelbay_gguf.vocabulary import PRE_TOKENIZER_SPLITS
+from kernelbay_gguf.vocabulary import PRE_TOKENIZER_SPLITS, is_byte_level
 from transformers import AutoTokenizer
 
 from kernelbay_engine.tokenizer import Tokenizer
@@ -104,6 +104,15 @@ def test_each_split_and_bos_flag_is_what_autotokenizer_builds(tmp_path, pre, add
     ours = Tokenizer(path).hf
     assert_same_tokenizer(ours, AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))
     assert (ours("the")["input_ids"][0] == ours.bos_token_id) is add_bos
+
+
+def test_only_a_byte_level_vocabulary_with_its_merges_is_built_here():
+    """Sentencepiece ("llama") and a byte-level vocabulary without merges (transformers derives them from the
+    scores) keep transformers' path."""
+    merges = {"tokenizer.ggml.merges": 8}
+    assert is_byte_level({"tokenizer.ggml.model": "gpt2", **merges})
+    assert not is_byte_level({"tokenizer.ggml.model": "gpt2"})
+    assert not is_byte_level({"tokenizer.ggml.model": "llama", **merges})
 
 
 def test_the_split_table_is_transformers_own():
