@@ -15,6 +15,9 @@ The token embedding table takes the same form as its tensor (`set_quantized_embe
 dequantized per lookup); a tied LM head's codes are assembled once for both and held once (the table reads its
 rows from the head's int8_dot layout), so the model holds no float table and no second copy of the codes.
 
+Q8_0, Q4_0 and Q4_1 blocks are shuffled straight into int8_dot's packed layout (`dot_codes`: the same codes in
+another byte order), so a load makes no one-byte copy of them; `QuantizedWeight.q` unpacks them for any other consumer.
+
 `forms(model, path)` says this per layer from the header alone (what `explain --quantization gguf` shows);
 `keep_quantized(model, path)` applies it and reports each layer's kernel.
 """
@@ -105,6 +108,34 @@ def codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
     return _nibbles(blocks[..., 4:]), _f16(blocks, 0), _f16(blocks, 2)
 
 
+DOT_DIRECT = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1})  # blocks that are int8_dot's codes in another byte order
+
+
+def _even_blocks(blocks: np.ndarray) -> np.ndarray:
+    """[rows, blocks, bytes] with a zero block appended where the count is odd (int8_dot packs blocks in pairs)."""
+    if blocks.shape[1] % 2 == 0:
+        return blocks
+    return np.concatenate([blocks, np.zeros((blocks.shape[0], 1, blocks.shape[2]), np.uint8)], axis=1)
+
+
+def dot_codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """(codes in int8_dot's layout, scale[, min]) of a Q8_0 / Q4_0 / Q4_1 tensor's bytes [rows, bytes per row]: the
+    layout `kernels._dot_layout` packs from `codes`' one-byte codes, built from the blocks by byte shuffles alone."""
+    rows = raw.shape[0]
+    if info.qtype == Q.Q8_0:  # u = q + 128, as bits: two's complement
+        blocks = raw.reshape(rows, -1, 2 + BLOCK)
+        u = _even_blocks(blocks[..., 2:] ^ np.uint8(0x80))
+        return torch.from_numpy(u.reshape(rows, -1)), _f16(blocks, 0)
+    head = 2 if info.qtype == Q.Q4_0 else 4  # Q4_0: scale; Q4_1: scale, min; then 16 bytes of nibbles
+    blocks = raw.reshape(rows, -1, head + BLOCK // 2)
+    pairs = _even_blocks(blocks[..., head:]).reshape(rows, -1, 2, BLOCK // 2)
+    a, b = pairs[:, :, 0], pairs[:, :, 1]  # a block's byte i holds weights i (low nibble) and i + 16 (high)
+    # int8_dot's byte i of a pair holds weight i of the first block (low nibble) and of the second (high)
+    low, high = (a & 0x0F) | (b << 4), (a >> 4) | (b & 0xF0)
+    codes = torch.from_numpy(np.concatenate([low, high], axis=-1).reshape(rows, -1))
+    return (codes, _f16(blocks, 0)) if head == 2 else (codes, _f16(blocks, 0), _f16(blocks, 2))
+
+
 def _from_q4_k(q, scale, low) -> QuantizedWeight:
     return replace(from_q4_1(q, scale, low), source="GGUF Q4_K")
 
@@ -164,6 +195,8 @@ def _assemble(reader: GGUFTensorReader, parts: Parts, form: Form) -> QuantizedWe
         for info in ordered:
             reader.release(info)
         return quantize(dense, form.bits, form.group_size, source=form.source)
+    if all(info.qtype in DOT_DIRECT for info in ordered):
+        return _assemble_dot_codes(reader, ordered, form)
     pieces = []
     for info in ordered:
         fields = codes(info, reader.raw(info))  # copies of the bytes: the pages can go
@@ -176,6 +209,35 @@ def _assemble(reader: GGUFTensorReader, parts: Parts, form: Form) -> QuantizedWe
     q, scale = torch.cat([p.q for p in pieces]), torch.cat([p.scale for p in pieces])
     zero = None if form.bits == 8 else torch.cat([p.zero for p in pieces if p.zero is not None])
     return QuantizedWeight(form.bits, BLOCK, q, scale, zero, form.source)
+
+
+def _assemble_dot_codes(reader: GGUFTensorReader, ordered: list[TensorInfo], form: Form) -> QuantizedWeight:
+    """`_assemble` of Q8_0 / Q4_0 / Q4_1 parts: the codes straight in int8_dot's layout (its packing then copies
+    nothing); `QuantizedWeight.q` unpacks them for any other consumer. Scales and zeros as from_q8_0 / from_q4_*."""
+    parts = []
+    for info in ordered:
+        parts.append(dot_part(info, reader.raw(info)))  # copies of the bytes: the pages can go
+        reader.release(info)
+    codes, scale = _rows([part[0] for part in parts]), _rows([part[1] for part in parts])
+    zeros = [part[2] for part in parts if part[2] is not None]  # 4-bit parts' (a fused layer's are of one width)
+    zero = _rows(zeros) if zeros else None
+    return QuantizedWeight(form.bits, BLOCK, None, scale, zero, form.source, dot_codes=codes)
+
+
+def dot_part(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(codes in int8_dot's layout, scale, zero or None for Q8_0) of one Q8_0 / Q4_0 / Q4_1 tensor, rows un-permuted:
+    scale and zero as from_q8_0 / from_q4_0 / from_q4_1 give them (value = (u - 8) * scale + zero for 4 bits)."""
+    fields = dot_codes(info, raw)
+    if info.permute_heads:
+        fields = tuple(unpermute_rows(f, info.permute_heads) for f in fields)
+    if info.qtype == Q.Q8_0:
+        return fields[0], fields[1], None
+    zero = fields[2] + 8 * fields[1] if info.qtype == Q.Q4_1 else torch.zeros_like(fields[1])
+    return fields[0], fields[1], zero
+
+
+def _rows(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _parts_by_weight(model: nn.Module, source: GGUFSource) -> dict[int, Parts]:

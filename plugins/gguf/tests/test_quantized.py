@@ -11,12 +11,16 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
+from kernelbay_gguf import quantized
 from kernelbay_gguf.format import GGUFFormat
-from kernelbay_gguf.quantized import CONSTRUCTORS, TABLE_ROWS, codes
+from kernelbay_gguf.quantized import CONSTRUCTORS, TABLE_ROWS, codes, dot_part
+from kernelbay_gguf.slices import unpermute_rows
 from kernelbay_gguf.tensors import TensorInfo
 
 from kernelbay.cli import main
 from kernelbay_engine import LLM, AutoModelForCausalLM, SamplingParams
+from kernelbay_engine.quant import QuantizedWeight
+from kernelbay_engine.quant.kernels import _dot_layout
 from kernelbay_engine.runner import StepRequest
 from plugins.engine.tests.quant._kernels_here import (
     DOT,
@@ -367,3 +371,58 @@ def test_packing_on_one_thread_leaves_torchs_threads_as_they_were(tiny_gguf, mon
     finally:
         torch.set_num_threads(threads)
     assert seen and set(seen) == {1}
+
+
+DIRECT = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+
+
+def _old_and_direct(qtype: Q, rows: int, cols: int, heads: int = 0):
+    """(weight unpacked to one-byte codes, weight built straight in int8_dot's layout) of the same random blocks."""
+    raw = gguf.quants.quantize(np.random.default_rng(cols).standard_normal((rows, cols)).astype(np.float32), qtype)
+    info = TensorInfo("blk.0.attn_q.weight", qtype, (rows, cols), 0, raw.nbytes, raw.nbytes, permute_heads=heads)
+    fields = codes(info, raw)
+    if heads:
+        fields = tuple(unpermute_rows(f, heads) for f in fields)
+    codes_, scale, zero = dot_part(info, raw)
+    bits = 8 if qtype == Q.Q8_0 else 4
+    return CONSTRUCTORS[qtype](*fields), QuantizedWeight(bits, 32, None, scale, zero, f"GGUF {qtype.name}", codes_)
+
+
+@pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
+@pytest.mark.parametrize(("rows", "cols", "heads"), [(7, 96, 0), (6, 128, 0), (8, 160, 2)], ids=["odd", "even", "perm"])
+def test_int8_dot_layout_from_the_blocks_is_byte_identical_to_unpack_then_pack(qtype, rows, cols, heads):
+    """Q8_0 / Q4_0 / Q4_1 blocks shuffled straight into int8_dot's layout give the bytes _dot_layout packs from the
+    unpacked codes (odd block counts padded alike, Q/K rows un-permuted), and `q` unpacks the same codes on demand."""
+    old, direct = _old_and_direct(qtype, rows, cols, heads)
+    assert direct.unpacked is None, "the one-byte codes were built although int8_dot's layout was"
+    for want, got in zip(_dot_layout(old), _dot_layout(direct), strict=True):
+        assert want.dtype == got.dtype and torch.equal(want.view(torch.uint8), got.view(torch.uint8))
+    assert direct.unpacked is None, "int8_dot's packing unpacked the codes"
+    assert torch.equal(direct.q, old.q) and torch.equal(direct.scale, old.scale)
+    assert (direct.zero is None) == (old.zero is None) and (old.zero is None or torch.equal(direct.zero, old.zero))
+    assert torch.equal(direct.dequantize(), old.dequantize()) and direct.nbytes() == old.nbytes()
+
+
+@pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_a_gguf_load_on_direct_codes_packs_and_generates_as_unpack_then_pack(tiny_gguf, monkeypatch, name, qtype):
+    """LLM(x.gguf) with the codes built straight in int8_dot's layout holds every layer's packed codes (the tied
+    table's rows too) byte for byte as unpacking then packing does, and greedy tokens are unchanged."""
+    skip_where_dense(qtype)
+    path = tiny_gguf(name, qtype)
+    direct = LLM(path, progress=False)
+    monkeypatch.setattr(quantized, "DOT_DIRECT", frozenset())  # every part through codes() and _dot_layout
+    old = LLM(path, progress=False)
+    assert direct.quant_report == old.quant_report
+    native = {n: getattr(getattr(m, "method", None), "native", None) for n, m in direct.model.named_modules()}
+    held = {n: packed for n, packed in native.items() if packed is not None}
+    assert held or not DOT, "no layer runs int8_dot"
+    for n, m in old.model.named_modules():
+        if n in held:
+            assert all(torch.equal(a, b) for a, b in zip(held[n][:3], m.method.native[:3], strict=True)), n
+    ids = torch.arange(16)
+    torch.testing.assert_close(direct.model.input_embeddings()(ids), old.model.input_embeddings()(ids), rtol=0, atol=0)
+    params = SamplingParams(max_tokens=12, temperature=0)
+    prompts = [[1, 5, 9], [2, 7, 3, 11]]
+    tokens = [o.token_ids for o in direct.generate(prompts, params)]
+    assert tokens == [o.token_ids for o in old.generate(prompts, params)]

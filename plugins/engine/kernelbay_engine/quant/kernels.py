@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from kernelbay.errors import ConfigError
-from kernelbay_engine.quant.weights import QuantizedWeight
+from kernelbay_engine.quant.weights import DOT_BLOCK, QuantizedWeight, codes_from_dot_layout
 
 INT4_GROUPS = (32, 64, 128, 256)  # what aten's int4 CPU kernel accepts as qGroupSize
 _INT4_ROWS = 16  # its packing needs N divisible by 16: other N are padded with zero rows
@@ -201,7 +201,6 @@ def _int4_pack(codes_of: Callable[[int, int], torch.Tensor], scale, zero, group:
     return Packed(run, packed.numel() + scales_zeros.numel() * 2)
 
 
-DOT_BLOCK = 32  # the native dot kernel's block: activations quantized per 32, weights' scales held per 32
 _DOT_PACK_ROWS = 4096  # rows converted at a time (bounds the int16 copy of a large 8-bit weight)
 
 
@@ -257,7 +256,7 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
     """qdot.cpp's layout: unsigned codes u (w = d * u + m per block of 32, d and m fp16 [N, K / 32]), blocks in pairs
     (the codes padded to an even block count with a zero block); 4-bit pairs as 32 bytes (byte i = u[2j, i] |
     u[2j + 1, i] << 4), 8-bit as 64."""
-    n, k = w.q.shape
+    n, k = w.out_features, w.in_features
     blocks = k // DOT_BLOCK
     padded = blocks + blocks % 2
     per_block = w.group_size // DOT_BLOCK
@@ -270,6 +269,8 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
             f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "
             f"cannot hold it; choose another linear kernel ({', '.join(KERNEL_NAMES)})"
         )
+    if w.dot_codes is not None:  # built straight from a file's blocks
+        return w.dot_codes, d, m
     if padded == blocks:  # no padding block: whole-tensor ops, one allocation each (no per-chunk page faults)
         return _dot_codes(w.q, w.bits, blocks), d, m
     codes = torch.empty(n, padded * DOT_BLOCK * w.bits // 8, dtype=torch.uint8)  # every byte written below
@@ -297,14 +298,7 @@ def dot_code_rows(native: tuple, rows: torch.Tensor) -> torch.Tensor:
     layout (`Packed.native` of int8_dot: codes, d, m, bits, N), read back from those rows alone (_dot_layout's
     inverse): a tied embedding table looks its rows up in the LM head's codes instead of holding a copy."""
     codes, d, _, bits, _ = native
-    k = d.shape[1] * DOT_BLOCK
-    picked = codes.index_select(0, rows)
-    if bits == 8:
-        q = (picked ^ 0x80).view(torch.int8)  # u = q + 128 as bits (two's complement)
-    else:
-        pairs = picked.view(picked.shape[0], -1, 1, DOT_BLOCK)
-        q = torch.cat([pairs & 0x0F, pairs >> 4], dim=2).reshape(picked.shape[0], -1)
-    return q if q.shape[1] == k else q[:, :k].contiguous()  # an odd block count was padded with a zero block
+    return codes_from_dot_layout(codes.index_select(0, rows), bits, d.shape[1] * DOT_BLOCK)
 
 
 class DenseKernel(LinearKernel):

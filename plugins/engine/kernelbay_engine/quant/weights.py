@@ -18,6 +18,7 @@ import torch
 from kernelbay.errors import ConfigError
 
 GGUF_GROUP = 32  # Q8_0, Q4_0 and Q4_1 blocks: 32 weights along K share one scale (and min)
+DOT_BLOCK = 32  # the native dot kernel's block: activations quantized per 32, weights' scales held per 32
 BITS = (4, 8)
 
 
@@ -27,14 +28,17 @@ class QuantizedWeight:
 
     bits: int
     group_size: int
-    q: torch.Tensor
-    """int8 [N, K] (bits 8) or uint8 [N, K] with values 0..15 (bits 4)."""
+    unpacked: torch.Tensor | None
+    """The codes one per byte (`q`), or None where only `dot_codes` were built: `q` unpacks them on first use."""
     scale: torch.Tensor
     """float32 [N, K // group_size]."""
     zero: torch.Tensor | None = None
     """float32 [N, K // group_size] (bits 4); None for 8-bit."""
     source: str = ""
     """Where the codes came from, for explain: "GGUF Q4_1", "int8 from float32 (per-channel)", ..."""
+    dot_codes: torch.Tensor | None = None
+    """uint8 [N, padded blocks * 32 * bits / 8]: the codes in int8_dot's layout (kernels._dot_layout), where they were
+    built straight from a file's blocks (GGUF Q4_0 / Q4_1 / Q8_0 hold the same codes in another byte order)."""
 
     def __post_init__(self):
         problems = _shape_problems(self)
@@ -42,12 +46,23 @@ class QuantizedWeight:
             raise ConfigError("invalid quantized weight", problems)
 
     @property
+    def q(self) -> torch.Tensor:
+        """int8 [N, K] (bits 8) or uint8 [N, K] with values 0..15 (bits 4); unpacked from `dot_codes` on first use
+        (every consumer but int8_dot's packing reads these) and then held."""
+        if self.unpacked is None:
+            assert self.dot_codes is not None  # _shape_problems holds one of them
+            q = codes_from_dot_layout(self.dot_codes, self.bits, self.in_features)
+            object.__setattr__(self, "unpacked", q)  # a cache of derived state: the weight stays what it was
+            return q
+        return self.unpacked
+
+    @property
     def out_features(self) -> int:
-        return self.q.shape[0]
+        return self.scale.shape[0]
 
     @property
     def in_features(self) -> int:
-        return self.q.shape[1]
+        return self.scale.shape[1] * self.group_size
 
     def dequantize(self, dtype: torch.dtype = torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The weight the codes stand for, [N, K] (the reference every kernel is tested against), or only the
@@ -61,7 +76,7 @@ class QuantizedWeight:
 
     def nbytes(self) -> int:
         """Bytes a kernel streams per use: the codes at their bit width plus the scales."""
-        n = self.q.numel() * self.bits // 8 + self.scale.numel() * 4
+        n = self.out_features * self.in_features * self.bits // 8 + self.scale.numel() * 4
         return n + (self.zero.numel() * 4 if self.zero is not None else 0)
 
 
@@ -88,11 +103,13 @@ def dequantized_rows(
 def _shape_problems(w: QuantizedWeight) -> list[str]:
     if w.bits not in BITS:
         return [f"bits {w.bits}: only {BITS} are supported"]
-    if w.q.dim() != 2:
-        return [f"codes must be 2-D [out, in], got shape {tuple(w.q.shape)}"]
-    n, k = w.q.shape
+    if w.unpacked is None:
+        return _dot_codes_problems(w)
+    if w.unpacked.dim() != 2:
+        return [f"codes must be 2-D [out, in], got shape {tuple(w.unpacked.shape)}"]
+    n, k = w.unpacked.shape
     want = torch.int8 if w.bits == 8 else torch.uint8
-    problems = [] if w.q.dtype == want else [f"{w.bits}-bit codes must be {want}, got {w.q.dtype}"]
+    problems = [] if w.unpacked.dtype == want else [f"{w.bits}-bit codes must be {want}, got {w.unpacked.dtype}"]
     if w.group_size <= 0 or k % w.group_size:
         problems.append(f"in_features {k} is not a multiple of the group size {w.group_size}")
         return problems
@@ -103,6 +120,32 @@ def _shape_problems(w: QuantizedWeight) -> list[str]:
     if (w.bits == 4) != (w.zero is not None):
         problems.append("4-bit weights need a zero tensor, 8-bit weights take none")
     return problems
+
+
+def _dot_codes_problems(w: QuantizedWeight) -> list[str]:
+    """What is wrong with a weight held only as `dot_codes` (its K is the scales' groups times the group size)."""
+    if w.dot_codes is None:
+        return ["a quantized weight needs its codes: unpacked (q) or in int8_dot's layout (dot_codes)"]
+    if w.group_size <= 0 or w.group_size % DOT_BLOCK or w.scale.dim() != 2:
+        return [f"dot_codes need groups of {DOT_BLOCK}k and 2-D scales, got {w.group_size}, {w.scale.dim()}-D"]
+    blocks = w.scale.shape[1] * w.group_size // DOT_BLOCK
+    width = (blocks + blocks % 2) * DOT_BLOCK * w.bits // 8
+    want = (w.scale.shape[0], width)
+    if w.dot_codes.dtype != torch.uint8 or tuple(w.dot_codes.shape) != want:
+        return [f"dot_codes must be uint8 {list(want)}, got {w.dot_codes.dtype} {list(w.dot_codes.shape)}"]
+    zero_ok = (w.bits == 4) == (w.zero is not None) and (w.zero is None or w.zero.shape == w.scale.shape)
+    return [] if zero_ok else ["4-bit weights need a zero tensor shaped as scale, 8-bit weights take none"]
+
+
+def codes_from_dot_layout(codes: torch.Tensor, bits: int, k: int) -> torch.Tensor:
+    """The codes `q` [R, K] (int8 for 8 bits, 0..15 for 4) of rows held in int8_dot's layout (codes [R, padded
+    bytes]: kernels._dot_layout's inverse)."""
+    if bits == 8:
+        q = (codes ^ 0x80).view(torch.int8)  # u = q + 128 as bits (two's complement)
+    else:
+        pairs = codes.view(codes.shape[0], -1, 1, DOT_BLOCK)
+        q = torch.cat([pairs & 0x0F, pairs >> 4], dim=2).reshape(codes.shape[0], -1)
+    return q if q.shape[1] == k else q[:, :k].contiguous()  # an odd block count was padded with a zero block
 
 
 def _groups_of(t: torch.Tensor, name: str, k: int, group: int) -> torch.Tensor:
