@@ -205,7 +205,9 @@ def add_byte_level_tokenizer(
 ) -> None:
     """A small GPT-2 style vocabulary as llama.cpp's converter writes one (`tokenizer.ggml.model` "gpt2"): the
     256 byte symbols, a few merges, three control tokens, `extra_tokens` after them and a chat template."""
-    symbols = list(transformers.convert_slow_tokenizer.bytes_to_unicode().values())
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # the package's attribute is a function
+
+    symbols = list(bytes_to_unicode().values())
     merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ w"]
     tokens = [*symbols, *(m.replace(" ", "") for m in merges), *SPECIAL_TOKENS, *(t for t, _ in extra_tokens)]
     types = [gguf.TokenType.NORMAL] * (len(symbols) + len(merges)) + [gguf.TokenType.CONTROL] * 3
