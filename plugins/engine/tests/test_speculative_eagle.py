@@ -104,14 +104,15 @@ def random_draft(tmp_path_factory, counting_target) -> Path:
 
 @pytest.fixture(scope="session")
 def counting_draft(tmp_path_factory, counting_target) -> Path:
+    return write_counting_draft(tmp_path_factory.mktemp("counting-draft"), counting_target)
+
+
+def write_counting_draft(folder: Path, target: Path) -> Path:
+    """The counting target's draft (counting_draft_tensors) written at `folder`, aux layers AUX_LAYERS."""
     config = draft_config(
-        target_config(counting_target),
-        draft_vocab_size=VOCAB,
-        eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS},
+        target_config(target), draft_vocab_size=VOCAB, eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS}
     )
-    return write_draft(
-        tmp_path_factory.mktemp("counting-draft"), config, counting_draft_tensors(counting_target, config)
-    )
+    return write_draft(folder, config, counting_draft_tensors(target, config))
 
 
 _LLMS: dict = {}

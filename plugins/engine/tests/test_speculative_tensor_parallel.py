@@ -17,7 +17,7 @@ from kernelbay_engine import LLM, SamplingParams
 
 from .checkpoints import build_tiny_llama
 from .eagle3_drafts import draft_config, random_tensors, target_config, write_draft
-from .test_speculative_eagle import AUX_LAYERS, VOCAB, build_counting_target, counting_draft_tensors
+from .test_speculative_eagle import build_counting_target, write_counting_draft
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
 PROMPTS = [
@@ -40,13 +40,7 @@ def counting_target(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def counting_draft(tmp_path_factory, counting_target) -> Path:
     """Guesses the counting target's next tokens; no token table of its own (it looks tokens up in the target's)."""
-    config = draft_config(
-        target_config(counting_target),
-        draft_vocab_size=VOCAB,
-        eagle_config={"eagle_aux_hidden_state_layer_ids": AUX_LAYERS},
-    )
-    tensors = counting_draft_tensors(counting_target, config)
-    return write_draft(tmp_path_factory.mktemp("tp-counting-draft"), config, tensors)
+    return write_counting_draft(tmp_path_factory.mktemp("tp-counting-draft"), counting_target)
 
 
 @pytest.fixture(scope="module")
