@@ -643,3 +643,48 @@ def test_explain_names_a_drafts_target_model_type_and_own_embedding(counting_dra
     assert section["aux_layer_ids"] == AUX_LAYERS
     assert main(["explain", str(counting_draft), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sections"]["draft"]["embedding"] == "target"
+
+
+@pytest.mark.parametrize("ids", ["x", -1, [], [1, "a", 2], [1, True, 2], [0, -2, 1], {"layers": [1, 2, 3]}])
+def test_malformed_aux_layer_ids_are_a_config_error_naming_the_field(ids, tmp_path, capsys):
+    """A draft config whose eagle_aux_hidden_state_layer_ids is no list of layer indices: explain (and run, which
+    reads the same field) fail with a one-line config error naming it, not a traceback (the config fuzzer's case)."""
+    from kernelbay.cli import main
+
+    raw = json.loads((SHARED / "eagle3-draft-llama3-8b-eagle3" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}))
+    assert main(["explain", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids must be a list of target layer indices" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_eagle_config_that_is_no_object_is_a_config_error(tmp_path, capsys):
+    from kernelbay.cli import main
+
+    raw = json.loads((SHARED / "eagle3-draft-llama3-8b-eagle3" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {"eagle_config": 5}))
+    assert main(["explain", str(tmp_path)]) == 1
+    assert "eagle_config must be an object" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("target_model_type", 0),
+        ("target_model_type", ""),
+        ("target_hidden_size", "x"),
+        ("target_hidden_size", 0),
+        ("target_hidden_size", 2.5),
+    ],
+)
+def test_malformed_target_fields_are_a_config_error_naming_them(field, value, tmp_path, capsys):
+    """target_model_type / target_hidden_size of the wrong type: a one-line config error naming the field (found by
+    the config fuzzer: explain wrote a document the schema refuses, or raised ValueError)."""
+    from kernelbay.cli import main
+
+    raw = json.loads((SHARED / "eagle3-draft-llama3-8b-eagle3" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(raw | {field: value}))
+    assert main(["explain", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{field} must" in err and len(err.strip().splitlines()) == 1, err

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from kernelbay.errors import ConfigError
 from kernelbay_engine.errors import DraftMismatch, MissingWeights
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def check_draft(draft: ModelConfig, target: ModelConfig) -> None:
             f"{where} is a {draft.architecture} checkpoint, not an EAGLE-3 draft (its config.json has no "
             f"draft_vocab_size); give a draft folder trained for this model, or speculative='ngram'"
         )
-    trained_for = getattr(draft.hf_config, "target_model_type", None)
+    trained_for = target_model_type(draft)
     if trained_for and trained_for != target.model_type:
         raise DraftMismatch(
             f"{where} is a draft for {trained_for!r} models (target_model_type), but the target is a "
@@ -105,7 +106,22 @@ def check_draft(draft: ModelConfig, target: ModelConfig) -> None:
 
 def target_hidden_size(draft: ModelConfig) -> int:
     """Width of each target hidden state the draft fuses: `target_hidden_size`, else the draft's own hidden_size."""
-    return int(getattr(draft.hf_config, "target_hidden_size", None) or draft.hidden_size)
+    value = getattr(draft.hf_config, "target_hidden_size", None)
+    if value is None:
+        return draft.hidden_size
+    if type(value) is not int or value < 1:
+        raise ConfigError(
+            f"{draft.source}: target_hidden_size must be a positive int (the target's hidden_size), got {value!r}"
+        )
+    return value
+
+
+def target_model_type(draft: ModelConfig) -> str | None:
+    """The model type the draft says it was trained for (`target_model_type`), None when it does not say."""
+    value = getattr(draft.hf_config, "target_model_type", None)
+    if value is None or (isinstance(value, str) and value.strip()):
+        return value
+    raise ConfigError(f'{draft.source}: target_model_type must name a model type (e.g. "llama"), got {value!r}')
 
 
 def _check_hidden_size(draft: ModelConfig, target: ModelConfig, where: str) -> None:
@@ -126,10 +142,22 @@ def aux_layer_ids(draft: ModelConfig, target_num_layers: int) -> tuple[int, ...]
 
 
 def declared_aux_layer_ids(draft: ModelConfig) -> list[int] | None:
-    """`eagle_config.eagle_aux_hidden_state_layer_ids` as the draft config gives them (None: not given)."""
+    """`eagle_config.eagle_aux_hidden_state_layer_ids` as the draft config gives them (None: not given); a value that
+    is no list of layer indices is a ConfigError naming the field."""
     eagle = getattr(draft.hf_config, "eagle_config", None)
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-    return [int(i) for i in ids] if ids else None
+    if eagle is None:
+        return None
+    if not isinstance(eagle, dict):
+        raise ConfigError(f"{draft.source}: eagle_config must be an object (as SpecForge writes it), got {eagle!r}")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        return None
+    if not (isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids)):
+        raise ConfigError(
+            f"{draft.source}: eagle_config.eagle_aux_hidden_state_layer_ids must be a list of target layer indices "
+            f"(ints >= 0, e.g. [2, 16, 29]), got {ids!r}; remove it for EAGLE-3's default (2, L // 2, L - 3)"
+        )
+    return list(ids)
 
 
 def _check_aux_layers(draft: ModelConfig, target: ModelConfig, where: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kernelbay.errors import KernelbayError
 from kernelbay_engine.explain.text import COUNT_UNITS, scaled
-from kernelbay_engine.speculative.eagle import declared_aux_layer_ids, target_hidden_size
+from kernelbay_engine.speculative.eagle import declared_aux_layer_ids, target_hidden_size, target_model_type
 
 
 def draft_section(config, _options: dict) -> dict | None:
@@ -15,7 +15,7 @@ def draft_section(config, _options: dict) -> dict | None:
     if not config.is_draft:
         return None
     section = {
-        "target_model_type": getattr(config.hf_config, "target_model_type", None),
+        "target_model_type": target_model_type(config),
         "vocab_size": config.vocab_size,
         "draft_vocab_size": config.draft_vocab_size,
         "target_hidden_size": target_hidden_size(config),
