@@ -13,11 +13,11 @@ import pytest
 import kernelbay.models
 from kernelbay import register_model
 from kernelbay.attention import AttentionRequirements, clear_selection_cache, select_attention_backend
-from kernelbay.cli._doctor import findings as doctor_findings
 from kernelbay.errors import UnknownNameError
 from kernelbay.platforms import current_platform
 from kernelbay.registry import Registry, default_registry, load_custom_module_dirs, reset_registry
 from kernelbay.registry._discovery import discover
+from kernelbay.testing.doctor import findings as doctor_findings
 
 REFUSALS = [
     ({"KERNELBAY_DISABLE_PLUGINS": "kb-fixture-other"}, "kb_other.modeling", "OtherForCausalLM", "DISABLE"),

@@ -4,7 +4,8 @@
   not-claimed / skipped); also `kernelbay check-backend NAME` and `pytest --kernelbay-backend NAME`;
 - the named batch specs: `BatchSpec`, `SPECS`, `MLA_SPECS`, `ALL_SPECS`, `TOLERANCE`;
 - the dense reference: `reference_attention`; the engine-like driver: `run_backend`, `make_data`;
-- MoE kernels: `check_moe_backend`, `MOE_SPECS` / `MoESpec`, `reference_moe`, `make_moe_data`.
+- MoE kernels: `check_moe_backend`, `MOE_SPECS` / `MoESpec`, `reference_moe`, `make_moe_data`;
+- the installed plugins as a whole: `kernelbay.testing.doctor.findings()`, which `kernelbay doctor` prints.
 
 Importing this package imports nothing heavy (no torch) until a name is used: pytest loads its plugin
 module in every run.
