@@ -137,6 +137,26 @@ def test_a_slow_load_of_a_cached_build_says_nothing(ops):
     assert "native CPU ops loaded" in done.stdout and native.BUILDING not in done.stderr, done.stderr
 
 
+def test_a_cached_build_is_imported_without_torchs_build_machinery(ops):
+    """A finished build is imported as is: torch.utils.cpp_extension (setuptools, a build file written and ninja
+    run for its up-to-date check, ~0.1 s of every start) is not imported."""
+    done = _run(CHECK + "    import sys; print('torch.utils.cpp_extension' in sys.modules)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["native", "CPU", "ops", "loaded", f"({ops.__file__})", "False"], done.stdout
+
+
+@pytest.mark.parametrize("xdg", [None, "elsewhere"])
+def test_the_default_build_root_is_torchs(tmp_path, monkeypatch, xdg):
+    """Where a cached build is looked for without torch's function is where torch's function says."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / xdg))
+    assert native.default_build_root() == get_default_build_root()
+
+
 @pytest.mark.slow
 def test_a_stale_build_lock_is_removed_and_the_ops_built(tmp_path):
     """A lock file left by a build killed midway (`touch .../lock`) is not waited on forever: it is removed,
