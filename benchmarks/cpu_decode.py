@@ -11,6 +11,9 @@ kernelbay-q4_1 the same with `quantization="gguf"` said explicitly. Every engine
 its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
 (token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
 ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
+`--new-tokens 1` measures prompt processing instead (`--prompt-len 512 --batches 1 --new-tokens 1`: PP-512): the
+table gives prompt tokens / wall time of the call, which is the prefill and one sampled token. kernelbay runs
+without its prefix cache, so every call prefills its prompts, as llama.cpp's does.
 llama.cpp runs through `llama-cpp-python` in a separate interpreter (--llamacpp-python, default
 $LLAMACPP_PYTHON): without one its rows are skipped, with a line saying so. The read bandwidth is measured
 here (torch sum over 1 GiB with the same threads); "% of bw" is (weight bytes read per step / step time) over it.
@@ -112,11 +115,11 @@ def float_gguf(gguf: Path, work: Path, kind: str) -> Path:
 
 
 def prompts(folder: Path, batch: int, length: int) -> list[list[int]]:
-    """`batch` different 32-token prompts: windows of one text's token ids, each starting with BOS."""
+    """`batch` different `length`-token prompts: windows of one text's token ids, each starting with BOS."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(folder)
-    ids = tok(PROMPT_TEXT * 4, add_special_tokens=False)["input_ids"]
+    ids = tok(PROMPT_TEXT * (4 + (length + 3 * batch) // 40), add_special_tokens=False)["input_ids"]
     bos = tok.bos_token_id if tok.bos_token_id is not None else ids[0]
     return [[bos, *ids[3 * i : 3 * i + length - 1]] for i in range(batch)]
 
@@ -167,6 +170,7 @@ def child(job: dict) -> dict:
     ops = _ops_per_decode_step(run, job["prompts"]) if engine.startswith("kernelbay") else None
     return {
         "tok_s": n / best,
+        "prompt_tok_s": sum(map(len, job["prompts"])) / best,  # with --new-tokens 1: prompt processing speed
         "seconds": best,
         "load_s": load_s,
         "rss": rss,
@@ -215,6 +219,8 @@ def _kernelbay(job: dict):
         options: dict = {"quantization": FILE_QUANTIZED[mode]}
     else:
         options = {"quantization": mode} if mode in ("int8", "int4") else {"dtype": DTYPES[mode]}
+    # no prefix cache: every call prefills its prompts, as llama.cpp's (its memory cleared each call) does
+    options["enable_prefix_caching"] = False
     llm = LLM(job["model"], progress=False, max_num_seqs=len(job["prompts"]), kv_cache_memory="256MiB", **options)
 
     def run(prompts, new_tokens):
@@ -372,8 +378,10 @@ def kernel_steps(threads: int, rows: int, bandwidth: float) -> list[str]:
 
 
 # -- report --------------------------------------------------------------------------------------------
-def table(results: dict, batches, bandwidth: float) -> str:
-    head = "| engine | " + " | ".join(f"batch {b} tok/s | x llama.cpp | % of bw" for b in batches)
+def table(results: dict, batches, bandwidth: float, rate: str = "tok_s") -> str:
+    """`rate`: "tok_s" (generated tokens a second) or "prompt_tok_s" (prompt tokens a second: --new-tokens 1)."""
+    what = "tok/s" if rate == "tok_s" else "prompt tok/s"
+    head = "| engine | " + " | ".join(f"batch {b} {what} | x llama.cpp | % of bw" for b in batches)
     head += " | aten ops per step | load s | peak RSS MiB | weights MiB | tokens = kernelbay-fp32 |"
     lines = [head, "|" + "---|" * (1 + 3 * len(batches) + 5)]
     for engine, per_batch in results.items():
@@ -387,12 +395,12 @@ def table(results: dict, batches, bandwidth: float) -> str:
             if "error" in r:
                 cells += [r["error"], "-", "-"]
                 continue
-            ref = _reference(results, engine, b)
+            ref = _reference(results, engine, b, rate)
             step_s = r["seconds"] / (sum(len(t) for t in r["tokens"]) / b)
             cells += [
-                f"{r['tok_s']:.1f}",
-                f"{r['tok_s'] / ref:.2f}" if ref else "-",
-                f"{r['weight_bytes'] / step_s / 1e9 / bandwidth:.0%}",
+                f"{r[rate]:.1f}",
+                f"{r[rate] / ref:.2f}" if ref else "-",
+                f"{r['weight_bytes'] / step_s / 1e9 / bandwidth:.0%}" if rate == "tok_s" else "-",
             ]
         same = _agreement(results, engine, batches[0])
         ops = "/".join(str(r["ops"]) for r in per_batch.values() if r.get("ops") is not None) or "-"
@@ -402,12 +410,12 @@ def table(results: dict, batches, bandwidth: float) -> str:
     return "\n".join(lines)
 
 
-def _reference(results, engine: str, batch: int) -> float | None:
+def _reference(results, engine: str, batch: int, rate: str = "tok_s") -> float | None:
     """The llama.cpp row an engine is compared with: Q4_1 for int4 (same file), F32 for fp32, F16 for bf16."""
     nearest = {"int4": "q4_1", "q4_1": "q4_1", "gguf": "q4_1", "int8": "q4_1", "bf16": "f16"}  # gguf: its Q4_1 codes
     ref = f"llamacpp-{nearest.get(engine.rpartition('-')[2], 'f32')}"
     r = results.get(ref, {}).get(batch)
-    return r["tok_s"] if r and "error" not in r else None
+    return r[rate] if r and "error" not in r else None
 
 
 def _agreement(results, engine: str, batch: int) -> str:
@@ -497,7 +505,7 @@ def main() -> None:
             print("\n".join(kernel_steps(args.threads, rows, bandwidth)), flush=True)
     rounds = [run_round(args, gguf, folder, i) for i in range(args.rounds)]
     results = best_of_rounds(rounds)
-    text = table(results, args.batches, bandwidth)
+    text = table(results, args.batches, bandwidth, "prompt_tok_s" if args.new_tokens == 1 else "tok_s")
     if args.rounds > 1:
         text += "\n\n" + round_ratios(rounds, args.batches)
     print(text)
