@@ -80,10 +80,10 @@ class GGUFFormat(CheckpointFormat):
         """transformers' tokenizer built from the file's vocabulary, merges, special tokens and chat template: a
         byte-level BPE vocabulary by kernelbay_gguf.vocabulary (no second parse, no transformers `models` import),
         any other (sentencepiece, or a folder whose tokenizer_config.json names the class) by transformers."""
-        metadata = read_gguf(path, TokenizerError).metadata
+        parsed = read_gguf(path, TokenizerError)
         try:
-            if is_byte_level(metadata) and not (path.parent / "tokenizer_config.json").exists():
-                tokenizer = byte_level_tokenizer(path, metadata)
+            if is_byte_level(parsed.metadata) and not (path.parent / "tokenizer_config.json").exists():
+                tokenizer = byte_level_tokenizer(path, parsed.metadata, parsed.arrays)
             else:
                 tokenizer = _tokenizer_class(path).from_pretrained(str(path.parent), gguf_file=path.name)
         except Exception as err:  # transformers raises anything on an unexpected vocabulary layout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class ParsedFile:
     tensors: tuple[TensorInfo, ...]
     has_tokenizer: bool
     layout: DataLayout  # where the tensor data lies: what the tensor table must tile
+    arrays: Mapping[str, int]  # array key -> where it lies (header.read_arrays reads the vocabulary from there)
 
 
 class _Unreadable(Exception):
@@ -48,7 +50,7 @@ def _parse(path: Path, size: int, mtime: int) -> ParsedFile:
     except (HeaderError, ValueError, OSError) as err:  # ValueError: mmap of an empty file
         raise _Unreadable(f"{path} is not a readable GGUF file ({err}); {_FIX}") from None
     layout = DataLayout(header.data_start, header.alignment, size)
-    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata, layout)
+    return ParsedFile(header.metadata, tensors, "tokenizer.ggml.tokens" in header.metadata, layout, header.arrays)
 
 
 def read_gguf(path: Path, error: type[Exception] = CheckpointError) -> ParsedFile:

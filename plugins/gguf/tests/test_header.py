@@ -107,3 +107,40 @@ def test_alignment_must_be_a_power_of_two(tmp_path):
     path.write_bytes(_header_bytes(kvs=1) + entry)
     with pytest.raises(HeaderError, match=r"general\.alignment 48 is not a power of two"):
         read_header(path)
+
+
+def test_a_load_walks_the_header_once(smollm2, monkeypatch):
+    """`LLM(FILE)` (config, tokenizer, tensors, codes) walks SmolLM2's header once: the tokenizer reads its
+    vocabulary from where that walk found it (kernelbay_gguf.header.read_arrays), not by parsing the file again."""
+    from kernelbay_gguf import header, parsed
+
+    from kernelbay_engine import LLM
+
+    walks = []
+    entry = header._tensor_entry  # each walk reads the tensor table, one entry per tensor
+    monkeypatch.setattr(header, "_tensor_entry", lambda cursor: walks.append(1) or entry(cursor))
+    parsed._parse.cache_clear()  # a parse of an earlier test would be served from the cache
+    llm = LLM(smollm2, max_num_seqs=1)
+    assert len(walks) == len(parsed.read_gguf(smollm2).tensors)
+    assert llm.tokenizer is not None and len(llm.tokenizer.hf) == 49152
+
+
+def test_arrays_are_read_from_where_the_header_walk_found_them(tmp_path):
+    """read_arrays gives each named array whole (strings and numbers), skips names the file lacks, and refuses an
+    array whose length is not the one parsed (the file changed since)."""
+    from kernelbay_gguf.header import read_arrays
+
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_array("t.strs", ["a", "Ünï", ""])
+    writer.add_uint32("t.u32", 7)
+    writer.add_array("t.ints", [1, -2, 3])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    header = read_header(path)
+    arrays = read_arrays(path, ("t.ints", "t.strs", "t.none"), header.arrays, header.metadata)
+    assert arrays == {"t.ints": [1, -2, 3], "t.strs": ["a", "Ünï", ""]}
+    with pytest.raises(HeaderError, match=r"t\.ints holds 3 items where the header said 4: the file changed"):
+        read_arrays(path, ("t.ints",), header.arrays, {**header.metadata, "t.ints": 4})
