@@ -12,7 +12,8 @@ from kernelbay.errors import ConfigError
 
 from . import _geometry as geo
 from ._fields import Fields
-from ._layers import LayerPlan, resolve_layers
+from ._layers import ConfigSignature, LayerPlan, config_signature, resolve_layers
+from ._llama import is_llama_parse, llama_config_parameters
 from ._loading import (
     CONFIG_FILE,
     hf_config_from_dict,
@@ -90,6 +91,9 @@ def build_from_hf_config(record: type[ModelConfig], hf_config, encoder_only: boo
 def _parsed(hf_config) -> dict[str, Any]:
     """transformers' view of the config, legacy attribute names (`n_embd`) included."""
     parsed = hf_config.to_dict()
+    (PretrainedConfig,) = transformers_names("PretrainedConfig")
+    if type(hf_config) is PretrainedConfig:  # its to_dict writes the class's model_type (""), not the config's
+        parsed["model_type"] = hf_config.model_type
     for alias, attribute in getattr(hf_config, "attribute_map", {}).items():
         parsed.setdefault(alias, getattr(hf_config, attribute, None))
     return parsed
@@ -110,7 +114,7 @@ def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None,
     if encoder:
         plan = LayerPlan((LayerKind.ENCODER,) * n_layers)
     else:
-        plan = resolve_layers(f, rules, n_layers, max_positions, type(geometry_config))
+        plan = resolve_layers(f, rules, n_layers, max_positions, _signature(geometry_config))
     kv_heads = _layer_kv_heads(f, plan, heads)
     position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
     return record(
@@ -149,6 +153,14 @@ def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None,
         source=str(folder) if folder else None,
         hf_config=hf_config,
     )
+
+
+def _signature(config) -> ConfigSignature | None:
+    """The signature of the class `config` is a parse of: LlamaConfig's for a Llama config held in the generic
+    PretrainedConfig (known without importing the class), else its own class's."""
+    if is_llama_parse(config):
+        return ConfigSignature("LlamaConfig", llama_config_parameters())
+    return config_signature(type(config))
 
 
 def _layer_kv_heads(f: Fields, plan: LayerPlan, heads: int) -> tuple[int, ...]:

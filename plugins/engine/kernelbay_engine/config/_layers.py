@@ -59,22 +59,41 @@ class LayerPlan:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigSignature:
+    """A transformers config class as the generic plan reads it: its name and the parameters its __init__ takes."""
+
+    name: str
+    parameters: frozenset[str]
+
+
+def config_signature(config_class: type) -> ConfigSignature | None:
+    """transformers' config class's signature; None for a plugin's or the folder's class (taken at its word), or one
+    whose signature cannot be read."""
+    if not config_class.__module__.startswith("transformers."):
+        return None
+    try:
+        return ConfigSignature(config_class.__name__, frozenset(inspect.signature(config_class).parameters))
+    except (TypeError, ValueError):
+        return None
+
+
 def resolve_layers(
-    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, config_class: type | None
+    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, signature: ConfigSignature | None
 ) -> LayerPlan:
     """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
-    plan = rules.ask("layers") or _generic_plan(f, n_layers, config_class)
+    plan = rules.ask("layers") or _generic_plan(f, n_layers, signature)
     return _drop_window_beyond_context(f, _with_sizes(f, plan), max_positions)
 
 
-def _generic_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
+def _generic_plan(f: Fields, n_layers: int, signature: ConfigSignature | None) -> LayerPlan:
     listed = f.get("layer_types")  # as written, else as the config class computed them
     if listed is not None:  # an older spelling of a kind means today's (as transformers remaps it)
         return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
     chunk = _size_or_none(f, "attention_chunk_size", f.get_int("attention_chunk_size"))
-    if chunk and _applies(f, config_class, "attention_chunk_size", chunk, "chunked attention"):  # Llama4TextConfig
+    if chunk and _applies(f, signature, "attention_chunk_size", chunk, "chunked attention"):  # Llama4TextConfig
         return LayerPlan((LayerKind.CHUNKED,) * n_layers)
-    return _sliding_plan(f, n_layers, config_class)
+    return _sliding_plan(f, n_layers, signature)
 
 
 def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
@@ -86,32 +105,29 @@ def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
     return dataclasses.replace(plan, sliding_window=window, attention_chunk_size=chunk)
 
 
-def _sliding_plan(f: Fields, n_layers: int, config_class: type | None) -> LayerPlan:
+def _sliding_plan(f: Fields, n_layers: int, signature: ConfigSignature | None) -> LayerPlan:
     window = _sliding_window(f)
     if window is None:
         return LayerPlan((LayerKind.FULL,) * n_layers)
     pattern = f.get_int("sliding_window_pattern")
     if pattern:  # Gemma 3, Cohere 2: every pattern-th layer is global
         kinds = tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING for i in range(n_layers))
-    elif _applies(f, config_class, "sliding_window", window, "sliding-window attention"):  # Mistral, Phi-3, ...
+    elif _applies(f, signature, "sliding_window", window, "sliding-window attention"):  # Mistral, Phi-3, ...
         kinds = (LayerKind.SLIDING,) * n_layers  # every layer slides
     else:
         kinds = (LayerKind.FULL,) * n_layers
     return LayerPlan(kinds, window if LayerKind.SLIDING in kinds else None)
 
 
-def _applies(f: Fields, config_class: type | None, parameter: str, value: int, what: str) -> bool:
+def _applies(f: Fields, signature: ConfigSignature | None, parameter: str, value: int, what: str) -> bool:
     """A transformers config class applies `sliding_window` / `attention_chunk_size` only if it takes it as a
     parameter (MistralConfig does, LlamaConfig does not), as the model built from it would; a plugin's or the
-    folder's class is taken at its word. Ignored with a note otherwise."""
-    if config_class is None or not config_class.__module__.startswith("transformers."):
+    folder's class (no signature) is taken at its word. Ignored with a note otherwise."""
+    if signature is None:
         return True
-    try:
-        takes = parameter in inspect.signature(config_class).parameters
-    except (TypeError, ValueError):
-        return True
+    takes = parameter in signature.parameters
     if not takes:
-        f.notes.append(f"{parameter}={value} ignored: {config_class.__name__} has no {what}")
+        f.notes.append(f"{parameter}={value} ignored: {signature.name} has no {what}")
     return takes
 
 

@@ -26,6 +26,7 @@ from kernelbay.errors import (
 
 from ._fields import MAX_LAYERS, check_size
 from ._geometry import LAYERS
+from ._llama import plain_llama_config
 from ._transformers import transformers_names
 
 CONFIG_FILE = "config.json"
@@ -107,7 +108,8 @@ def _scan(data: Any) -> tuple[int, tuple[str, float] | None]:
 
 
 def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
-    """The transformers config for `raw`: transformers' own class, a plugin's, or (trusted) the folder's."""
+    """The transformers config for `raw`: transformers' own class, a plugin's, or (trusted) the folder's; a plain
+    Llama config is LlamaConfig's parse held in the generic `PretrainedConfig` (kernelbay_engine.config._llama)."""
     model_type = raw.get("model_type")
     file = folder / CONFIG_FILE
     if not isinstance(model_type, str) or not model_type:
@@ -125,6 +127,9 @@ def load_hf_config(folder: Path, raw: dict[str, Any], trust_remote_code: bool):
             f'{file}: auto_map must map Auto classes to code references ("module.Class"), got {auto_map!r}.'
         )
     remote = auto_map.get("AutoConfig")
+    llama = plain_llama_config(folder, raw)  # LlamaConfig's parse without its ~0.9 s import chain, or None
+    if llama is not None:
+        return llama
     CONFIG_MAPPING, AutoConfig = transformers_names("CONFIG_MAPPING", "AutoConfig")
 
     trusted = bool(trust_remote_code and remote)
@@ -284,13 +289,14 @@ def hf_config_from_dict(file: Path, raw: dict[str, Any]):
 
 def typed_hf_config(hf_config):
     """`hf_config` as its model type's own transformers class (transformers' modeling code reads that class's
-    defaults): a complete config read from a weight file is held in the generic `PretrainedConfig`, parsed here
-    again by the class; any other config is returned as it is."""
+    defaults): a complete config read from a weight file, or a plain Llama config.json, is held in the generic
+    `PretrainedConfig`, parsed here again by the class; any other config is returned as it is."""
     (PretrainedConfig,) = transformers_names("PretrainedConfig")
     if type(hf_config) is not PretrainedConfig:
         return hf_config
     cls = config_class_for(hf_config.model_type)
-    fields = {k: v for k, v in hf_config.to_dict().items() if k != "model_type"}
+    fields = hf_config.to_dict()  # with the class's model_type ("") and this transformers' version: the config's own
+    fields.update(model_type=hf_config.model_type, transformers_version=hf_config.transformers_version)
     return _parse(cls.__name__, f"the {hf_config.model_type} config", lambda: cls.from_dict(fields))
 
 
