@@ -260,9 +260,12 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
     blocks = k // DOT_BLOCK
     padded = blocks + blocks % 2
     per_block = w.group_size // DOT_BLOCK
-    scale = w.scale.repeat_interleave(per_block, dim=1)
+    scale, zero = w.scale, w.zero  # per block of 32 already (GGUF's blocks): no copies
+    if per_block > 1:
+        scale = scale.repeat_interleave(per_block, dim=1)
+        zero = zero.repeat_interleave(per_block, dim=1) if zero is not None else None
     # 4-bit: (u - 8) * scale + zero; 8-bit: u = q + 128, so q * scale = u * scale - 128 * scale
-    offset = w.zero.repeat_interleave(per_block, dim=1) - 8 * scale if w.zero is not None else -128 * scale
+    offset = zero - 8 * scale if zero is not None else -128 * scale
     d, m = scale.to(torch.float16), offset.to(torch.float16)
     if not (torch.isfinite(d).all() and torch.isfinite(m).all()):
         raise ConfigError(
