@@ -10,15 +10,9 @@ import os
 import pytest
 
 
-@pytest.fixture(scope="session")
-def _kernelbay_cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("kernelbay-cache")
-
-
 @pytest.fixture(autouse=True)
-def _clean_kernelbay_env(monkeypatch, _kernelbay_cache_dir):
-    """Tests never see the developer's KERNELBAY_* variables, nor write the developer's cache (one per session)."""
+def _clean_kernelbay_env(monkeypatch):
+    """Tests never see the developer's KERNELBAY_* variables."""
     for key in list(os.environ):
         if key.startswith("KERNELBAY_"):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(_kernelbay_cache_dir))

@@ -357,7 +357,7 @@ def kernel_steps(threads: int, rows: int, bandwidth: float) -> list[str]:
                 nbytes += n * k * layer.weight.element_size()
             model.add_module(f"l{i}", layer)
         if bits is None:
-            prepack_linear_weights(model, rows=(rows,), policy="always")
+            prepack_linear_weights(model, policy="always")
         xs = {k: torch.randn(rows, k, dtype=torch.bfloat16 if bits else dtype) for k in (576, 1536)}
         layers = list(model.children())
         with torch.inference_mode():

@@ -104,7 +104,7 @@ def engine_layer(n: int, k: int, form: str, kernel: str | None = None) -> tuple[
         holder = torch.nn.Module()
         holder.add_module("l", layer)
         if FLOAT_FORMS[form] is not None:
-            report = prepack_linear_weights(holder, rows=(1,), policy="always", forms=(FLOAT_FORMS[form],))
+            report = prepack_linear_weights(holder, policy="always", forms=(FLOAT_FORMS[form],))
             assert report.packed, report.skipped
         return layer, nbytes
     weight = {

@@ -86,9 +86,9 @@ class LLM:
     enable_prefix_caching: prompts that start with the same full KV blocks as an earlier one reuse that
     one's cached blocks and prefill only the rest (kernelbay_engine.prefix_cache; `llm.stats()` counts the
     hits; `llm.prefix_caching` says whether it is on, and why). Outputs are the same with it off.
-    prepack_weights: "auto" reorders CPU float32 linear weights into oneDNN's blocked layout where
-    that is measured faster (see kernelbay_engine.layers.prepack), "always" packs every eligible
-    one, "never" none.
+    prepack_weights: "auto" packs CPU float linear weights of 2^18 elements or more in their kernel's form (fdot's
+    panels for float32 where the native ops run, else oneDNN's blocked layout), decided by rule, not timed (see
+    kernelbay_engine.layers.prepack); "always" packs every eligible one, "never" none.
     quantization: None (default) runs a GGUF file on its own quantized codes ("gguf": its weight format's
     keep_quantized, given the model on meta: no float copy is built; docs/real-model.md has the rule per file type)
     and a safetensors checkpoint on its weights as stored; "none" dequantizes a GGUF file's codes to dense weights.
@@ -214,7 +214,7 @@ class LLM:
         )
         with cache_allocation_errors(kv_cache_memory, scheduler_config.num_blocks * self.runner.bytes_per_block):
             self.runner.allocate_cache(scheduler_config.num_blocks)
-        self.prepack_report = self._prepack(prepack_weights, max_num_seqs)
+        self.prepack_report = self._prepack(prepack_weights)
         proposer = self._proposer(
             speculative, num_speculative_tokens, draft_config, progress, prepack_weights, scheduler_config
         )
@@ -545,8 +545,7 @@ class LLM:
         self, speculative, num_speculative_tokens: int | None, draft: ModelConfig | None, progress, prepack, scheduling
     ):
         """The proposer of speculative decoding (None: plain decoding); the arguments are checked by EngineArgs, a
-        draft's config by `_draft_config`. A draft's linears are packed as the target's (`prepack`: the policy, for
-        `scheduling.max_num_seqs` rows)."""
+        draft's config by `_draft_config`. A draft's linears are packed as the target's (`prepack`: the policy)."""
         from kernelbay_engine.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, NgramProposer
 
         count = num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
@@ -556,14 +555,14 @@ class LLM:
         from kernelbay_engine.speculative.eagle import EagleProposer, load_draft
 
         model = load_draft(draft, self.runner.whole_input_embeddings, progress=progress)
-        prepack_linear_weights(model, rows=(1, min(scheduling.max_num_seqs, 64)), policy=prepack)
+        prepack_linear_weights(model, policy=prepack)
         return EagleProposer(model, self.model, count, block_size=scheduling.block_size)
 
-    def _prepack(self, policy: str, max_num_seqs: int):
-        """Reorder CPU linear weights for oneDNN where measured faster at 1 row and a full decode batch."""
+    def _prepack(self, policy: str):
+        """Pack the CPU linear weights in their kernels' forms (kernelbay_engine.layers.prepack says which, and why)."""
         from kernelbay_engine.layers.prepack import prepack_linear_weights
 
-        return prepack_linear_weights(self.model, rows=(1, min(max_num_seqs, 64)), policy=policy)
+        return prepack_linear_weights(self.model, policy=policy)
 
     def _file_codes_on_meta(self, report: dict[str, str]):
         """The weight format gives the linears its own quantized codes while the model is on meta, so those

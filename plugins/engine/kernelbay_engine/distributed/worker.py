@@ -79,7 +79,7 @@ def _serve(runner, group: TensorParallelGroup) -> None:
 
 
 def _quantize_and_prepack(model, options: dict) -> None:
-    """A worker's linears quantized and prepacked as the driver's LLM does its own (same mode, policy, row counts)."""
+    """A worker's linears quantized and prepacked as the driver's LLM does its own (same mode and policy)."""
     from kernelbay_engine.args import FILE_QUANTIZATION
     from kernelbay_engine.layers.prepack import prepack_linear_weights
     from kernelbay_engine.quant import quantize_model
@@ -87,8 +87,7 @@ def _quantize_and_prepack(model, options: dict) -> None:
     if options.get("quantization") not in (None, FILE_QUANTIZATION):  # a file's own codes were kept as it loaded
         quantize_model(model, options["quantization"])
 
-    rows = (1, min(options.get("max_num_seqs", 64), 64))
-    prepack_linear_weights(model, rows=rows, policy=options.get("prepack_weights", "auto"))
+    prepack_linear_weights(model, policy=options.get("prepack_weights", "auto"))
 
 
 def build_rank_runner(spec: WorkerSpec, group: TensorParallelGroup, runner_cls=None):

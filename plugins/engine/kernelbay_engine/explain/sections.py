@@ -1,6 +1,8 @@
 """The explain document's `sections`: `kv_memory`, what `--memory` holds in the engine's KV-cache blocks,
-`linear_kernels` (`--quantization`, quant/explain.py), `tensor_parallel` (distributed/explain.py) and `draft` (an
-EAGLE-3 draft folder, speculative/explain.py). Each answers None when its option is not given (or the model is no
+`linear_kernels` (`--quantization`, quant/explain.py), `prepack` (how plain CPU linears are packed,
+layers/prepack.py), `tensor_parallel` (distributed/explain.py) and `draft` (an
+EAGLE-3 draft folder, speculative/explain.py). `prepack` answers for every model whose linears keep plain weights;
+the others answer None when their option is not given (or the model is no
 draft); they import torch only when asked for.
 """
 
@@ -14,6 +16,21 @@ def _linear_kernels(config, options: dict) -> dict | None:
     from kernelbay_engine.quant.explain import linear_kernels_section
 
     return linear_kernels_section(config, options)
+
+
+def _prepack(config, options: dict) -> dict | None:
+    """How the CPU linears of a model with plain weights are packed (None where linear_kernels answers instead: a
+    GGUF file's codes, or --quantization int8 / int4)."""
+    from pathlib import Path
+
+    from kernelbay_engine.args import NO_QUANTIZATION, quantization_for
+
+    requested = options.get("quantization")
+    if requested not in (None, NO_QUANTIZATION) or quantization_for(requested, Path(config.source)) is not None:
+        return None
+    from kernelbay_engine.layers.prepack import explain_rule
+
+    return explain_rule(config.dtype)
 
 
 def _tensor_parallel(config, options: dict) -> dict | None:
@@ -84,6 +101,7 @@ def _draft(config, options: dict) -> dict | None:
 SECTIONS = {
     "kv_memory": kv_memory_section,
     "linear_kernels": _linear_kernels,
+    "prepack": _prepack,
     "tensor_parallel": _tensor_parallel,
     "draft": _draft,
 }

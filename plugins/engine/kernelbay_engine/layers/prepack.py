@@ -11,18 +11,24 @@ MKL's `F.linear` runs the few-row products of decoding far below this CPU's GEMM
 `[8, 512] x [512, 32000]` reached ~12 GFLOP/s where a square GEMM reaches ~85). oneDNN with the
 weight reordered once into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, the
 format inductor's CPU freezing pass uses; vLLM's CPU path does the same with its own oneDNN
-binding) ran the same product 2-3x faster. Packing is decided per layer shape by timing dense and each form
-at the row counts the engine will run (weight evicted from cache first), and the dense weight is
-released afterwards, so weights are held once. Measured on a 206 MB fp32 model: steady RSS +29 MiB
-(allocator and oneDNN caches), and a transient +150 MiB while timing (a 64 MiB cache-flush buffer
-and one packed trial copy). A weight shared with another module is left dense (releasing it is
+binding) ran the same product 2-3x faster.
+
+The form is decided by a model of the kernels, not by timing (no trial at load, nothing cached): under "auto" a
+weight of at least MIN_AUTO_NUMEL elements is packed in the first form of FORMS that can take it (fdot for float32
+where the native ops run, else oneDNN's), a smaller one stays dense (its product costs microseconds in any form).
+Measured on this project's reference CPU (benchmarks/RESULTS-cpu-decode.md, run 12), fdot is the fastest form at
+the engine's decode row counts on every layer shape timed (1 and 8 rows) and within 8% of oneDNN at prefill's (256
+to 2048 rows), and a layer on fdot takes the fused decoder halves (layers/fused.py), which one layer on another
+form takes away from its whole block. Timing trials at load had decided otherwise only when the machine was busy
+while they ran, and a cached trial then pinned the slower form. The dense copy is released after packing, so
+weights are held once. A weight shared with another module is left dense (releasing it is
 impossible), except the tied LM head: its product is the largest of a decode step (SmolLM2-135M: 30% of
 it dense), so it is packed as a second copy and the embedding keeps the dense table (+vocab x hidden x
 dtype bytes). bfloat16 weights are packed too where the CPU has native bf16 (avx512_bf16 / amx_bf16).
 
-    report = prepack_linear_weights(model, rows=(1, 8))       # "auto": measured per shape
-    report = prepack_linear_weights(model, rows=(1,), policy="always")  # the first form of `forms` each layer takes
-    report = prepack_linear_weights(model, rows=(1,), policy="always", forms=("onednn",))
+    report = prepack_linear_weights(model)       # "auto": the rule above
+    report = prepack_linear_weights(model, policy="always")  # the first form of `forms` each layer takes
+    report = prepack_linear_weights(model, policy="always", forms=("onednn",))
 
 A model whose own code reads a layer's weight tensor (rather than calling the layer) lists that
 layer's path in a `prepack_exclude` class attribute, so it stays dense.
@@ -30,11 +36,9 @@ layer's path in a `prepack_exclude` class attribute, so it stays dense.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 from torch import nn
@@ -46,22 +50,8 @@ from kernelbay_engine.native import tracked
 
 POLICIES = ("auto", "always", "never")
 FORMS = ("fdot", "onednn")  # the packed forms (_FORMS), in the order "always" prefers them
-# Below this many weight elements a matmul costs microseconds and its form does not matter.
+# Below this many weight elements a matmul costs microseconds and its form does not matter: "auto" leaves it dense.
 MIN_AUTO_NUMEL = 1 << 18
-_TRIALS = 5
-# Packed wins unless dense is this much faster alone: in a model the packed form also fuses the residual add
-# (apply_add) and pays less per call with the cache full of other weights. SmolLM2-135M fp32: its 576x576 and
-# 576x1536 layers timed within noise of dense alone (0.10 vs 0.10 ms), and a load that left them dense ran
-# its decode step at 21.4 ms against 17.0-19.5 ms packed.
-PACKED_MARGIN = 1.15
-# A later form of FORMS is chosen over an earlier one only when faster by more than this: fdot's layers also take
-# the fused decoder halves (layers/fused.py: a layer with one linear on another form loses them all), which the
-# product's timing alone does not see. SmolLM2-135M fp32, batch 1, in one process: 17.3 ms a step with the halves,
-# 19.4 on the module path over the same fdot layers; a load had timed oneDNN a little faster on one shape.
-FORM_MARGIN = 1.15
-# Timed calls start with the weight out of cache, as in a model whose weights exceed the last-level
-# cache (the case where the form matters): a buffer this large is read before each call.
-_FLUSH_BYTES = 64 << 20
 
 
 class _PrepackedMethod(LinearMethod):
@@ -159,10 +149,6 @@ class PrepackReport:
     packed: list[str] = field(default_factory=list)
     forms: dict[str, str] = field(default_factory=dict)  # path -> "fdot" / "onednn"
     skipped: dict[str, str] = field(default_factory=dict)
-    timings_ms: dict[tuple, dict[str, float]] = field(default_factory=dict)
-    """(out, in, bias) -> {"dense": ms, form: ms...} summed over the measured row counts."""
-    cached: list[tuple] = field(default_factory=list)
-    """The (out, in, bias) whose timings came from this machine's cache (layers/prepack_cache.py), not a trial."""
 
 
 def prepacking_available() -> tuple[bool, str]:
@@ -191,15 +177,12 @@ def form_available(name: str) -> tuple[bool, str]:
     return _FORMS[name].available()
 
 
-def prepack_linear_weights(
-    model: nn.Module, *, rows: Sequence[int], policy: str = "auto", forms: Sequence[str] = FORMS
-) -> PrepackReport:
+def prepack_linear_weights(model: nn.Module, *, policy: str = "auto", forms: Sequence[str] = FORMS) -> PrepackReport:
     """Pack the plain 2-D CPU weights of `model`'s `Linear` layers where `policy` says so, in one of `forms`.
 
-    rows: the row counts the model will run (e.g. 1 and the decode batch); "auto" packs a layer in the form fastest
-    summed over them (the first of `forms` unless another beats it by FORM_MARGIN), unless dense is faster than it by
-    more than PACKED_MARGIN; "always" in the first of `forms` the layer can take. Call after the weights are loaded;
-    a packed layer cannot load again.
+    "auto" packs each layer whose weight has at least MIN_AUTO_NUMEL elements in the first of `forms` it can take (the
+    module docstring says why, with the measurements); "always" packs every eligible layer so; "never" none. Call
+    after the weights are loaded; a packed layer cannot load again.
     """
     if policy not in POLICIES:
         raise ValueError(f"prepack policy must be one of {', '.join(POLICIES)}; got {policy!r}")
@@ -213,59 +196,60 @@ def prepack_linear_weights(
     shared = _shared_parameters(model)
     shared.discard(id(getattr(getattr(model, "lm_head", None), "weight", None)))  # packed as a copy: see above
     kept = tuple(getattr(model, "prepack_exclude", ()))
-    candidates = []  # (path, layer, shape key, the forms it can take) of every eligible layer
     for path, layer in model.named_modules():
-        if isinstance(layer, Linear):
-            why_not = _ineligible(layer, shared)
-            takes = _forms_for(layer, available) if why_not is None else []
-            if why_not is None and not takes:
-                why_not = "; ".join(f"{name}: {_refusal(name, layer, available)}" for name in forms)
-            if why_not is None and path in kept:
-                why_not = "the model reads this weight itself (listed in its prepack_exclude)"
-            if why_not is None:
-                candidates.append((path, layer, (layer.out_features, layer.in_features, layer.has_bias), takes))
-            else:
-                report.skipped[path] = why_not
-    decisions = _decide_shapes(candidates, rows, policy, report)  # every timing before any packing
-    for path, layer, key, _ in candidates:
-        decision = decisions[key]
-        why_not = decision.reason if decision.form is None else _pack(layer, decision.form)
+        if not isinstance(layer, Linear):
+            continue
+        why_not = _ineligible(layer, shared)
+        if why_not is None and path in kept:
+            why_not = "the model reads this weight itself (listed in its prepack_exclude)"
+        form = None
+        if why_not is None:
+            form, why_not = planned_form(layer.weight.dtype, layer.weight.numel(), policy, available)
+        if form is not None:
+            why_not = _pack(layer, form)
         if why_not is None:
             report.packed.append(path)
-            report.forms[path] = decision.form  # type: ignore[assignment]  # packed: a form
+            report.forms[path] = form  # type: ignore[assignment]  # packed: a form
         else:
             report.skipped[path] = why_not
     return report
 
 
-@dataclass(frozen=True)
-class _Decision:
-    form: str | None  # None: stays dense, for `reason`
-    reason: str = ""
+def planned_form(
+    dtype: torch.dtype, numel: int, policy: str, available: dict[str, tuple[bool, str]] | None = None
+) -> tuple[str | None, str | None]:
+    """(the form a plain weight of `dtype` and `numel` elements is packed in under `policy`, None) or (None, why it
+    stays dense): the rule of the module docstring. `available`: form -> form_available(form), every form by
+    default (also what `kernelbay explain` asks)."""
+    available = available if available is not None else {name: form_available(name) for name in FORMS}
+    takes = [name for name, (ok, _) in available.items() if ok and dtype in _FORMS[name].dtypes()]
+    if not takes:
+        return None, "; ".join(f"{name}: {_refusal(name, dtype, available)}" for name in available)
+    if policy == "auto" and numel < MIN_AUTO_NUMEL:
+        return None, f"weight has {numel} elements, below {MIN_AUTO_NUMEL}: too small to matter"
+    return takes[0], None
 
 
-def _decide_shapes(candidates, rows, policy: str, report: PrepackReport) -> dict[tuple, _Decision]:
-    """One decision per distinct (out, in, bias), timed on the first layer of that shape unless this machine's cache
-    holds that trial's timings (layers/prepack_cache.py)."""
-    from kernelbay_engine.layers import prepack_cache
+def explain_rule(dtype_name: str) -> dict:
+    """`kernelbay explain`'s `prepack` section for a model whose linears keep plain `dtype_name` weights: the form
+    "auto" packs them in on this machine, by the rule above. Read from the CPU's flags and torch's build, not by
+    loading the native ops (explain builds no kernel), so an fdot answer holds where they load."""
+    from kernelbay.dtypes import torch_dtype
+    from kernelbay_engine.quant.kernels import cpu_flags
 
-    decisions: dict[tuple, _Decision] = {}
-    known = prepack_cache.load() if policy == "auto" and candidates else {}
-    measured: dict[str, dict[str, float]] = {}
-    flush = None
-    for _, layer, key, takes in candidates:
-        if key in decisions:
-            continue
-        entry = prepack_cache.key(layer.weight.dtype, key, rows, takes) if policy == "auto" else ""
-        timings = known.get(entry)
-        if timings is not None:
-            report.cached.append(key)
-        elif policy == "auto" and layer.weight.numel() >= MIN_AUTO_NUMEL:
-            flush = flush if flush is not None else torch.ones(_FLUSH_BYTES // 4)
-            timings = measured[entry] = _time_forms(layer, takes, rows, flush)
-        decisions[key] = _decide(layer, takes, rows, policy, report, timings)
-    prepack_cache.store(measured)
-    return decisions
+    fdot = (True, "") if {"avx512f", "fma"} <= cpu_flags() else (False, "the CPU lacks AVX-512 F / FMA")
+    available = {"fdot": fdot, "onednn": prepacking_available()}
+    form, why = planned_form(torch_dtype(dtype_name), MIN_AUTO_NUMEL, "auto", available)
+    if form is None:
+        line = f"prepack      {dtype_name} linears stay dense: {why}"
+    else:
+        line = (
+            f"prepack      {dtype_name} linears of {MIN_AUTO_NUMEL:,} elements or more -> {form} at load, by rule (no "
+            f"timing; prepack_weights='auto'), smaller ones dense"
+        )
+        if form == "fdot":
+            line += "; where the native ops do not load, onednn"
+    return {"policy": "auto", "dtype": dtype_name, "form": form, "min_elements": MIN_AUTO_NUMEL, "lines": [line]}
 
 
 def _shared_parameters(model: nn.Module) -> set[int]:
@@ -286,82 +270,18 @@ def _ineligible(layer: Linear, shared: set[int]) -> str | None:
     return None
 
 
-def _forms_for(layer: Linear, available: dict[str, tuple[bool, str]]) -> list[str]:
-    return [name for name, (ok, _) in available.items() if ok and layer.weight.dtype in _FORMS[name].dtypes()]
-
-
-def _refusal(name: str, layer: Linear, available: dict[str, tuple[bool, str]]) -> str:
+def _refusal(name: str, dtype: torch.dtype, available: dict[str, tuple[bool, str]]) -> str:
     ok, reason = available[name]
     if not ok:
         return reason
     dtypes = " and ".join(map(str, _FORMS[name].dtypes()))
-    return f"weight dtype {layer.weight.dtype}: this form packs {dtypes} only"
+    return f"weight dtype {dtype}: this form packs {dtypes} only"
 
 
 def _onednn_dtypes() -> tuple[torch.dtype, ...]:
     from kernelbay_engine.quant.kernels import BF16_FEATURES, cpu_flags
 
     return (torch.float32, torch.bfloat16) if cpu_flags() & set(BF16_FEATURES) else (torch.float32,)
-
-
-def _time_forms(layer: Linear, takes: list[str], rows: Sequence[int], flush) -> dict[str, float]:
-    """ms of dense and of each form `layer` can take, summed over `rows`; a form that cannot pack it is timed as
-    -1 with its error in "refused:<form>" (so a cached trial refuses it again without trying)."""
-    bias = layer.bias if layer.has_bias else None
-    xs = [torch.randn(n, layer.in_features, dtype=layer.weight.dtype) for n in sorted(set(rows))]
-    ms = {"dense": sum(_best_ms(partial(_dense_product, layer.weight, bias, x), flush) for x in xs)}
-    trial_layer = _BiasOnly(bias)
-    for name in takes:  # one trial copy at a time: a large weight (the LM head) is held at most twice
-        try:
-            trial = _FORMS[name].method(layer.weight)
-        except RuntimeError:
-            ms[name] = -1.0
-            continue
-        ms[name] = sum(_best_ms(partial(trial.apply, trial_layer, x), flush) for x in xs)  # type: ignore[arg-type,misc]
-        del trial
-    return ms
-
-
-def _decide(
-    layer: Linear, takes: list[str], rows: Sequence[int], policy: str, report: PrepackReport, timings
-) -> _Decision:
-    if policy == "always":
-        return _Decision(takes[0])
-    if layer.weight.numel() < MIN_AUTO_NUMEL:
-        small = f"weight has {layer.weight.numel()} elements, below {MIN_AUTO_NUMEL}: too small to matter"
-        return _Decision(None, small)
-    ms = {name: t for name, t in timings.items() if t >= 0}
-    refused = [f"{name} cannot pack it here" for name, t in timings.items() if t < 0]
-    report.timings_ms[(layer.out_features, layer.in_features, layer.has_bias)] = ms
-    packed = [name for name in ms if name != "dense"]
-    if not packed:
-        return _Decision(None, "; ".join(refused))
-    best = packed[0]  # the preferred form, unless a later one is faster by more than FORM_MARGIN
-    for name in packed[1:]:
-        if ms[name] * FORM_MARGIN < ms[best]:
-            best = name
-    if ms[best] < ms["dense"] * PACKED_MARGIN:
-        return _Decision(best)
-    return _Decision(
-        None,
-        f"measured slower packed ({best}: {ms[best]:.3f} ms) than dense ({ms['dense']:.3f} ms) at rows {tuple(rows)}, "
-        f"beyond the {PACKED_MARGIN:.2f}x margin packing gets",
-    )
-
-
-def _dense_product(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    return dense_linear(x, weight, bias)
-
-
-@dataclass
-class _BiasOnly:
-    """What a method's apply reads of its layer, for the timing trials."""
-
-    bias: torch.Tensor | None
-
-    @property
-    def has_bias(self) -> bool:
-        return self.bias is not None
 
 
 @dataclass(frozen=True)
@@ -390,16 +310,3 @@ def _pack(layer: Linear, form: str) -> str | None:
 def _reorder(weight: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
-
-
-def _best_ms(fn, flush: torch.Tensor, trials: int = _TRIALS) -> float:
-    """Best of `trials` calls, each with the weight evicted from cache first (reading `flush`)."""
-    with torch.inference_mode():
-        fn()  # first-call setup (oneDNN primitive creation) is not what a step pays
-        best = float("inf")
-        for _ in range(trials):
-            flush.sum()
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-    return best * 1e3

@@ -50,7 +50,7 @@ def test_packed_layer_computes_f_linear_for_any_row_count_and_rank(form, bias, o
     16): all equal F.linear with the original weight."""
     layer = _layer(out_features, in_features, bias=bias)
     weight, b = layer.weight.detach().clone(), (layer.bias.detach().clone() if bias else None)
-    report = prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=(form,))
+    report = prepack.prepack_linear_weights(_Model(proj=layer), policy="always", forms=(form,))
     assert report.packed == ["proj"] and report.forms == {"proj": form}
     assert isinstance(layer.method, METHODS[form])
     k = in_features
@@ -65,7 +65,7 @@ def test_a_residual_added_by_a_packed_layer_is_the_same_sum(form, bias):
     """layer(x, residual) (oneDNN's fused add post-op where it applies) == residual + layer(x), bit for bit, and
     the residual is left as it was."""
     layer = _layer(384, 256, bias=bias)
-    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=(form,))
+    prepack.prepack_linear_weights(_Model(proj=layer), policy="always", forms=(form,))
     with torch.inference_mode():
         for n in (0, 1, 8, 300):
             x, residual = torch.randn(n, 256), torch.randn(n, 384)
@@ -82,7 +82,7 @@ def test_packing_releases_the_dense_weight_but_can_still_give_it(form):
     layer = _layer(70, 32, bias=True)
     original = layer.weight.detach().clone()
     model = _Model(proj=layer)
-    prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
+    prepack.prepack_linear_weights(model, policy="always", forms=(form,))
     assert [name for name, _ in model.named_parameters()] == ["proj.bias"]
     assert torch.equal(layer.dequantized_weight(), original)
     assert layer.method.param_names(layer) == ("bias",)
@@ -105,7 +105,7 @@ def test_ineligible_layers_are_left_dense_with_a_reason():
     fp8 = Linear(128, 128)
     fp8.create_weights(Fp8BlockLinearMethod((128, 128)), torch.float32)
     model = _Model(embed=embed, head=tied, experts=experts, half=half, fp8=fp8)
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    report = prepack.prepack_linear_weights(model, policy="always")
     assert report.packed == []
     assert "shared with another module" in report.skipped["head"]
     assert "per-expert" in report.skipped["experts"]
@@ -118,41 +118,53 @@ def test_a_model_keeps_the_layers_it_reads_itself_dense():
     """Layers named in the model's prepack_exclude stay dense, with the reason recorded."""
     model = _Model(head=_layer(64, 32), proj=_layer(64, 32))
     model.prepack_exclude = ("head",)
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    report = prepack.prepack_linear_weights(model, policy="always")
     assert report.packed == ["proj"] and "prepack_exclude" in report.skipped["head"]
     assert type(model.head.method) is UnquantizedLinearMethod
 
 
-def test_auto_times_each_shape_once_and_skips_small_weights():
-    """'auto' measures each distinct (out, in, bias) once in every form, packs in the preferred one unless another
-    beats it by FORM_MARGIN, unless dense was faster by more than PACKED_MARGIN, and explains the rest."""
+def test_auto_packs_by_rule_without_running_a_product(monkeypatch):
+    """'auto' packs each weight of MIN_AUTO_NUMEL elements or more in the first form it can take and leaves smaller
+    ones dense, saying why, without timing anything: no product (dense or packed) runs while it decides, so a busy
+    machine cannot change the decision."""
+
+    def no_product(*args, **kwargs):
+        raise AssertionError("a product ran while deciding the forms")
+
+    for method in METHODS.values():
+        monkeypatch.setattr(method, "apply", no_product)
+    monkeypatch.setattr(prepack, "dense_linear", no_product)
     big_a, big_b, small = _layer(1024, 512), _layer(1024, 512), _layer(32, 32)
-    model = _Model(a=big_a, b=big_b, small=small)
-    available = [f for f in prepack.FORMS if prepack.form_available(f)[0]]
-    report = prepack.prepack_linear_weights(model, rows=(1, 8), policy="auto")
-    assert list(report.timings_ms) == [(1024, 512, False)]
-    ms = report.timings_ms[(1024, 512, False)]
-    assert sorted(ms) == sorted(["dense", *available]) and all(t > 0 for t in ms.values())
-    assert "too small to matter" in report.skipped["small"]
-    best = available[0]
-    for name in available[1:]:
-        best = name if ms[name] * prepack.FORM_MARGIN < ms[best] else best
-    decided_packed = ms[best] < ms["dense"] * prepack.PACKED_MARGIN
-    assert ("a" in report.packed) == ("b" in report.packed) == decided_packed
-    if decided_packed:
-        assert report.forms == {"a": best, "b": best}
-    else:
-        assert f"measured slower packed ({best}" in report.skipped["a"]
+    report = prepack.prepack_linear_weights(_Model(a=big_a, b=big_b, small=small), policy="auto")
+    first = next(f for f in prepack.FORMS if prepack.form_available(f)[0])
+    assert report.packed == ["a", "b"] and report.forms == {"a": first, "b": first}
+    assert report.skipped == {"small": f"weight has 1024 elements, below {prepack.MIN_AUTO_NUMEL}: too small to matter"}
+    assert type(small.method) is UnquantizedLinearMethod
+
+
+def test_planned_form_is_the_rule_explain_reports():
+    """planned_form answers from dtype, size and the forms' availability alone: what `kernelbay explain` shows."""
+    available = {"fdot": (True, "native fdot available"), "onednn": (True, "oneDNN available")}
+    assert prepack.planned_form(torch.float32, 1 << 20, "auto", available) == ("fdot", None)
+    assert prepack.planned_form(torch.float32, 10, "always", available) == ("fdot", None)
+    assert prepack.planned_form(torch.float32, 10, "auto", available)[0] is None
+    no_native = {**available, "fdot": (False, "the CPU lacks AVX-512 F / FMA")}
+    assert prepack.planned_form(torch.float32, 1 << 20, "auto", no_native) == ("onednn", None)
+    form, why = prepack.planned_form(torch.float16, 1 << 20, "auto", available)
+    assert form is None and why == (
+        "fdot: weight dtype torch.float16: this form packs torch.float32 only; "
+        f"onednn: weight dtype torch.float16: this form packs {' and '.join(map(str, prepack._onednn_dtypes()))} only"
+    )
 
 
 def test_never_packs_nothing_and_unknown_policies_are_refused():
     layer = _layer(1024, 512)
-    assert prepack.prepack_linear_weights(_Model(a=layer), rows=(1,), policy="never").packed == []
+    assert prepack.prepack_linear_weights(_Model(a=layer), policy="never").packed == []
     assert type(layer.method) is UnquantizedLinearMethod
     with pytest.raises(ValueError, match="prepack policy must be one of auto, always, never; got 'fast'"):
-        prepack.prepack_linear_weights(_Model(a=layer), rows=(1,), policy="fast")
+        prepack.prepack_linear_weights(_Model(a=layer), policy="fast")
     with pytest.raises(ValueError, match=r"prepack forms must be some of fdot, onednn; got \('mkl',\)"):
-        prepack.prepack_linear_weights(_Model(a=layer), rows=(1,), forms=("mkl",))
+        prepack.prepack_linear_weights(_Model(a=layer), forms=("mkl",))
     assert type(layer.method) is UnquantizedLinearMethod
 
 
@@ -161,7 +173,7 @@ def test_prepacked_models_keep_transformers_parity(tiny_checkpoints, form, name)
     """Every plain linear packed (attention with biases; MLA's kv_b_proj, dense and shared-expert MLPs): same bar."""
     folder, hf_model = tiny_checkpoints.get(name)
     model = AutoModelForCausalLM.from_pretrained(folder, progress=False)
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
+    report = prepack.prepack_linear_weights(model, policy="always", forms=(form,))
     assert report.packed, report.skipped
     runner = ModelRunner(model, num_blocks=64, block_size=4, attention_backend="VANILLA")
     compare_generation(hf_model, runner, f"{name} prepacked")
@@ -173,7 +185,7 @@ def test_an_fdot_row_has_the_same_bits_in_any_batch():
     if not prepack.fdot_available()[0]:
         pytest.skip(prepack.fdot_available()[1])
     layer = _layer(200, 72)
-    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=("fdot",))
+    prepack.prepack_linear_weights(_Model(proj=layer), policy="always", forms=("fdot",))
     x = torch.randn(13, 72)
     with torch.inference_mode():
         alone = torch.cat([layer(x[i : i + 1]) for i in range(13)])
@@ -188,7 +200,7 @@ def test_fdot_refuses_other_dtypes_and_gives_autograd_the_aten_product():
         pytest.skip(prepack.fdot_available()[1])
     layer = _layer(48, 32, bias=True)
     weight = layer.weight.detach().clone()
-    prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always", forms=("fdot",))
+    prepack.prepack_linear_weights(_Model(proj=layer), policy="always", forms=("fdot",))
     with pytest.raises(TypeError, match=r"multiplies float32 inputs; got torch\.bfloat16"):
         layer(torch.randn(2, 32, dtype=torch.bfloat16))
     x = torch.randn(4, 32, requires_grad=True)
@@ -203,25 +215,7 @@ def test_fdot_unavailable_says_why_and_onednn_packs(monkeypatch):
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "disabled by KERNELBAY_NATIVE=0"})
     assert prepack.fdot_available() == (False, "native CPU ops not in use: disabled by KERNELBAY_NATIVE=0")
     layer, alone = _layer(64, 32), _layer(64, 32)
-    report = prepack.prepack_linear_weights(_Model(proj=layer), rows=(1,), policy="always")
+    report = prepack.prepack_linear_weights(_Model(proj=layer), policy="always")
     assert report.forms == {"proj": "onednn"}
-    report = prepack.prepack_linear_weights(_Model(proj=alone), rows=(1,), policy="always", forms=("fdot",))
+    report = prepack.prepack_linear_weights(_Model(proj=alone), policy="always", forms=("fdot",))
     assert report.skipped == {"proj": "fdot: native CPU ops not in use: disabled by KERNELBAY_NATIVE=0"}
-
-
-def test_auto_times_a_shape_once_per_machine_and_reads_the_cache_after(tmp_path, monkeypatch):
-    """A second load of the same shape on the same machine reuses the stored trial (no timing) and decides the same;
-    KERNELBAY_CACHE_DIR="" turns the cache off."""
-    from kernelbay_engine.layers import prepack_cache
-
-    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path))
-    first = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto")
-    assert first.cached == [] and (tmp_path / prepack_cache.FILE_NAME).is_file()
-    second = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto")
-    assert second.cached == [(1024, 512, False)]
-    assert second.timings_ms == first.timings_ms and second.forms == first.forms
-    other_rows = prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 4), policy="auto")
-    assert other_rows.cached == [], "a trial at other row counts is not the same trial"
-    monkeypatch.setenv("KERNELBAY_CACHE_DIR", "")
-    assert prepack_cache.cache_file() is None
-    assert prepack.prepack_linear_weights(_Model(a=_layer(1024, 512)), rows=(1, 8), policy="auto").cached == []

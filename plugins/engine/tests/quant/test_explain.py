@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from kernelbay.errors import ConfigError
 from kernelbay_engine.explain import explain_model, render_text
@@ -54,9 +55,19 @@ def test_int4_section_lists_every_distinct_linear_with_reasons(tiny_llama):
     assert shown and all(line in text.splitlines() for line in shown)
 
 
-def test_no_section_without_quantization(tiny_llama):
-    """Plain weights: nothing to choose, no section."""
-    assert explain_model(tiny_llama)["sections"] == {}
+def test_plain_weights_get_the_prepack_rule_not_a_kernel_section(tiny_llama):
+    """Plain weights: no quantized kernel to choose, so no linear_kernels section; the prepack section says which form
+    `prepack_weights="auto"` packs them in, by rule (the same answer `planned_form` gives the load)."""
+    from kernelbay_engine.layers import prepack
+
+    sections = explain_model(tiny_llama)["sections"]
+    assert list(sections) == ["prepack"]
+    section = sections["prepack"]
+    form = prepack.planned_form(torch.float32, prepack.MIN_AUTO_NUMEL, "auto")[0]
+    assert section["policy"] == "auto" and section["dtype"] == "float32" and section["form"] == form
+    assert section["min_elements"] == prepack.MIN_AUTO_NUMEL
+    assert section["lines"][0].startswith(f"prepack      float32 linears of {prepack.MIN_AUTO_NUMEL:,} elements")
+    assert "prepack" not in explain_model(tiny_llama, quantization="int8")["sections"]
 
 
 def test_an_unknown_quantization_is_named(tiny_llama):

@@ -28,7 +28,7 @@ def test_the_tied_lm_head_is_packed_and_the_embedding_keeps_its_table(form):
         pytest.skip(prepack.form_available(form)[1])
     model = _Tied(96, 32)
     table = model.embed.weight.detach().clone()
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always", forms=(form,))
+    report = prepack.prepack_linear_weights(model, policy="always", forms=(form,))
     assert report.packed == ["lm_head"] and report.forms == {"lm_head": form}
     assert torch.equal(model.embed.weight, table)
     x = torch.randn(3, 32)
@@ -45,7 +45,7 @@ def test_bf16_weights_are_packed_where_the_cpu_has_bf16():
     dense = layer.weight.detach().clone()
     model = torch.nn.Module()
     model.proj = layer
-    report = prepack.prepack_linear_weights(model, rows=(1,), policy="always")
+    report = prepack.prepack_linear_weights(model, policy="always")
     assert report.forms == {"proj": "onednn"}  # fdot packs float32 only
     x = torch.randn(5, 64, dtype=torch.bfloat16)
     with torch.inference_mode():
