@@ -94,15 +94,23 @@ class _Cursor:
         if item in _SCALARS:  # fixed width: jumped over
             self.pos += count * struct.calcsize(_SCALARS[item])
         elif item == GGUFValueType.STRING:  # each string's length, then its bytes
-            for _ in range(count):
-                length = self.unpack("<Q")  # (not `pos += unpack()`: that reads pos before unpack moves it)
-                self.pos += length
+            self.pos = self._past_strings(count)
         else:
             for _ in range(count):
                 self.value(item)
         if self.pos > len(self.data):
             raise HeaderError(f"an array of {count} items runs past the end of the file")
         return count
+
+    def _past_strings(self, count: int) -> int:
+        """Where an array of `count` strings at the cursor ends (a vocabulary's 49,152: ~8 ms, walked by their
+        lengths alone)."""
+        data, pos, end, length_at = self.data, self.pos, len(self.data), _LENGTH.unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                raise HeaderError(f"an array of {count} strings runs past the end of the file")
+            pos += 8 + length_at(data, pos)[0]
+        return pos
 
     def items(self, item: int, count: int) -> list[Any]:
         """An array's `count` items of type `item` (a vocabulary's strings: one slice and decode each)."""

@@ -267,7 +267,7 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
     # 4-bit: (u - 8) * scale + zero; 8-bit: u = q + 128, so q * scale = u * scale - 128 * scale
     offset = zero - 8 * scale if zero is not None else -128 * scale
     d, m = scale.to(torch.float16), offset.to(torch.float16)
-    if not (torch.isfinite(d).all() and torch.isfinite(m).all()):
+    if not _all_finite(d, m):
         raise ConfigError(
             f"a {w.bits}-bit weight [{n}, {k}] ({w.source}) has scales beyond float16's range: the int8_dot kernel "
             f"cannot hold it; choose another linear kernel ({', '.join(KERNEL_NAMES)})"
@@ -286,6 +286,12 @@ def _dot_layout(w: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.T
             u = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
         codes[a:b] = u.reshape(b - a, -1)
     return codes, d, m
+
+
+def _all_finite(d: torch.Tensor, m: torch.Tensor) -> bool:
+    """Whether every float16 value of both is finite: their float32 sum is (|x| <= 65504 each, no sum of real values
+    reaches float32's 3.4e38; a NaN or inf carries through). 16 us where isfinite().all() takes 120 (a load: 121)."""
+    return bool(torch.isfinite(d.sum(dtype=torch.float32) + m.sum(dtype=torch.float32)))
 
 
 def _dot_codes(q: torch.Tensor, bits: int, blocks: int) -> torch.Tensor:

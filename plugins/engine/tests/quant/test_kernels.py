@@ -197,6 +197,11 @@ def test_int8_dot_refuses_what_it_cannot_run():
     huge = quantize(torch.randn(4, 64) * 1e7, 8, 32)
     with pytest.raises(ConfigError, match=r"beyond float16's range[\s\S]*int8_channel, int4_group"):
         NativeDotKernel.pack(huge)
+    for bits in (4, 8):  # a NaN scale (a corrupt file's) is refused as well, in d or (4-bit) in m alone
+        broken = quantize(torch.randn(4, 64), bits, 32)
+        (broken.zero if bits == 4 else broken.scale)[2, 1] = float("nan")
+        with pytest.raises(ConfigError, match=r"beyond float16's range"):
+            NativeDotKernel.pack(broken)
 
 
 def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs(monkeypatch):
