@@ -4,8 +4,9 @@ Importing `LlamaConfig` imports `transformers.utils.type_validators` (for the ra
 imports `transformers.activations` -> `integrations.hub_kernels` -> ... -> `torch.distributed.tensor`: ~0.9 s and
 ~57 MiB, more than the rest of `kernelbay explain` together. `LlamaConfig` is a strict dataclass of plain fields over
 `PretrainedConfig`: its fields, defaults, two derived values and checks are written down here (`LLAMA_FIELDS`,
-`_derived`, `_plain`), and the generic class runs everything the two share (dtype, RoPE standardization and
-validation, token ids, name_or_path), in the order `LlamaConfig.__post_init__` runs it.
+`_derived`, `_plain`), and the generic class runs everything the two share (dtype, name_or_path, generation keys,
+RoPE standardization and validation, token ids) on the same inputs: the RoPE step once the fields are set, as
+`LlamaConfig`'s init runs it, and the validators last.
 
 A config with anything else is `LlamaConfig`'s to parse, never guessed: `plain_llama_config` answers None for a
 value of a type the class would refuse, keys that change how RoPE or the class is read, remote code, or a
