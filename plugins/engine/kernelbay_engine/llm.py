@@ -620,7 +620,7 @@ def _select_moe(config, moe_backend: str | None, model_dtype: str):
 
 def _warn_dequantized_codes(report: dict[str, str], path: Path) -> None:
     """Say so when a file's codes were dequantized to dense weights because no quantized kernel runs them here."""
-    from kernelbay_engine.quant.explain import dequantized_note
+    from kernelbay_engine.quant.method import dequantized_note
 
     note = dequantized_note(report, path)
     if note:

@@ -343,7 +343,8 @@ def test_explain_says_a_gguf_file_runs_on_its_codes_and_none_dequantizes(tiny_gg
 def test_codes_dequantized_for_want_of_a_kernel_are_a_warning_and_an_explain_note():
     """A report whose linears run `dense` (no quantized kernel on this CPU) gives run's warning, naming the file and
     pointing at explain; a report of quantized kernels gives none."""
-    from kernelbay_engine.quant.explain import _dense_lines, dequantized_note
+    from kernelbay_engine.quant.explain import _dense_lines
+    from kernelbay_engine.quant.method import dequantized_note
 
     report = {"model.layers.0.mlp.down_proj": "GGUF Q4_1 on dense", "lm_head": f"GGUF Q8_0 on {INT8_GROUP}"}
     note = dequantized_note(report, "m.gguf")
@@ -426,3 +427,24 @@ def test_a_gguf_load_on_direct_codes_packs_and_generates_as_unpack_then_pack(tin
     prompts = [[1, 5, 9], [2, 7, 3, 11]]
     tokens = [o.token_ids for o in direct.generate(prompts, params)]
     assert tokens == [o.token_ids for o in old.generate(prompts, params)]
+
+
+def test_a_load_imports_nothing_it_does_not_run(tiny_gguf):
+    """`LLM(FILE)` on its codes (subprocess, after `import torch, transformers`) imports neither torch's extension
+    builder (setuptools; the cached native ops are imported as they are) nor the explain package, and starts no
+    thread (no tqdm bar is made when none is shown)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, torch, transformers\n"
+        "from kernelbay_engine import LLM\n"
+        "LLM(sys.argv[1], max_num_seqs=1, progress=False).generate([[1, 2, 3]])\n"
+        "unused = ('torch.utils.cpp_extension', 'setuptools', 'kernelbay_engine.explain',\n"
+        "          'multiprocessing.synchronize')\n"
+        "print([m for m in unused if m in sys.modules], [t.name for t in threading.enumerate()])\n"
+    )
+    path = tiny_gguf("llama", Q.Q4_1)
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "[] ['MainThread']", done.stdout

@@ -6,10 +6,11 @@ just before their first tensor is read into them, so memory grows by exactly the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -22,6 +23,17 @@ from kernelbay_engine.loading.plan import LoadPlan, NameRules, SourcePiece, make
 from kernelbay_engine.loading.safetensors_file import SHAPE_HINT, shape_mismatch
 
 logger = logging.getLogger("kernelbay.models")
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int, show: bool) -> Iterator[Callable[[int], object]]:
+    """`advance(nbytes)` of a tqdm bar over `total` bytes, or of nothing when it is not shown: a tqdm made even
+    disabled takes a multiprocessing lock and starts its monitor thread."""
+    if not show:
+        yield lambda nbytes: None
+        return
+    with tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights") as bar:
+        yield bar.update
 
 
 def _slot(model: nn.Module, param_path: str) -> tuple[nn.Module, str]:
@@ -181,13 +193,10 @@ def load_weights(
     total = sum(checkpoint.nbytes_of(n) for n in names)
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
-    with (
-        checkpoint.reader() as reader,
-        tqdm(total=total, unit="B", unit_scale=True, desc="Loading weights", disable=not show) as bar,
-    ):
+    with checkpoint.reader() as reader, _progress_bar(total, show) as advance:
         for name in names:
             _load_one(model, reader, name, plan.assignments[name], mmap)
-            bar.update(checkpoint.nbytes_of(name))
+            advance(checkpoint.nbytes_of(name))
     logger.info(
         "loaded %d tensors (%.1f MB) from %s in %.2fs",
         len(names),

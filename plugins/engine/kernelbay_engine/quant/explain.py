@@ -15,7 +15,7 @@ from kernelbay_engine.args import FILE_QUANTIZATION, NO_QUANTIZATION
 from kernelbay_engine.explain.text import candidate_lines
 from kernelbay_engine.layers.linear import Linear
 from kernelbay_engine.quant.kernels import LinearRequirements
-from kernelbay_engine.quant.method import quant_mode
+from kernelbay_engine.quant.method import DEQUANTIZED, quant_mode
 from kernelbay_engine.quant.select import select_kernel
 
 
@@ -80,21 +80,6 @@ def _dense_lines(section: dict) -> list[str]:
         return []
     count = sum(g["count"] for g in dense)
     return [f"  note: {count} linears {DEQUANTIZED}"]
-
-
-DEQUANTIZED = "run on dense weights: the file's codes are dequantized at load, no quantized kernel runs them here"
-
-
-def dequantized_note(report: dict[str, str] | None, path) -> str | None:
-    """The warning `LLM` logs when a file's codes were dequantized for want of a quantized kernel (report: what
-    keep_quantized says each layer runs); None when every quantized layer runs a quantized kernel."""
-    dense = [name for name, runs in (report or {}).items() if runs.endswith(" on dense")]
-    if not dense:
-        return None
-    return (
-        f"{len(dense)} linears of {path} {DEQUANTIZED} (this CPU or torch build lacks them; "
-        f"`kernelbay explain {path}` lists each kernel and why it cannot run)"
-    )
 
 
 def _table_line(name: str, table, bits: int, group: int, source: str) -> str:

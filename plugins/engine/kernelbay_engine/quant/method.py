@@ -130,6 +130,22 @@ def _layer_dtype(layer: Linear) -> torch.dtype:
     return bias.dtype if bias is not None else torch.get_default_dtype()
 
 
+DEQUANTIZED = "run on dense weights: the file's codes are dequantized at load, no quantized kernel runs them here"
+
+
+def dequantized_note(report: dict[str, str] | None, path) -> str | None:
+    """The warning `LLM` logs when a file's codes were dequantized for want of a quantized kernel (report: what
+    keep_quantized says each layer runs); None when every quantized layer runs a quantized kernel. Here, not beside
+    explain's note, so a load does not import the explain package."""
+    dense = [name for name, runs in (report or {}).items() if runs.endswith(" on dense")]
+    if not dense:
+        return None
+    return (
+        f"{len(dense)} linears of {path} {DEQUANTIZED} (this CPU or torch build lacks them; "
+        f"`kernelbay explain {path}` lists each kernel and why it cannot run)"
+    )
+
+
 class DequantizedLinearMethod(UnquantizedLinearMethod):
     """Plain weights made from quantized codes (no kernel reads the codes here): the layer holds them, so a load
     after it (`quantization="gguf"` gives the codes on meta) reads nothing into them and they stay what the
