@@ -161,7 +161,10 @@ def test_another_transformers_release_gets_llama_config(monkeypatch, variant_fol
 def test_the_fields_are_llama_configs_own():
     """LLAMA_FIELDS names LlamaConfig's fields with their defaults, and accepts only types their annotations allow;
     CHECKED_TRANSFORMERS is the installed release (after an upgrade: compare again, then update it)."""
-    assert transformers.__version__ == _llama.CHECKED_TRANSFORMERS
+    assert transformers.__version__ == _llama.CHECKED_TRANSFORMERS, (
+        f"transformers {transformers.__version__}: set _llama.CHECKED_TRANSFORMERS to it and run this file; every "
+        "Llama config takes LlamaConfig's slow import until then"
+    )
     base = {f.name for f in dataclasses.fields(transformers.PretrainedConfig)}
     own = [f for f in dataclasses.fields(transformers.LlamaConfig) if f.name not in base]
     assert [f.name for f in own] == list(_llama.LLAMA_FIELDS)
