@@ -390,7 +390,11 @@ def _old_and_direct(qtype: Q, rows: int, cols: int, heads: int = 0):
 
 
 @pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
-@pytest.mark.parametrize(("rows", "cols", "heads"), [(7, 96, 0), (6, 128, 0), (8, 160, 2)], ids=["odd", "even", "perm"])
+@pytest.mark.parametrize(
+    ("rows", "cols", "heads"),
+    [(7, 96, 0), (6, 128, 0), (8, 160, 2), (8, 192, 2), (1, 64, 0)],
+    ids=["odd", "even", "perm", "even-perm", "one-pair"],
+)
 def test_int8_dot_layout_from_the_blocks_is_byte_identical_to_unpack_then_pack(qtype, rows, cols, heads):
     """Q8_0 / Q4_0 / Q4_1 blocks shuffled straight into int8_dot's layout give the bytes _dot_layout packs from the
     unpacked codes (odd block counts padded alike, Q/K rows un-permuted), and `q` unpacks the same codes on demand."""
@@ -402,6 +406,18 @@ def test_int8_dot_layout_from_the_blocks_is_byte_identical_to_unpack_then_pack(q
     assert torch.equal(direct.q, old.q) and torch.equal(direct.scale, old.scale)
     assert (direct.zero is None) == (old.zero is None) and (old.zero is None or torch.equal(direct.zero, old.zero))
     assert torch.equal(direct.dequantize(), old.dequantize()) and direct.nbytes() == old.nbytes()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
+def test_blocks_not_whole_in_memory_shuffle_alike(qtype):
+    """A tensor's bytes seen through a strided view (not one run of memory) give the codes, scales and mins that the
+    same bytes whole give (dot_codes shuffles whole tensors as 16/32-bit words, strided ones pair by pair)."""
+    raw = gguf.quants.quantize(np.random.default_rng(3).standard_normal((6, 128)).astype(np.float32), qtype)
+    info = TensorInfo("blk.0.ffn_up.weight", qtype, (6, 128), 0, raw.nbytes, raw.nbytes)
+    strided = np.concatenate([raw, raw], axis=1)[:, : raw.shape[1]]
+    assert not strided.flags.c_contiguous
+    for whole, seen in zip(quantized.dot_codes(info, raw), quantized.dot_codes(info, strided), strict=True):
+        assert torch.equal(whole, seen)
 
 
 @pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
