@@ -160,18 +160,18 @@ def _paired_nibbles(raw: np.ndarray, head: int) -> torch.Tensor:
     n = w.size
     a, b = w[: n - step], w[step:]  # each word, and the same word of the block after it
     nibbles, four = word.type(int.from_bytes(b"\x0f" * word.itemsize, "little")), word.type(4)
-    low, high, tmp = np.empty(n, word), np.empty(n, word), np.empty(n - step, word)
-    lo, hi = low[: n - step], high[: n - step]
+    pairs = n // (2 * step)
+    codes = np.empty((pairs, 2, step - first), word)
+    out, tmp = np.empty(n, word), np.empty(n - step, word)  # `out` read only where a pair's first block lies
+    half = out[: n - step]
     # int8_dot's byte i of a pair holds weight i of the first block (low nibble) and of the second (high); a block's
     # byte i holds weights i (low nibble) and i + 16 (high)
-    np.left_shift(np.bitwise_and(b, nibbles, out=lo), four, out=lo)
-    lo |= np.bitwise_and(a, nibbles, out=tmp)
-    np.bitwise_and(b, ~nibbles, out=hi)
-    hi |= np.bitwise_and(np.right_shift(a, four, out=tmp), nibbles, out=tmp)
-    pairs = n // (2 * step)
-    codes = np.empty((pairs, 2, step - first), word)  # read only where a pair's first block lies: all written above
-    codes[:, 0] = low.reshape(pairs, 2 * step)[:, first:step]
-    codes[:, 1] = high.reshape(pairs, 2 * step)[:, first:step]
+    np.left_shift(np.bitwise_and(b, nibbles, out=half), four, out=half)
+    half |= np.bitwise_and(a, nibbles, out=tmp)
+    codes[:, 0] = out.reshape(pairs, 2 * step)[:, first:step]
+    np.bitwise_and(b, ~nibbles, out=half)
+    half |= np.bitwise_and(np.right_shift(a, four, out=tmp), nibbles, out=tmp)
+    codes[:, 1] = out.reshape(pairs, 2 * step)[:, first:step]
     return torch.from_numpy(codes.view(np.uint8).reshape(raw.shape[0], -1))
 
 
