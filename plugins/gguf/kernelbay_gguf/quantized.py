@@ -136,43 +136,15 @@ def dot_codes(info: TensorInfo, raw: np.ndarray) -> tuple[torch.Tensor, ...]:
         u = _even_blocks(blocks[..., 2:] ^ np.uint8(0x80))
         return torch.from_numpy(u.reshape(rows, -1)), _f16_field(raw, 2 + BLOCK, 0)
     head = 2 if info.qtype == Q.Q4_0 else 4  # Q4_0: scale; Q4_1: scale, min; then 16 bytes of nibbles
+    blocks = raw.reshape(rows, -1, head + BLOCK // 2)
+    pairs = _even_blocks(blocks[..., head:]).reshape(rows, -1, 2, BLOCK // 2)
+    a, b = pairs[:, :, 0], pairs[:, :, 1]  # a block's byte i holds weights i (low nibble) and i + 16 (high)
+    # int8_dot's byte i of a pair holds weight i of the first block (low nibble) and of the second (high)
+    low, high = (a & 0x0F) | (b << 4), (a >> 4) | (b & 0xF0)
+    codes = torch.from_numpy(np.concatenate([low, high], axis=-1).reshape(rows, -1))
     size = head + BLOCK // 2
-    if raw.size and raw.flags.c_contiguous and raw.shape[1] // size % 2 == 0:
-        codes = _paired_nibbles(raw, head)
-    else:
-        blocks = raw.reshape(rows, -1, size)
-        pairs = _even_blocks(blocks[..., head:]).reshape(rows, -1, 2, BLOCK // 2)
-        a, b = pairs[:, :, 0], pairs[:, :, 1]  # a block's byte i holds weights i (low nibble) and i + 16 (high)
-        # int8_dot's byte i of a pair holds weight i of the first block (low nibble) and of the second (high)
-        low, high = (a & 0x0F) | (b << 4), (a >> 4) | (b & 0xF0)
-        codes = torch.from_numpy(np.concatenate([low, high], axis=-1).reshape(rows, -1))
     scale = _f16_field(raw, size, 0)
     return (codes, scale) if head == 2 else (codes, scale, _f16_field(raw, size, 2))
-
-
-def _paired_nibbles(raw: np.ndarray, head: int) -> torch.Tensor:
-    """`dot_codes`' shuffle of Q4_0 (`head` 2) / Q4_1 (4) blocks lying whole in memory, an even count a row: done on
-    the whole tensor as 16- / 32-bit words (a block's word j and the next block's word j lie a block apart), in long
-    passes, then each pair's code words gathered (per pair of 16-byte runs it was ~60% slower: short inner loops)."""
-    word = np.dtype(np.uint32 if head % 4 == 0 else np.uint16)
-    step, first = (head + BLOCK // 2) // word.itemsize, head // word.itemsize  # words a block, words of its head
-    w = raw.reshape(-1).view(word)
-    n = w.size
-    a, b = w[: n - step], w[step:]  # each word, and the same word of the block after it
-    nibbles, four = word.type(int.from_bytes(b"\x0f" * word.itemsize, "little")), word.type(4)
-    pairs = n // (2 * step)
-    codes = np.empty((pairs, 2, step - first), word)
-    out, tmp = np.empty(n, word), np.empty(n - step, word)  # `out` read only where a pair's first block lies
-    half = out[: n - step]
-    # int8_dot's byte i of a pair holds weight i of the first block (low nibble) and of the second (high); a block's
-    # byte i holds weights i (low nibble) and i + 16 (high)
-    np.left_shift(np.bitwise_and(b, nibbles, out=half), four, out=half)
-    half |= np.bitwise_and(a, nibbles, out=tmp)
-    codes[:, 0] = out.reshape(pairs, 2 * step)[:, first:step]
-    np.bitwise_and(b, ~nibbles, out=half)
-    half |= np.bitwise_and(np.right_shift(a, four, out=tmp), nibbles, out=tmp)
-    codes[:, 1] = out.reshape(pairs, 2 * step)[:, first:step]
-    return torch.from_numpy(codes.view(np.uint8).reshape(raw.shape[0], -1))
 
 
 def _from_q4_k(q, scale, low) -> QuantizedWeight:

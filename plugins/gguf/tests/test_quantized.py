@@ -408,18 +408,6 @@ def test_int8_dot_layout_from_the_blocks_is_byte_identical_to_unpack_then_pack(q
     assert torch.equal(direct.dequantize(), old.dequantize()) and direct.nbytes() == old.nbytes()
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
-def test_blocks_not_whole_in_memory_shuffle_alike(qtype):
-    """A tensor's bytes seen through a strided view (not one run of memory) give the codes, scales and mins that the
-    same bytes whole give (dot_codes shuffles whole tensors as 16/32-bit words, strided ones pair by pair)."""
-    raw = gguf.quants.quantize(np.random.default_rng(3).standard_normal((6, 128)).astype(np.float32), qtype)
-    info = TensorInfo("blk.0.ffn_up.weight", qtype, (6, 128), 0, raw.nbytes, raw.nbytes)
-    strided = np.concatenate([raw, raw], axis=1)[:, : raw.shape[1]]
-    assert not strided.flags.c_contiguous
-    for whole, seen in zip(quantized.dot_codes(info, raw), quantized.dot_codes(info, strided), strict=True):
-        assert torch.equal(whole, seen)
-
-
 @pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_a_gguf_load_on_direct_codes_packs_and_generates_as_unpack_then_pack(tiny_gguf, monkeypatch, name, qtype):
