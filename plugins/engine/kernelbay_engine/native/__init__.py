@@ -6,10 +6,10 @@ in one native call costs ~4 us (SmolLM2's 61 norms a step: ~0.5 ms of ~8.5). The
 does bit for bit (tests/test_native.py), so using them or not never changes a result, only the time.
 
 Built once per machine into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions;
-~30 s with g++ on 2 cores), loaded in ~0.1 s afterwards. The cache entry is named by a hash of the sources, the
-flags, torch's and Python's versions (`extension_name()`) and built from its own copy of the sources, so two
-checkouts or versions never rebuild one entry over each other. Builds are serialised by an advisory lock that
-dies with its owner; a torch `lock` file left by a build killed midway is removed, not waited on forever.
+~30 s with g++ on 2 cores); afterwards the built library is imported as is (~1 ms). The cache entry is named by a
+hash of the sources, the flags, torch's and Python's versions (`extension_name()`) and built from its own copy of the
+sources, so two checkouts or versions never rebuild one entry over each other. Builds are serialised by an advisory
+lock that dies with its owner; a torch `lock` file left by a build killed midway is removed, not waited on forever.
 Without a C++ compiler, or with KERNELBAY_NATIVE=0, the aten path runs instead: a build failure is warned about
 once (`NativeUnavailableWarning`, saying why), never silent; a build says so on stderr when one really runs.
 `status()` says which path is in use.
