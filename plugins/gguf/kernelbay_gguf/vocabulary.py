@@ -99,12 +99,12 @@ def _collection_paused() -> Iterator[None]:
     pairs (tuples, freed when `_backend` returns; no cycles among them) set off Python's collector, and a full
     collection walks every object of torch and transformers (one cost 0.09 s of SmolLM2's 0.17 s build). Resumed
     as it was."""
-    paused = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if paused:
+        if was_enabled:
             gc.enable()
 
 
@@ -133,8 +133,8 @@ def _backend(tokens: list[str], merges: list[str], token_types: list[int]):
 
 def _respelled(tokens: list[str], spelling: dict[int, str], alphabet: set[str]) -> dict[str, int]:
     """token -> id, each token spelled in the byte alphabet (one spelled otherwise respelled from its UTF-8 bytes).
-    A converter writes them all in it already, which one look at every character tells (SmolLM2's 49,152: 3 ms
-    where a test per token takes 25 ms)."""
+    A converter writes them all in it already, which one look at every character tells (SmolLM2's 49,152: 11 ms
+    where a test per token took 28 ms)."""
     if set("".join(tokens)) <= alphabet:
         return {token: index for index, token in enumerate(tokens)}
     return {
