@@ -103,8 +103,8 @@ class _Cursor:
         return count
 
     def _past_strings(self, count: int) -> int:
-        """Where an array of `count` strings at the cursor ends (a vocabulary's 49,152: ~8 ms, walked by their
-        lengths alone)."""
+        """Where an array of `count` strings at the cursor ends, walked by their lengths alone (SmolLM2's tokens and
+        merges: ~10 ms of the header's 13)."""
         data, pos, end, length_at = self.data, self.pos, len(self.data), _LENGTH.unpack_from
         for _ in range(count):
             if pos + 8 > end:
