@@ -164,7 +164,9 @@ class LLM:
         # before the weights: building it parses the vocabulary into ~50 MiB of short-lived objects (SmolLM2's GGUF),
         # which would otherwise be the process's peak on top of the loaded model
         self.tokenizer = (
-            Tokenizer(self.folder, trust_remote_code=trust_remote_code) if has_tokenizer(self.folder) else None
+            Tokenizer(self.folder, trust_remote_code=trust_remote_code, config=config.hf_config)
+            if has_tokenizer(self.folder)
+            else None
         )
         from kernelbay_engine.models.auto import AutoModelForCausalLM
 

@@ -37,6 +37,23 @@ def has_tokenizer(folder: str | Path) -> bool:
     return any((path / name).is_file() for name in TOKENIZER_FILES)
 
 
+def _names_its_class(folder: Path, trust_remote_code: bool) -> bool:
+    """Whether tokenizer_config.json names the tokenizer class and AutoTokenizer needs the config for nothing else:
+    no remote code (its auto_map, or trust_remote_code, reads the folder's own config)."""
+    import json
+
+    try:
+        entries = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, or unreadable: AutoTokenizer reads the folder (and says what is wrong)
+        return False
+    return (
+        isinstance(entries, dict)
+        and isinstance(entries.get("tokenizer_class"), str)
+        and "auto_map" not in entries
+        and not trust_remote_code
+    )
+
+
 def _file_format(path: Path):
     from kernelbay_engine.loading.formats import format_for
 
@@ -46,7 +63,10 @@ def _file_format(path: Path):
 class Tokenizer:
     """The folder's tokenizer: encode prompts, apply its chat template, decode generated ids."""
 
-    def __init__(self, folder: str | Path, *, trust_remote_code: bool = False):
+    def __init__(self, folder: str | Path, *, trust_remote_code: bool = False, config=None):
+        """`config`: the folder's transformers config as the engine parsed it; AutoTokenizer is given it (instead of
+        parsing config.json again with its class: LlamaConfig's import alone is ~0.9 s) where tokenizer_config.json
+        names its class, which is then what AutoTokenizer builds whichever config it holds."""
         if not has_tokenizer(folder):
             raise TokenizerError(
                 f"{str(folder)!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
@@ -58,8 +78,9 @@ class Tokenizer:
             return
         from transformers import AutoTokenizer  # imports transformers' `models` package (~0.4 s): folders only
 
+        given = {"config": config} if config is not None and _names_its_class(self.folder, trust_remote_code) else {}
         try:
-            self.hf = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+            self.hf = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code, **given)
         except Exception as err:  # transformers/tokenizers raise anything (KeyError, bare Exception) on bad files
             raise TokenizerError(
                 f"the tokenizer in {str(folder)!r} cannot be loaded ({type(err).__name__}: {err}); "
