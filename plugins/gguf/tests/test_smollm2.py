@@ -12,6 +12,7 @@ import torch
 
 from kernelbay_engine import LLM, SamplingParams
 from plugins.gguf.tests._write import transformers_from_gguf
+from tests._fresh import run_fresh
 
 pytestmark = pytest.mark.slow
 PROMPTS = [
@@ -87,10 +88,8 @@ def test_kernelbay_run_imports_no_transformers_models_package(smollm2):
     code = (
         "import sys\nfrom kernelbay.cli import main\n"
         "code = main(['run', sys.argv[1], '--prompt', 'Say hi', '--max-tokens', '4'])\nassert not code, code\n"
-        "loaded = [m for m in sys.modules if m.startswith('transformers.models')]\nassert not loaded, loaded\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(smollm2)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = run_fresh(code, str(smollm2), absent=["transformers.models"])
     assert done.stdout.strip(), "no completion printed"
 
 

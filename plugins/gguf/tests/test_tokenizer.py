@@ -4,7 +4,6 @@ the class AutoTokenizer would pick, without its second parse (kernelbay_gguf.for
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import gguf
@@ -16,6 +15,7 @@ from transformers import AutoTokenizer
 from kernelbay_engine.tokenizer import Tokenizer
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import add_byte_level_tokenizer, add_metadata
+from tests._fresh import run_fresh
 from tests.models.conftest import build_reference
 
 TEXTS = [
@@ -132,13 +132,8 @@ def test_a_byte_level_tokenizer_imports_no_transformers_models(tmp_path):
     """Building a GGUF file's byte-level tokenizer leaves transformers' `models` package (~0.4 s) unimported
     (subprocess)."""
     path = _with_tokenizer(tmp_path / "llama", "llama")
-    code = (
-        "import sys; from kernelbay_engine.tokenizer import Tokenizer; "
-        f"assert Tokenizer({str(path)!r}).encode('the weather'); "
-        "loaded = [m for m in sys.modules if m.startswith('transformers.models')]; assert not loaded, loaded"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    code = f"from kernelbay_engine.tokenizer import Tokenizer; assert Tokenizer({str(path)!r}).encode('the weather')"
+    run_fresh(code, absent=["transformers.models"])
 
 
 def test_a_folder_declaring_its_tokenizer_class_is_left_to_autotokenizer(tmp_path):

@@ -9,8 +9,6 @@ import dataclasses
 import inspect
 import io
 import json
-import subprocess
-import sys
 import types
 import typing
 
@@ -21,6 +19,7 @@ from huggingface_hub.errors import StrictDataclassFieldValidationError
 from kernelbay.cli import main
 from kernelbay.errors import ConfigError
 from kernelbay_engine.config import ModelConfig, _llama, _loading, typed_hf_config
+from tests._fresh import run_fresh
 from tests._paths import REAL_CONFIGS, load_shared, shared_config_dirs
 
 LLAMA_CONFIGS = [name for name in shared_config_dirs() if load_shared(name).get("model_type") == "llama"]
@@ -258,14 +257,8 @@ def test_a_tiny_llama_runs_with_the_logits_of_llama_config(model_impl, tiny_llam
 def test_explain_on_a_llama_config_imports_no_llama_config_class(name):
     """`kernelbay explain` on a vendored Llama config: neither LlamaConfig's module nor torch.distributed.tensor
     (its import chain: type validators -> activations -> hub kernels -> ..., ~0.9 s) is imported (subprocess)."""
-    code = (
-        "import sys; from kernelbay.cli import main; "
-        f"code = main(['explain', {str(REAL_CONFIGS / name)!r}]); "
-        "loaded = [m for m in ('transformers.models.llama.configuration_llama', 'torch.distributed.tensor') "
-        "if m in sys.modules]; assert not loaded, loaded; sys.exit(code)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    code = f"from kernelbay.cli import main; assert main(['explain', {str(REAL_CONFIGS / name)!r}]) == 0"
+    result = run_fresh(code, absent=["transformers.models.llama.configuration_llama", "torch.distributed.tensor"])
     assert "resolves to  model slot 'LlamaForCausalLM'" in result.stdout
 
 

@@ -15,14 +15,19 @@ def tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 def copy_config(src: Path, dst: Path, **changes) -> Path:
     """dst/config.json = src's, with top-level keys changed (None deletes a key)."""
+    return copy_json(src, dst, "config.json", changes)
+
+
+def copy_json(src: Path, dst: Path, name: str, changes: dict) -> Path:
+    """dst/name = src/name (a JSON object), with top-level keys changed (None deletes a key)."""
     dst.mkdir(parents=True, exist_ok=True)
-    config = json.loads((src / "config.json").read_text())
+    entries = json.loads((src / name).read_text())
     for key, value in changes.items():
         if value is None:
-            config.pop(key, None)
+            entries.pop(key, None)
         else:
-            config[key] = value
-    (dst / "config.json").write_text(json.dumps(config))
+            entries[key] = value
+    (dst / name).write_text(json.dumps(entries))
     return dst
 
 
