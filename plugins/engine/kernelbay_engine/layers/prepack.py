@@ -3,8 +3,8 @@
 Two packed forms: `fdot` (float32: kernelbay_engine.native's fdot.cpp, the weight as column panels of 16 outputs
 read by AVX-512 FMA, one sequential stream a panel) and `onednn` (oneDNN's blocked layout; float32, and bfloat16
 where the CPU has native bf16). SmolLM2-135M's 30 layers at 1 / 8 rows: fdot 10.9 / 10.8 ms, oneDNN 13.8 / 16.5,
-`F.linear` 28.5 / 40.1 (benchmarks/quant_kernels.py --sections fp32); at 64 rows the load-time timing still
-picked fdot for every layer shape but the LM head. oneDNN is what bf16 weights get, and any weight without the
+`F.linear` 28.5 / 40.1 (benchmarks/quant_kernels.py --sections fp32); at 64 rows fdot was still the faster on every
+layer shape but the LM head. oneDNN is what bf16 weights get, and any weight without the
 native ops.
 
 MKL's `F.linear` runs the few-row products of decoding far below this CPU's GEMM peak (an LM head
@@ -50,6 +50,9 @@ from kernelbay_engine.native import tracked
 
 POLICIES = ("auto", "always", "never")
 FORMS = ("fdot", "onednn")  # the packed forms (_FORMS), in the order "always" prefers them
+# The CPU flags fdot.cpp's fdot_supported() asks for, for an answer without loading the native ops (explain).
+FDOT_FEATURES = ("avx512f", "fma")
+NO_FDOT_CPU = "the CPU lacks AVX-512 F / FMA"
 # Below this many weight elements a matmul costs microseconds and its form does not matter: "auto" leaves it dense.
 MIN_AUTO_NUMEL = 1 << 18
 
@@ -168,7 +171,7 @@ def fdot_available() -> tuple[bool, str]:
     if ops is None:
         return False, native.status()
     if not ops.fdot_supported():
-        return False, "the CPU lacks AVX-512 F / FMA"
+        return False, NO_FDOT_CPU
     return True, "native fdot available"
 
 
@@ -237,7 +240,7 @@ def explain_rule(dtype_name: str) -> dict:
     from kernelbay.dtypes import torch_dtype
     from kernelbay_engine.quant.kernels import cpu_flags
 
-    fdot = (True, "") if {"avx512f", "fma"} <= cpu_flags() else (False, "the CPU lacks AVX-512 F / FMA")
+    fdot = (True, "") if set(FDOT_FEATURES) <= cpu_flags() else (False, NO_FDOT_CPU)
     available = {"fdot": fdot, "onednn": prepacking_available()}
     form, why = planned_form(torch_dtype(dtype_name), MIN_AUTO_NUMEL, "auto", available)
     if form is None:
