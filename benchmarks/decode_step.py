@@ -135,9 +135,8 @@ def compare_native(runner, args) -> None:
     rounds: dict[str, list] = {"native": [], "aten": []}
     for r in range(args.rounds):
         for name, times in rounds.items():
-            native._state["module"] = module if name == "native" else None
-            times.append(_timed_round(runner, args, f"{name}{r}")[0])
-    native._state["module"] = module
+            with native.LIBRARY.forced(module if name == "native" else None):
+                times.append(_timed_round(runner, args, f"{name}{r}")[0])
     for name, times in rounds.items():
         best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
         median = statistics.median(m for _, m in times) * 1e3

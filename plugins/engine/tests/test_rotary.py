@@ -12,13 +12,14 @@ from tests._dispatch import DispatchedOps
 
 
 @pytest.fixture(autouse=True, params=["native", "aten"])
-def path(request, monkeypatch):
+def path(request):
     """Each test once with the native ops (they must build here) and once on the aten path."""
     if request.param == "native":
         assert native.ops() is not None, native.status()
+        yield request.param
     else:
-        monkeypatch.setitem(native._state, "module", None)
-    return request.param
+        with native.LIBRARY.forced(None):
+            yield request.param
 
 
 def _reference(rotary: RotaryEmbedding, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -208,11 +208,16 @@ def test_fdot_refuses_other_dtypes_and_gives_autograd_the_aten_product():
     torch.testing.assert_close(x.grad, weight.sum(0).expand(4, 32))
 
 
-def test_fdot_unavailable_says_why_and_onednn_packs(monkeypatch):
-    """Without the native ops the fdot form is refused with native.status()'s reason and 'always' takes oneDNN's."""
+@pytest.fixture
+def without_native():
     from kernelbay_engine import native
 
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "disabled by KERNELBAY_NATIVE=0"})
+    with native.LIBRARY.forced(None, "disabled by KERNELBAY_NATIVE=0"):
+        yield
+
+
+def test_fdot_unavailable_says_why_and_onednn_packs(without_native):
+    """Without the native ops the fdot form is refused with native.status()'s reason and 'always' takes oneDNN's."""
     assert prepack.fdot_available() == (False, "native CPU ops not in use: disabled by KERNELBAY_NATIVE=0")
     layer, alone = _layer(64, 32), _layer(64, 32)
     report = prepack.prepack_linear_weights(_Model(proj=layer), policy="always")

@@ -204,16 +204,16 @@ def test_int8_dot_refuses_what_it_cannot_run():
             NativeDotKernel.pack(broken)
 
 
-def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs(monkeypatch):
+def test_int8_dot_unavailable_says_why_and_the_torch_kernel_runs():
     """Without the native ops (KERNELBAY_NATIVE=0, a failed build) the layer goes to its torch kernel (dense where
     that cannot run either) and the candidate list says why int8_dot did not run."""
     from kernelbay_engine import native
     from kernelbay_engine.quant import select
 
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "disabled by KERNELBAY_NATIVE=0"})
     select.select_kernel.cache_clear()
     try:
-        choice = select_kernel(LinearRequirements(4, 32, 64, 48, torch.float32))
+        with native.LIBRARY.forced(None, "disabled by KERNELBAY_NATIVE=0"):
+            choice = select_kernel(LinearRequirements(4, 32, 64, 48, torch.float32))
     finally:
         select.select_kernel.cache_clear()
     assert choice.kernel.name == first_available("int4_group")
