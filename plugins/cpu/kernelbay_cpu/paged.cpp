@@ -1,0 +1,238 @@
+// kernelbay-cpu's CPU_PAGED attention: a step's keys and values written into the paged cache, and causal attention
+// of a request's few new tokens over its cached ones, each in one native call.
+//
+// Why native: a decode step of a small model attends in ~30 layers, each over a few hundred keys. In torch that is
+// ~80 us a layer (a K/V scatter, views, SDPA's call with its checks and buffers), all of it cache-cold while the
+// weights stream; the arithmetic itself is a few microseconds.
+//
+// Planes: [num_blocks, block_size, kv_heads, head_dim] float32 views with any strides (the head_dim contiguous), so
+// one kernel reads NHD and HND caches and the heads-outermost stride order alike. Each (query, KV head) is one work
+// item: the query heads sharing a KV head read each key once (two passes: the scores, then the values), and its
+// arithmetic depends on its own query and keys alone -- a query gets the same bits whatever the batch, the thread,
+// or how many of its request's tokens come in the same call (what lossless speculative verification needs).
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define KB_X86 1
+#endif
+
+namespace kernelbay {
+namespace {
+
+float dot_plain(const float* a, const float* b, int64_t d) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < d; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void axpy_plain(float w, const float* x, float* y, int64_t d) {
+  for (int64_t i = 0; i < d; ++i) y[i] += w * x[i];
+}
+
+#ifdef KB_X86
+#define KB_AVX512 __attribute__((target("avx512f,fma")))
+
+KB_AVX512 __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+KB_AVX512 float dot_avx512(const float* a, const float* b, int64_t d) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 16) {
+    const __mmask16 m = tail_mask(d - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+KB_AVX512 void axpy_avx512(float w, const float* x, float* y, int64_t d) {
+  const __m512 wv = _mm512_set1_ps(w);
+  for (int64_t i = 0; i < d; i += 16) {
+    const __mmask16 m = tail_mask(d - i);
+    const __m512 sum = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    _mm512_mask_storeu_ps(y + i, m, sum);
+  }
+}
+
+bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+#else
+bool cpu_has_avx512() { return false; }
+#endif
+
+bool plain_only = false;  // set_plain(true): the portable loops even on an AVX-512 CPU (what tests check them by)
+
+bool has_avx512() { return !plain_only && cpu_has_avx512(); }
+
+struct Plane {
+  float* data;
+  int64_t block, offset, head;  // strides, in floats
+
+  const float* at(int64_t blk, int64_t off, int64_t h) const { return data + blk * block + off * offset + h * head; }
+  float* at(int64_t blk, int64_t off, int64_t h) { return data + blk * block + off * offset + h * head; }
+};
+
+Plane plane_of(const torch::Tensor& p, const char* name) {
+  TORCH_CHECK(p.dim() == 4 && p.scalar_type() == torch::kFloat32 && p.stride(3) == 1, "CPU_PAGED: ", name,
+              " must be a float32 [num_blocks, block_size, kv_heads, head_dim] view with head_dim contiguous, got ",
+              p.sizes(), " ", p.scalar_type());
+  return Plane{p.data_ptr<float>(), p.stride(0), p.stride(1), p.stride(2)};
+}
+
+// [T, heads, dim] float32 rows with the last dim contiguous (a view into a fused projection's output is fine)
+void check_rows(const torch::Tensor& x, const char* name, int64_t heads, int64_t dim) {
+  TORCH_CHECK(x.dim() == 3 && x.scalar_type() == torch::kFloat32 && x.size(1) == heads && x.size(2) == dim &&
+                  x.stride(2) == 1,
+              "CPU_PAGED: ", name, " must be float32 [T, ", heads, ", ", dim, "] with the last dim contiguous, got ",
+              x.sizes(), " ", x.scalar_type());
+}
+
+}  // namespace
+
+// k/v [T, kv_heads, D] written at the flat slots [T] (block * block_size + offset) of the two planes.
+void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor k_plane, torch::Tensor v_plane,
+              const torch::Tensor& slots) {
+  Plane kp = plane_of(k_plane, "k_plane"), vp = plane_of(v_plane, "v_plane");
+  const int64_t heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
+  const int64_t capacity = k_plane.size(0) * block_size;
+  check_rows(k, "k", heads, dim);
+  check_rows(v, "v", heads, dim);
+  TORCH_CHECK(slots.scalar_type() == torch::kInt64 && slots.dim() == 1 && slots.size(0) == k.size(0),
+              "CPU_PAGED: slots must be int64 [T]");
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  const float* ks = k.data_ptr<float>();
+  const float* vs = v.data_ptr<float>();
+  const int64_t k_row = k.stride(0), k_head = k.stride(1), v_row = v.stride(0), v_head = v.stride(1);
+  for (int64_t t = 0; t < k.size(0); ++t) {
+    TORCH_CHECK(slot[t] >= 0 && slot[t] < capacity, "CPU_PAGED: slot ", slot[t], " is outside the cache (",
+                capacity, " slots)");
+    const int64_t blk = slot[t] / block_size, off = slot[t] % block_size;
+    for (int64_t h = 0; h < heads; ++h) {
+      std::memcpy(kp.at(blk, off, h), ks + t * k_row + h * k_head, dim * sizeof(float));
+      std::memcpy(vp.at(blk, off, h), vs + t * v_row + h * v_head, dim * sizeof(float));
+    }
+  }
+}
+
+// out[t] for every token t of the requests `reqs` (int64 ids): q[t] over its request's keys 0 .. its position
+// (causal; else every key), read through the request's row of block_tables. query_start [B + 1] and seq_lens [B]
+// are int32.
+void attend(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::Tensor& v_plane,
+            const torch::Tensor& block_tables, const torch::Tensor& query_start, const torch::Tensor& seq_lens,
+            const torch::Tensor& reqs, double scale, bool causal, torch::Tensor out) {
+  const Plane kp = plane_of(k_plane, "k_plane"), vp = plane_of(v_plane, "v_plane");
+  const int64_t kv_heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
+  TORCH_CHECK(q.dim() == 3 && q.size(1) % kv_heads == 0, "CPU_PAGED: q must be [T, heads, D] with heads a multiple "
+              "of the cache's ", kv_heads, " KV heads, got ", q.sizes());
+  const int64_t heads = q.size(1), group = heads / kv_heads;
+  check_rows(q, "q", heads, dim);
+  check_rows(out, "out", heads, dim);
+  TORCH_CHECK(out.is_contiguous(), "CPU_PAGED: out must be contiguous");
+  TORCH_CHECK(block_tables.scalar_type() == torch::kInt32 && query_start.scalar_type() == torch::kInt32 &&
+                  seq_lens.scalar_type() == torch::kInt32 && reqs.scalar_type() == torch::kInt64 &&
+                  block_tables.is_contiguous(),
+              "CPU_PAGED: block_tables, query_start and seq_lens must be int32 (contiguous), reqs int64");
+  const int32_t* table = block_tables.data_ptr<int32_t>();
+  const int32_t* start = query_start.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int64_t* req = reqs.data_ptr<int64_t>();
+  const int64_t width = block_tables.size(1), num_blocks = k_plane.size(0);
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == seq_lens.size(0) &&
+                  query_start.size(0) == seq_lens.size(0) + 1 && start[seq_lens.size(0)] == q.size(0),
+              "CPU_PAGED: block_tables [B, W], query_start [B + 1] (ending at T) and seq_lens [B] disagree");
+
+  // the chosen requests' tokens, each checked against its block table once (the loops below trust them)
+  std::vector<int64_t> token_req;
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < reqs.size(0); ++i) {
+    const int64_t r = req[i];
+    TORCH_CHECK(r >= 0 && r < seq_lens.size(0), "CPU_PAGED: request ", r, " is not in the step");
+    const int64_t new_tokens = start[r + 1] - start[r];
+    TORCH_CHECK(new_tokens >= 0 && lens[r] >= new_tokens && lens[r] <= width * block_size, "CPU_PAGED: request ", r,
+                " has ", new_tokens, " new token(s) and ", lens[r], " keys, which its block table of ", width,
+                " blocks cannot hold");
+    for (int64_t b = 0; b * block_size < lens[r]; ++b)
+      TORCH_CHECK(table[r * width + b] >= 0 && table[r * width + b] < num_blocks, "CPU_PAGED: request ", r,
+                  "'s block ", b, " is ", table[r * width + b], ", outside the cache's ", num_blocks, " blocks");
+    for (int64_t t = start[r]; t < start[r + 1]; ++t) {
+      tokens.push_back(t);
+      token_req.push_back(r);
+    }
+  }
+  const bool avx512 = has_avx512();
+  const float* qs = q.data_ptr<float>();
+  const int64_t q_row = q.stride(0), q_head = q.stride(1);
+  float* os = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  const int64_t items = static_cast<int64_t>(tokens.size()) * kv_heads;
+  at::parallel_for(0, items, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> scores;
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t t = tokens[item / kv_heads], h = item % kv_heads, r = token_req[item / kv_heads];
+      const int64_t keys = causal ? lens[r] - (start[r + 1] - t) + 1 : lens[r];  // causal: up to t's own position
+      const int32_t* row = table + r * width;
+      scores.resize(group * keys);
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* key = kp.at(row[j / block_size], j % block_size, h);
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qv = qs + t * q_row + (h * group + g) * q_head;
+#ifdef KB_X86
+          const float s = avx512 ? dot_avx512(qv, key, dim) : dot_plain(qv, key, dim);
+#else
+          const float s = dot_plain(qv, key, dim);
+#endif
+          scores[g * keys + j] = s * sc;
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {  // softmax over the keys, in place
+        float* s = scores.data() + g * keys;
+        const float top = *std::max_element(s, s + keys);
+        float total = 0.f;
+        for (int64_t j = 0; j < keys; ++j) total += (s[j] = std::exp(s[j] - top));
+        const float inv = 1.f / total;
+        for (int64_t j = 0; j < keys; ++j) s[j] *= inv;
+        std::memset(os + (t * heads + h * group + g) * dim, 0, dim * sizeof(float));
+      }
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* value = vp.at(row[j / block_size], j % block_size, h);
+        for (int64_t g = 0; g < group; ++g) {
+          float* o = os + (t * heads + h * group + g) * dim;
+#ifdef KB_X86
+          if (avx512)
+            axpy_avx512(scores[g * keys + j], value, o, dim);
+          else
+            axpy_plain(scores[g * keys + j], value, o, dim);
+#else
+          axpy_plain(scores[g * keys + j], value, o, dim);
+#endif
+        }
+      }
+    }
+  });
+}
+
+bool set_plain(bool plain) {
+  const bool before = plain_only;
+  plain_only = plain;
+  return before;
+}
+
+bool uses_avx512() { return has_avx512(); }
+
+}  // namespace kernelbay
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("write_kv", &kernelbay::write_kv, "a step's k/v [T, kv_heads, D] into the paged planes at flat slots [T]");
+  m.def("attend", &kernelbay::attend,
+        "causal attention of the chosen requests' tokens over their paged keys, into out [T, heads, D]");
+  m.def("set_plain", &kernelbay::set_plain, "true: the portable loops even where AVX-512 runs; returns the old value");
+  m.def("uses_avx512", &kernelbay::uses_avx512, "whether attend's products run on AVX-512 (else portable loops)");
+}
