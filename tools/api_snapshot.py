@@ -168,7 +168,7 @@ def check(
         Break(_public_names(breakage.obj.path, defined_at), _ANSI.sub("", breakage.explain()))
         for breakage in griffe.find_breaking_changes(old, new)
         # exports are compared name by name: a name no longer exported is a removed object
-        if breakage.obj.name != "__all__"
+        if breakage.obj.name != "__all__" and not _is_tuning(breakage)
     ]
     # What griffe does not see: a public name whose scope is still there but that no longer reaches an object of
     # the package (its target moved out or is gone, its module's `__all__` dropped it, it became private).
@@ -182,6 +182,16 @@ def check(
     used = allowed.intersection(path for found in breaks for path in found.paths)
     matched = [found for found in breaks if found not in undeclared]
     return CheckResult(undeclared, matched, sorted(allowed - used), len(set(old_api.values())))
+
+
+# A platform's backend order is tuning, not contract (docs/contract.md): which kernel a platform tries first may
+# change in any release, as vLLM's does; the attributes stay, so every plugin naming them keeps working.
+TUNING_VALUES = frozenset({"default_priority", "moe_priority"})
+
+
+def _is_tuning(breakage) -> bool:
+    """A new value of a tuning attribute (the attribute is still there, of the same kind)."""
+    return breakage.kind is griffe.BreakageKind.ATTRIBUTE_CHANGED_VALUE and breakage.obj.name in TUNING_VALUES
 
 
 def main(argv: list[str] | None = None) -> int:

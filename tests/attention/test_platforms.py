@@ -14,7 +14,7 @@ def test_cpu_is_current_and_ordered_by_the_benchmark():
     """The CPU platform is always current; its priority is the one benchmarks/RESULTS-attention.md decided."""
     cpu = CpuPlatform()
     assert cpu.is_current()[0] and cpu.device() == "cpu" and cpu.device(0) == "cpu:0"
-    assert cpu.backend_priority() == ["SDPA", "VANILLA", "FLEX"]
+    assert cpu.backend_priority() == ["CPU_PAGED", "SDPA", "VANILLA", "FLEX"]
 
 
 def test_cuda_reports_why_it_is_not_current():

@@ -57,7 +57,7 @@ def test_unknown_requested_backend_lists_known_names_and_close_matches(fresh_reg
     with pytest.raises(UnknownNameError) as err:
         select_attention_backend(FULL, requested="SPDA", platform=FakePlatform("SDPA"))
     assert str(err.value) == (
-        "Unknown attention backend: 'SPDA'. Known attention backends: FLEX, SDPA, VANILLA. "
+        "Unknown attention backend: 'SPDA'. Known attention backends: CPU_PAGED, FLEX, SDPA, VANILLA. "
         "Did you mean: SDPA? (requested via argument or KERNELBAY_ATTENTION_BACKEND)"
     )
 
@@ -120,7 +120,7 @@ def test_no_capable_backend_carries_every_groups_reports(fresh_registry):
         select_for_layer_groups({"full": FULL, "sparse": sparse}, platform=FakePlatform("SDPA"))
     (full, served, _), (sparse_name, unserved, reports) = err.value.groups
     assert (full, served.backend_name, sparse_name, unserved) == ("full", "SDPA", "sparse", None)
-    assert {c.name for c in reports} == {"SDPA", "VANILLA", "FLEX"}
+    assert {c.name for c in reports} == {"SDPA", "VANILLA", "CPU_PAGED", "FLEX"}
     assert all(c.reason == "not capable" and not c.chosen and c.failures for c in reports)
 
 
@@ -130,7 +130,8 @@ def test_selection_is_cached_and_serialisable(fresh_registry):
     first = select_attention_backend(SOFTCAP, platform=plat)
     assert select_attention_backend(SOFTCAP, platform=plat) is first
     data = json.loads(json.dumps(first.to_dict()))
-    assert data["backend"] == "VANILLA" and [c["name"] for c in data["candidates"]] == ["SDPA", "VANILLA", "FLEX"]
+    assert data["backend"] == "VANILLA"
+    assert [c["name"] for c in data["candidates"]] == ["SDPA", "VANILLA", "CPU_PAGED", "FLEX"]
     assert data["candidates"][0]["failures"] == ["logit_softcap: attention logit soft-capping is not supported"]
     assert data["requirements"]["logit_softcap"] is True and data["platform"] == "fakeplat"
 

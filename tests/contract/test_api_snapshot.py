@@ -130,6 +130,18 @@ def test_listed_deprecation_passes(copy):
     ]
 
 
+def test_a_platforms_priority_order_is_tuning_but_its_removal_a_break(copy):
+    """A new backend order in a platform's priority (its value) is no break; the attribute gone is, and so is a new
+    value of any other public attribute."""
+    copy["edit"]("platforms/cpu.py", r'default_priority = \("CPU_PAGED", ', 'default_priority = ("SDPA", "CPU_PAGED", ')
+    assert _check(copy).undeclared == []
+    copy["edit"]("platforms/__init__.py", r"\n    moe_priority: ClassVar.*", "")
+    copy["edit"]("platforms/__init__.py", r'(\n    device_type: ClassVar\[str\] = )""', r'\1"none"')
+    broken = _broken(_check(copy))
+    assert "Public object was removed" in broken["kernelbay.platforms.Platform.moe_priority"]
+    assert "Attribute value was changed" in broken["kernelbay.platforms.Platform.device_type"]
+
+
 def test_private_changes_are_no_break(copy):
     """Renaming or removing private objects (in a public module, a private module, a public class) breaks
     nothing: the check concerns the public API only."""

@@ -9,7 +9,7 @@ class CpuPlatform(Platform):
     name = "cpu"
     device_type = "cpu"
     # Decided by benchmarks/attention.py (see benchmarks/RESULTS-attention.md), not by guess.
-    default_priority = ("SDPA", "VANILLA", "FLEX")
+    default_priority = ("CPU_PAGED", "SDPA", "VANILLA", "FLEX")
     # benchmarks/moe.py: the grouped kernel beats the per-expert loop at every token count measured.
     moe_priority = ("TORCH_GROUPED_MOE", "TORCH_MOE")
 

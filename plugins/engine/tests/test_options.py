@@ -61,7 +61,8 @@ def test_names_are_checked(fresh_registry):
         "dtype: unknown dtype 'float64'; use one of: float32, bfloat16, float16",
         "kv_cache_dtype: unknown KV-cache dtype 'int3'; use one of: auto, float32, bfloat16, float16, fp8_e4m3",
         "kv_layout: unknown KV layout 'XYZ'; use 'NHD' or 'HND'",
-        "Unknown attention backend: 'VANILA'. Known attention backends: FLEX, SDPA, VANILLA. Did you mean: VANILLA?",
+        "Unknown attention backend: 'VANILA'. Known attention backends: CPU_PAGED, FLEX, SDPA, VANILLA. "
+        "Did you mean: VANILLA?",
     ]
 
 
@@ -93,7 +94,7 @@ def test_backend_options_unknown_keys_and_types(fresh_registry):
     assert found == [
         "FLEX.compiel is not an option; known options: compile; did you mean compile?",
         "SDPA.x is not an option; known options: (none)",
-        "backend_options: Unknown attention backend: 'NOPE'. Known attention backends: FLEX, SDPA, VANILLA.",
+        "backend_options: Unknown attention backend: 'NOPE'. Known attention backends: CPU_PAGED, FLEX, SDPA, VANILLA.",
     ]
     found = violations_of(backend_options={"FLEX": {"compile": "maybe"}})
     assert found == ["option FLEX.compile expects a bool (true/false), got 'maybe'"]
