@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelbay.attention import ANY, AttentionBackend, AttentionForwardArgs, AttentionMetadata, KVLayout
+from kernelbay.dtypes import MODEL_DTYPES
 
 from .build import NativeLibrary
 
@@ -47,19 +48,20 @@ class CpuPagedMetadata(AttentionMetadata):
 
 
 class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
-    """float32 decoder attention on CPUs: `write_kv` and the attention of short requests are one native call each
-    (AVX-512 where the CPU has it, plain C++ elsewhere); a prompt of more than NATIVE_QUERIES tokens is one SDPA call.
+    """Decoder attention on CPUs: `write_kv` and the attention of short requests are one native call each (AVX-512
+    where the CPU has it, plain C++ elsewhere; float32, bfloat16 or float16, computed in float32); a prompt of more
+    than NATIVE_QUERIES tokens is one SDPA call.
 
-    Honest capabilities: float32 models and caches only (no scaled or narrow KV), causal decoder layers without a
-    sliding window, chunks, soft-cap, sinks, sparsity or MLA; the selector gives such layers another backend.
+    Honest capabilities: no scaled (fp8) cache, and causal decoder layers without a sliding window, chunks, soft-cap,
+    sinks, sparsity or MLA; the selector gives such layers another backend.
     Unavailable (with the build's reason) where the kernel cannot be built or KERNELBAY_NATIVE=0.
     """
 
     name = "CPU_PAGED"
     Metadata = CpuPagedMetadata
     head_sizes = ANY
-    dtypes = frozenset({"float32"})
-    kv_cache_dtypes = frozenset({"auto", "float32"})
+    dtypes = frozenset(MODEL_DTYPES)
+    kv_cache_dtypes = frozenset({"auto", *MODEL_DTYPES})  # not fp8: a scaled cache is SDPA's
     block_sizes = ANY
     kv_layouts = frozenset(KVLayout)
     platforms = frozenset({"cpu"})
@@ -68,7 +70,7 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
     def attach_kv_cache(self, kv_cache: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         if k_scale != 1.0 or v_scale != 1.0:
             raise ValueError(
-                f"layer {self.geometry.layer_idx}: CPU_PAGED keeps float32 keys and values unscaled, so k_scale and "
+                f"layer {self.geometry.layer_idx}: CPU_PAGED keeps keys and values unscaled, so k_scale and "
                 f"v_scale must be 1.0 (got {k_scale}, {v_scale}); a scaled (fp8) cache needs another backend (SDPA)"
             )
         super().attach_kv_cache(kv_cache, k_scale, v_scale)
@@ -97,6 +99,8 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, metadata: AttentionMetadata) -> None:
         k_plane, v_plane = self._planes(metadata.layout)
+        if k.dtype != k_plane.dtype:  # a cache kept in another float type than the model's
+            k, v = k.to(k_plane.dtype), v.to(v_plane.dtype)
         _ops().write_kv(k, v, k_plane, v_plane, metadata.slot_mapping)
 
     def _attend(self, q: torch.Tensor, md: CpuPagedMetadata, args: AttentionForwardArgs) -> torch.Tensor:

@@ -5,11 +5,13 @@
 // ~80 us a layer (a K/V scatter, views, SDPA's call with its checks and buffers), all of it cache-cold while the
 // weights stream; the arithmetic itself is a few microseconds.
 //
-// Planes: [num_blocks, block_size, kv_heads, head_dim] float32 views with any strides (the head_dim contiguous), so
-// one kernel reads NHD and HND caches and the heads-outermost stride order alike. Each (query, KV head) is one work
-// item: the query heads sharing a KV head read each key once (two passes: the scores, then the values), and its
-// arithmetic depends on its own query and keys alone -- a query gets the same bits whatever the batch, the thread,
-// or how many of its request's tokens come in the same call (what lossless speculative verification needs).
+// Planes: [num_blocks, block_size, kv_heads, head_dim] views with any strides (the head_dim contiguous), so one kernel
+// reads NHD and HND caches and the heads-outermost stride order alike. Queries, keys and values are float32, bfloat16
+// or float16 (the cache's type may differ from the queries'); every product and sum is float32.
+// Each (query, KV head) is one work item: the query heads sharing a KV head read each key once (two passes: the
+// scores, then the values), and its arithmetic depends on its own query and keys alone -- a query gets the same bits
+// whatever the batch, the thread, or how many of its request's tokens come in the same call (what lossless
+// speculative verification needs).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -28,42 +30,59 @@
 namespace kernelbay {
 namespace {
 
-float dot_plain(const float* a, const float* b, int64_t d) {
+using c10::BFloat16;
+using c10::Half;
+
+template <typename T>
+float dot_plain(const float* a, const T* b, int64_t d) {
   float acc = 0.f;
-  for (int64_t i = 0; i < d; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < d; ++i) acc += a[i] * static_cast<float>(b[i]);
   return acc;
 }
 
-void axpy_plain(float w, const float* x, float* y, int64_t d) {
-  for (int64_t i = 0; i < d; ++i) y[i] += w * x[i];
+template <typename T>
+void axpy_plain(float w, const T* x, float* y, int64_t d) {
+  for (int64_t i = 0; i < d; ++i) y[i] += w * static_cast<float>(x[i]);
 }
 
 #ifdef KB_X86
-#define KB_AVX512 __attribute__((target("avx512f,fma")))
+#define KB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
 
 KB_AVX512 __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-KB_AVX512 float dot_avx512(const float* a, const float* b, int64_t d) {
+// 16 (fewer past the mask) elements as float32 lanes
+KB_AVX512 __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+KB_AVX512 __m512 load16(const BFloat16* p, __mmask16 m) {  // bfloat16 is float32's upper half
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+KB_AVX512 __m512 load16(const Half* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+
+template <typename T>
+KB_AVX512 float dot_avx512(const float* a, const T* b, int64_t d) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; i += 16) {
     const __mmask16 m = tail_mask(d - i);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), load16(b + i, m), acc);
   }
   return _mm512_reduce_add_ps(acc);
 }
 
-KB_AVX512 void axpy_avx512(float w, const float* x, float* y, int64_t d) {
+template <typename T>
+KB_AVX512 void axpy_avx512(float w, const T* x, float* y, int64_t d) {
   const __m512 wv = _mm512_set1_ps(w);
   for (int64_t i = 0; i < d; i += 16) {
     const __mmask16 m = tail_mask(d - i);
-    const __m512 sum = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
-    _mm512_mask_storeu_ps(y + i, m, sum);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(wv, load16(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 
-bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+bool cpu_has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+}
 #else
 bool cpu_has_avx512() { return false; }
 #endif
@@ -72,52 +91,152 @@ bool plain_only = false;  // set_plain(true): the portable loops even on an AVX-
 
 bool has_avx512() { return !plain_only && cpu_has_avx512(); }
 
-struct Plane {
-  float* data;
-  int64_t block, offset, head;  // strides, in floats
-
-  const float* at(int64_t blk, int64_t off, int64_t h) const { return data + blk * block + off * offset + h * head; }
-  float* at(int64_t blk, int64_t off, int64_t h) { return data + blk * block + off * offset + h * head; }
-};
-
-Plane plane_of(const torch::Tensor& p, const char* name) {
-  TORCH_CHECK(p.dim() == 4 && p.scalar_type() == torch::kFloat32 && p.stride(3) == 1, "CPU_PAGED: ", name,
-              " must be a float32 [num_blocks, block_size, kv_heads, head_dim] view with head_dim contiguous, got ",
-              p.sizes(), " ", p.scalar_type());
-  return Plane{p.data_ptr<float>(), p.stride(0), p.stride(1), p.stride(2)};
+template <typename T>
+float dot(bool avx512, const float* a, const T* b, int64_t d) {
+#ifdef KB_X86
+  if (avx512) return dot_avx512(a, b, d);
+#endif
+  return dot_plain(a, b, d);
 }
 
-// [T, heads, dim] float32 rows with the last dim contiguous (a view into a fused projection's output is fine)
+template <typename T>
+void axpy(bool avx512, float w, const T* x, float* y, int64_t d) {
+#ifdef KB_X86
+  if (avx512) return axpy_avx512(w, x, y, d);
+#endif
+  axpy_plain(w, x, y, d);
+}
+
+template <typename T>
+struct Plane {
+  T* data;
+  int64_t block, offset, head;  // strides, in elements
+
+  T* at(int64_t blk, int64_t off, int64_t h) const { return data + blk * block + off * offset + h * head; }
+};
+
+bool is_float_type(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+void check_plane(const torch::Tensor& p, const char* name) {
+  TORCH_CHECK(p.dim() == 4 && is_float_type(p.scalar_type()) && p.stride(3) == 1, "CPU_PAGED: ", name,
+              " must be a float32, bfloat16 or float16 [num_blocks, block_size, kv_heads, head_dim] view with "
+              "head_dim contiguous, got ", p.sizes(), " ", p.scalar_type());
+}
+
+template <typename T>
+Plane<T> plane_of(const torch::Tensor& p) {
+  return Plane<T>{reinterpret_cast<T*>(p.data_ptr()), p.stride(0), p.stride(1), p.stride(2)};
+}
+
+// [T, heads, dim] rows with the last dim contiguous (a view into a fused projection's output is fine)
 void check_rows(const torch::Tensor& x, const char* name, int64_t heads, int64_t dim) {
-  TORCH_CHECK(x.dim() == 3 && x.scalar_type() == torch::kFloat32 && x.size(1) == heads && x.size(2) == dim &&
+  TORCH_CHECK(x.dim() == 3 && is_float_type(x.scalar_type()) && x.size(1) == heads && x.size(2) == dim &&
                   x.stride(2) == 1,
-              "CPU_PAGED: ", name, " must be float32 [T, ", heads, ", ", dim, "] with the last dim contiguous, got ",
-              x.sizes(), " ", x.scalar_type());
+              "CPU_PAGED: ", name, " must be float32, bfloat16 or float16 [T, ", heads, ", ", dim,
+              "] with the last dim contiguous, got ", x.sizes(), " ", x.scalar_type());
+}
+
+// f(T{}) with T the C++ type of `type` (float, BFloat16, Half)
+template <typename F>
+void with_type(at::ScalarType type, F&& f) {
+  switch (type) {
+    case at::kFloat: f(float{}); break;
+    case at::kBFloat16: f(BFloat16{}); break;
+    case at::kHalf: f(Half{}); break;
+    default: TORCH_CHECK(false, "CPU_PAGED: unsupported type ", type);
+  }
+}
+
+struct Step {  // one step's request layout, host pointers into the metadata tensors
+  const int32_t* table;
+  const int32_t* start;
+  const int32_t* lens;
+  int64_t width;
+};
+
+template <typename Q, typename C>
+void attend_items(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::Tensor& v_plane, const Step& step,
+                  const std::vector<int64_t>& tokens, const std::vector<int64_t>& token_req, float scale, bool causal,
+                  torch::Tensor& out) {
+  const Plane<C> kp = plane_of<C>(k_plane), vp = plane_of<C>(v_plane);
+  const int64_t kv_heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
+  const int64_t heads = q.size(1), group = heads / kv_heads;
+  const Q* qs = reinterpret_cast<const Q*>(q.data_ptr());
+  const int64_t q_row = q.stride(0), q_head = q.stride(1);
+  Q* os = reinterpret_cast<Q*>(out.data_ptr());
+  const bool avx512 = has_avx512();
+  const int64_t items = static_cast<int64_t>(tokens.size()) * kv_heads;
+  at::parallel_for(0, items, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> scores, query(group * dim), acc(group * dim);
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t t = tokens[item / kv_heads], h = item % kv_heads, r = token_req[item / kv_heads];
+      const int64_t seq = step.lens[r];
+      const int64_t keys = causal ? seq - (step.start[r + 1] - t) + 1 : seq;  // causal: up to t's own position
+      const int32_t* row = step.table + r * step.width;
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i = 0; i < dim; ++i)
+          query[g * dim + i] = static_cast<float>(qs[t * q_row + (h * group + g) * q_head + i]);
+      scores.resize(group * keys);
+      for (int64_t j = 0; j < keys; ++j) {
+        const C* key = kp.at(row[j / block_size], j % block_size, h);
+        for (int64_t g = 0; g < group; ++g)
+          scores[g * keys + j] = dot(avx512, query.data() + g * dim, key, dim) * scale;
+      }
+      for (int64_t g = 0; g < group; ++g) {  // softmax over the keys, in place
+        float* s = scores.data() + g * keys;
+        const float top = *std::max_element(s, s + keys);
+        float total = 0.f;
+        for (int64_t j = 0; j < keys; ++j) total += (s[j] = std::exp(s[j] - top));
+        const float inv = 1.f / total;
+        for (int64_t j = 0; j < keys; ++j) s[j] *= inv;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < keys; ++j) {
+        const C* value = vp.at(row[j / block_size], j % block_size, h);
+        for (int64_t g = 0; g < group; ++g) axpy(avx512, scores[g * keys + j], value, acc.data() + g * dim, dim);
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        Q* o = os + (t * heads + h * group + g) * dim;
+        for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<Q>(acc[g * dim + i]);
+      }
+    }
+  });
 }
 
 }  // namespace
 
-// k/v [T, kv_heads, D] written at the flat slots [T] (block * block_size + offset) of the two planes.
+// k/v [T, kv_heads, D] written at the flat slots [T] (block * block_size + offset) of the two planes (same type).
 void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor k_plane, torch::Tensor v_plane,
               const torch::Tensor& slots) {
-  Plane kp = plane_of(k_plane, "k_plane"), vp = plane_of(v_plane, "v_plane");
+  check_plane(k_plane, "k_plane");
+  check_plane(v_plane, "v_plane");
   const int64_t heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
   const int64_t capacity = k_plane.size(0) * block_size;
   check_rows(k, "k", heads, dim);
   check_rows(v, "v", heads, dim);
+  TORCH_CHECK(k.scalar_type() == k_plane.scalar_type() && v.scalar_type() == v_plane.scalar_type() &&
+                  k_plane.scalar_type() == v_plane.scalar_type(),
+              "CPU_PAGED: k, v and the cache must have one type, got ", k.scalar_type(), ", ", v.scalar_type(),
+              " and ", k_plane.scalar_type());
   TORCH_CHECK(slots.scalar_type() == torch::kInt64 && slots.dim() == 1 && slots.size(0) == k.size(0),
               "CPU_PAGED: slots must be int64 [T]");
   const int64_t* slot = slots.data_ptr<int64_t>();
-  const float* ks = k.data_ptr<float>();
-  const float* vs = v.data_ptr<float>();
-  const int64_t k_row = k.stride(0), k_head = k.stride(1), v_row = v.stride(0), v_head = v.stride(1);
+  const int64_t bytes = dim * k.element_size(), element = k.element_size();
+  const char* ks = static_cast<const char*>(k.data_ptr());
+  const char* vs = static_cast<const char*>(v.data_ptr());
+  char* kc = static_cast<char*>(k_plane.data_ptr());
+  char* vc = static_cast<char*>(v_plane.data_ptr());
   for (int64_t t = 0; t < k.size(0); ++t) {
     TORCH_CHECK(slot[t] >= 0 && slot[t] < capacity, "CPU_PAGED: slot ", slot[t], " is outside the cache (",
                 capacity, " slots)");
     const int64_t blk = slot[t] / block_size, off = slot[t] % block_size;
     for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(kp.at(blk, off, h), ks + t * k_row + h * k_head, dim * sizeof(float));
-      std::memcpy(vp.at(blk, off, h), vs + t * v_row + h * v_head, dim * sizeof(float));
+      const int64_t kc_at = blk * k_plane.stride(0) + off * k_plane.stride(1) + h * k_plane.stride(2);
+      const int64_t vc_at = blk * v_plane.stride(0) + off * v_plane.stride(1) + h * v_plane.stride(2);
+      std::memcpy(kc + kc_at * element, ks + (t * k.stride(0) + h * k.stride(1)) * element, bytes);
+      std::memcpy(vc + vc_at * element, vs + (t * v.stride(0) + h * v.stride(1)) * element, bytes);
     }
   }
 }
@@ -128,14 +247,17 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor k_pl
 void attend(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::Tensor& v_plane,
             const torch::Tensor& block_tables, const torch::Tensor& query_start, const torch::Tensor& seq_lens,
             const torch::Tensor& reqs, double scale, bool causal, torch::Tensor out) {
-  const Plane kp = plane_of(k_plane, "k_plane"), vp = plane_of(v_plane, "v_plane");
+  check_plane(k_plane, "k_plane");
+  check_plane(v_plane, "v_plane");
+  TORCH_CHECK(k_plane.scalar_type() == v_plane.scalar_type(), "CPU_PAGED: the key and value planes differ in type");
   const int64_t kv_heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
   TORCH_CHECK(q.dim() == 3 && q.size(1) % kv_heads == 0, "CPU_PAGED: q must be [T, heads, D] with heads a multiple "
               "of the cache's ", kv_heads, " KV heads, got ", q.sizes());
-  const int64_t heads = q.size(1), group = heads / kv_heads;
+  const int64_t heads = q.size(1);
   check_rows(q, "q", heads, dim);
   check_rows(out, "out", heads, dim);
-  TORCH_CHECK(out.is_contiguous(), "CPU_PAGED: out must be contiguous");
+  TORCH_CHECK(out.is_contiguous() && out.scalar_type() == q.scalar_type(),
+              "CPU_PAGED: out must be contiguous, of q's type");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt32 && query_start.scalar_type() == torch::kInt32 &&
                   seq_lens.scalar_type() == torch::kInt32 && reqs.scalar_type() == torch::kInt64 &&
                   block_tables.is_contiguous(),
@@ -167,55 +289,12 @@ void attend(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::T
       token_req.push_back(r);
     }
   }
-  const bool avx512 = has_avx512();
-  const float* qs = q.data_ptr<float>();
-  const int64_t q_row = q.stride(0), q_head = q.stride(1);
-  float* os = out.data_ptr<float>();
-  const float sc = static_cast<float>(scale);
-  const int64_t items = static_cast<int64_t>(tokens.size()) * kv_heads;
-  at::parallel_for(0, items, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> scores;
-    for (int64_t item = lo; item < hi; ++item) {
-      const int64_t t = tokens[item / kv_heads], h = item % kv_heads, r = token_req[item / kv_heads];
-      const int64_t keys = causal ? lens[r] - (start[r + 1] - t) + 1 : lens[r];  // causal: up to t's own position
-      const int32_t* row = table + r * width;
-      scores.resize(group * keys);
-      for (int64_t j = 0; j < keys; ++j) {
-        const float* key = kp.at(row[j / block_size], j % block_size, h);
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qv = qs + t * q_row + (h * group + g) * q_head;
-#ifdef KB_X86
-          const float s = avx512 ? dot_avx512(qv, key, dim) : dot_plain(qv, key, dim);
-#else
-          const float s = dot_plain(qv, key, dim);
-#endif
-          scores[g * keys + j] = s * sc;
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {  // softmax over the keys, in place
-        float* s = scores.data() + g * keys;
-        const float top = *std::max_element(s, s + keys);
-        float total = 0.f;
-        for (int64_t j = 0; j < keys; ++j) total += (s[j] = std::exp(s[j] - top));
-        const float inv = 1.f / total;
-        for (int64_t j = 0; j < keys; ++j) s[j] *= inv;
-        std::memset(os + (t * heads + h * group + g) * dim, 0, dim * sizeof(float));
-      }
-      for (int64_t j = 0; j < keys; ++j) {
-        const float* value = vp.at(row[j / block_size], j % block_size, h);
-        for (int64_t g = 0; g < group; ++g) {
-          float* o = os + (t * heads + h * group + g) * dim;
-#ifdef KB_X86
-          if (avx512)
-            axpy_avx512(scores[g * keys + j], value, o, dim);
-          else
-            axpy_plain(scores[g * keys + j], value, o, dim);
-#else
-          axpy_plain(scores[g * keys + j], value, o, dim);
-#endif
-        }
-      }
-    }
+  const Step step{table, start, lens, width};
+  with_type(q.scalar_type(), [&](auto q_type) {
+    with_type(k_plane.scalar_type(), [&](auto c_type) {
+      attend_items<decltype(q_type), decltype(c_type)>(q, k_plane, v_plane, step, tokens, token_req,
+                                                       static_cast<float>(scale), causal, out);
+    });
   });
 }
 

@@ -1,6 +1,6 @@
 """CPU_PAGED against the conformance kit's float64 reference: the kit's own specs, prompts long enough to take the
-SDPA path (alone, after a context, beside decodes), the portable loops, one query's bits whatever its batch, and what
-it refuses."""
+SDPA path (alone, after a context, beside decodes), bfloat16 and float16 (with a cache of another float type), the
+portable loops, one query's bits whatever its batch, and what it refuses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelbay.attention import AttentionForwardArgs, create_attention
+from kernelbay.attention import AttentionForwardArgs, AttentionRequirements, create_attention
 from kernelbay.testing import BatchSpec, block_tables, check_backend, make_data, run_backend
 from kernelbay.testing.report import PASS
 from kernelbay_cpu.attention import LIBRARY, NATIVE_QUERIES, CpuPagedBackend
@@ -25,6 +25,10 @@ LONG_SPECS = (
     BatchSpec("prompt_block_64_runs", ((PROMPT, 70), (1, 130)), block_size=64, contiguous_blocks=True),
     BatchSpec("verify_rows", ((NATIVE_QUERIES, 33), (5, 60), (NATIVE_QUERIES + 1, 2))),
     BatchSpec("odd_head_dim", ((1, 21), (4, 3), (PROMPT, 0)), head_dim=72, num_heads=4, num_kv_heads=4),
+    BatchSpec("bf16_prompts", ((PROMPT, 8), (1, 44)), dtype="bfloat16"),
+    BatchSpec("fp16_hnd_prompts", ((PROMPT, 0), (2, 19)), dtype="float16", layout="HND"),
+    BatchSpec("bf16_model_float32_cache", ((1, 20), (PROMPT, 3)), dtype="bfloat16", kv_cache_dtype="float32"),
+    BatchSpec("float32_model_fp16_cache", ((1, 20), (PROMPT, 3)), kv_cache_dtype="float16"),
 )
 
 
@@ -106,7 +110,9 @@ def test_a_non_causal_call_sees_every_key(kernel):
 
 
 def test_refusals_name_what_to_use_instead():
-    assert CpuPagedBackend.capability_failures(BatchSpec("bf16", ((1, 4),), dtype="bfloat16").requirements())
+    assert CpuPagedBackend.capability_failures(BatchSpec("fp8", ((1, 4),), kv_cache_dtype="fp8_e4m3").requirements())
+    window = AttentionRequirements(head_size=64, dtype="float32", sliding_window=True)
+    assert CpuPagedBackend.capability_failures(window) == ["sliding_window: sliding-window attention is not supported"]
     layer = create_attention(0, 4, 64, 2, backend=CpuPagedBackend)
     cache = layer.kv_cache_spec("float32", 16).allocate(4)
     with pytest.raises(ValueError, match=r"k_scale and v_scale must be 1\.0"):
