@@ -145,7 +145,7 @@ def test_off_acme_the_platform_is_cpu_and_acme_declines(make_registry, monkeypat
     monkeypatch.delenv("ACME_VISIBLE_DEVICES", raising=False)
     make_registry()
     result = select_attention_backend(AttentionRequirements(head_size=64))
-    assert result.platform == "cpu" and result.backend_name == "SDPA"
+    assert result.platform == "cpu" and result.backend_name == "CPU_PAGED"
     acme = next(c for c in result.candidates if c.name == "ACME_INT8")
     assert acme.failures == ("platform: cpu is not supported (supported: acme)",)
 

@@ -76,7 +76,7 @@ def test_selector_on_cpu_lists_why_flashinfer_is_not_used(make_registry, avail, 
     monkeypatch.setattr(avail, "probe", lambda: avail.CudaEnvironment(False, torch_version="2.13.0+cpu"))
     make_registry(with_acme=False)
     result = select_attention_backend(BF16_128, platform="cpu")
-    assert result.backend_name == "SDPA"
+    assert result.backend_name == "CPU_PAGED"
     report = _report(result, "FLASHINFER")
     assert report.source == "installed" and not report.chosen
     assert report.failures == (

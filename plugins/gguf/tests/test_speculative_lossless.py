@@ -4,6 +4,7 @@ into flipped greedy tokens."""
 
 from __future__ import annotations
 
+import pytest
 import transformers
 from gguf import GGMLQuantizationType as Q
 
@@ -20,19 +21,27 @@ PROMPT = [5, 6, 7, 8, 9, 5, 6, 7]
 GREEDY = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True, logprobs=3)
 
 
-def test_greedy_speculation_on_q4_1_codes_keeps_plain_tokens_and_logprobs(tmp_path):
+@pytest.mark.parametrize("backend", ["CPU_PAGED", "SDPA"])
+def test_greedy_speculation_on_q4_1_codes_keeps_plain_tokens_and_logprobs(tmp_path, backend):
     """Q4_1 on its codes, one request: n-gram and a random EAGLE-3 draft give plain decoding's 200 tokens, and every
-    token's logprobs (from a verify row's logits) equal plain decoding's bit for bit."""
+    token's logprobs (from a verify row's logits) equal plain decoding's bit for bit, on either CPU backend."""
     tiny = Tiny("lossless gguf", lambda: transformers.LlamaConfig(**SIZES))
     (tmp_path / "target").mkdir()
     target = write_gguf(tmp_path / "target" / "model.gguf", build_reference("llama", tiny=tiny), "llama", qtype=Q.Q4_1)
     config = draft_config(SIZES)
     draft = write_draft(tmp_path / "draft", config, random_tensors(config, seed=1))
-    plain = LLM(target, progress=False, max_num_seqs=1)
+    plain = LLM(target, progress=False, max_num_seqs=1, attention_backend=backend)
     assert plain.quant_report["model.layers.0.mlp.down_proj"].startswith("GGUF Q4_1 on "), plain.quant_report
     want = plain.generate([PROMPT], GREEDY)[0]
     for speculative in ("ngram", draft):
-        llm = LLM(target, progress=False, max_num_seqs=1, speculative=speculative, num_speculative_tokens=4)
+        llm = LLM(
+            target,
+            progress=False,
+            max_num_seqs=1,
+            speculative=speculative,
+            num_speculative_tokens=4,
+            attention_backend=backend,
+        )
         got = llm.generate([PROMPT], GREEDY)[0]
         first = next((i for i, (a, b) in enumerate(zip(got.token_ids, want.token_ids, strict=True)) if a != b), None)
         assert got.token_ids == want.token_ids, f"{speculative}: tokens leave plain decoding's at {first}"
