@@ -3,7 +3,7 @@ times and the aten calls a step dispatches, split by owner (metadata, KV write, 
 
     .venv/bin/python benchmarks/decode_step.py [--threads 2] [--batch 1] [--steps 120] [--rounds 3]
         [--quantization gguf|none] [--backend SDPA] [--prompt-len 32] [--no-kernels]
-        [--compare-native | --compare-kernels int8_dot]
+        [--compare-native | --compare-kernels int8_dot | --compare-backends SDPA CPU_PAGED]
 
 Each round prefills --batch 32-token requests, then times --steps single decode steps (positions
 prompt-len .. prompt-len + steps); the figures are the best step of every round (the minimum moves least with
@@ -149,7 +149,8 @@ def _load(args, without_kernel: str | None = None):
     from kernelbay_engine import LLM
     from kernelbay_engine.quant import kernels, select
 
-    options = {"quantization": "gguf"} if args.quantization == "gguf" else {"dtype": "float32"}
+    # a GGUF file runs on its codes by default: "none" must be said to get the float32 path
+    options = {"quantization": "gguf"} if args.quantization == "gguf" else {"quantization": "none", "dtype": "float32"}
     if args.backend:
         options["attention_backend"] = args.backend
     saved = {k: k.__dict__.get("is_available") for k in kernels.KERNELS if k.name == without_kernel}
@@ -180,6 +181,22 @@ def compare_kernels(args) -> None:
         print(f"{name:12s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
 
 
+def compare_backends(args) -> None:
+    """Rounds alternated between one model per attention backend (--compare-backends A B), loaded side by side."""
+    runners = {}
+    for name in args.compare_backends:
+        args.backend = name
+        runners[name] = _load(args).runner
+    rounds: dict[str, list] = {name: [] for name in runners}
+    for r in range(args.rounds):
+        for name, times in rounds.items():
+            times.append(_timed_round(runners[name], args, f"{name}{r}")[0])
+    for name, times in rounds.items():
+        best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
+        median = statistics.median(m for _, m in times) * 1e3
+        print(f"{name:10s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -200,8 +217,17 @@ def main() -> None:
         metavar="KERNEL",
         help="alternate rounds between the model on the preferred linear kernels and with KERNEL unavailable",
     )
+    parser.add_argument(
+        "--compare-backends",
+        nargs=2,
+        metavar="BACKEND",
+        help="alternate rounds between the model on two attention backends (one model each, loaded side by side)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.compare_backends:
+        compare_backends(args)
+        return
     if args.compare_kernels:
         compare_kernels(args)
         return

@@ -107,6 +107,77 @@ void axpy(bool avx512, float w, const T* x, float* y, int64_t d) {
   axpy_plain(w, x, y, d);
 }
 
+void softmax_plain(float* s, int64_t n) {
+  const float top = *std::max_element(s, s + n);
+  float total = 0.f;
+  for (int64_t j = 0; j < n; ++j) total += (s[j] = std::exp(s[j] - top));
+  const float inv = 1.f / total;
+  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+}
+
+#ifdef KB_X86
+// e^x for x <= 0 (a score minus the largest), 16 lanes: Cephes' expf (x = n ln2 + r, a degree-7 polynomial in r,
+// scaled by 2^n), within ~2 ulp of std::exp; below -87.3 (under float's smallest normal) 0 or a denormal.
+KB_AVX512 __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// s[0 .. n) <- softmax(s), 16 scores at a time (std::exp one at a time cost ~10 us a layer at SmolLM2's shape)
+KB_AVX512 void softmax_avx512(float* s, int64_t n) {
+  __m512 top = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    top = _mm512_mask_max_ps(top, m, top, _mm512_maskz_loadu_ps(m, s + j));
+  }
+  const __m512 peak = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), peak));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    total = _mm512_add_ps(total, _mm512_maskz_mov_ps(m, e));
+  }
+  const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(total));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
+  }
+}
+#endif
+
+void softmax(bool avx512, float* s, int64_t n) {
+#ifdef KB_X86
+  if (avx512) return softmax_avx512(s, n);
+#endif
+  softmax_plain(s, n);
+}
+
+// Keys (values) are read kAhead ahead: the cache is cold (a step's weights stream through the caches between two
+// layers' attention), and a block's keys end at its page, where the hardware prefetcher stops.
+constexpr int64_t kAhead = 8;
+
+template <typename T>
+void prefetch(const T* row, int64_t dim) {
+#ifdef KB_X86
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < dim * static_cast<int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+#else
+  __builtin_prefetch(row);
+#endif
+}
+
 template <typename T>
 struct Plane {
   T* data;
@@ -181,20 +252,15 @@ void attend_items(const torch::Tensor& q, const torch::Tensor& k_plane, const to
       scores.resize(group * keys);
       for (int64_t j = 0; j < keys; ++j) {
         const C* key = kp.at(row[j / block_size], j % block_size, h);
+        if (j + kAhead < keys) prefetch(kp.at(row[(j + kAhead) / block_size], (j + kAhead) % block_size, h), dim);
         for (int64_t g = 0; g < group; ++g)
           scores[g * keys + j] = dot(avx512, query.data() + g * dim, key, dim) * scale;
       }
-      for (int64_t g = 0; g < group; ++g) {  // softmax over the keys, in place
-        float* s = scores.data() + g * keys;
-        const float top = *std::max_element(s, s + keys);
-        float total = 0.f;
-        for (int64_t j = 0; j < keys; ++j) total += (s[j] = std::exp(s[j] - top));
-        const float inv = 1.f / total;
-        for (int64_t j = 0; j < keys; ++j) s[j] *= inv;
-      }
+      for (int64_t g = 0; g < group; ++g) softmax(avx512, scores.data() + g * keys, keys);
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t j = 0; j < keys; ++j) {
         const C* value = vp.at(row[j / block_size], j % block_size, h);
+        if (j + kAhead < keys) prefetch(vp.at(row[(j + kAhead) / block_size], (j + kAhead) % block_size, h), dim);
         for (int64_t g = 0; g < group; ++g) axpy(avx512, scores[g * keys + j], value, acc.data() + g * dim, dim);
       }
       for (int64_t g = 0; g < group; ++g) {
