@@ -52,8 +52,8 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
     where the CPU has it, plain C++ elsewhere; float32, bfloat16 or float16, computed in float32); a prompt of more
     than NATIVE_QUERIES tokens is one SDPA call.
 
-    Honest capabilities: no scaled (fp8) cache, and causal decoder layers without a sliding window, chunks, soft-cap,
-    sinks, sparsity or MLA; the selector gives such layers another backend.
+    Honest capabilities: sliding windows, chunks and encoder (bidirectional) layers, but no scaled (fp8) cache,
+    soft-cap, sinks, sparsity or MLA; the selector gives such layers another backend.
     Unavailable (with the build's reason) where the kernel cannot be built or KERNELBAY_NATIVE=0.
     """
 
@@ -65,6 +65,9 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
     block_sizes = ANY
     kv_layouts = frozenset(KVLayout)
     platforms = frozenset({"cpu"})
+    sliding_window = True
+    chunked_attention = True
+    encoder = True
     _plane_views: tuple | None = None
 
     def attach_kv_cache(self, kv_cache: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
@@ -110,7 +113,7 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
             k_plane, v_plane = self._planes(md.layout)
             _ops().attend(
                 q, k_plane, v_plane, md.block_tables, md.query_start_loc, md.seq_lens, md.native_requests,
-                g.scale, causal, out,
+                g.scale, causal, g.sliding_window or 0, g.chunk_size or 0, out,
             )  # fmt: skip
         if md.prompt_requests:
             q_starts = (0, *accumulate(md.query_lens_host))
@@ -125,18 +128,34 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
         """q [Tq, H, D] over the request's keys at `slots` [S] by one SDPA call -> [Tq, H, D]."""
         g = self.geometry
         k, v = self.read_kv(slots, layout, q.dtype)
-        whole = causal and k.shape[0] == q.shape[0]  # a fresh prompt: SDPA's own causal mask
-        mask = None if whole or not causal else torch.arange(k.shape[0]) <= q_pos.unsqueeze(1)
+        plain = g.sliding_window is None and g.chunk_size is None
+        whole = causal and plain and k.shape[0] == q.shape[0]  # a fresh prompt: SDPA's own causal mask
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
             k.transpose(0, 1).unsqueeze(0),
             v.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask,
+            attn_mask=None if whole else visible_keys(q_pos, k.shape[0], causal, g.sliding_window, g.chunk_size),
             is_causal=whole,
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
         )
         return out[0].transpose(0, 1)
+
+
+def visible_keys(q_pos: torch.Tensor, num_keys: int, causal: bool, window: int | None, chunk: int | None):
+    """Bool [Tq, S]: which of keys 0 .. S-1 each query at q_pos [Tq] sees (the kernel's rule); None: every key."""
+    q, k = q_pos.unsqueeze(1), torch.arange(num_keys, device=q_pos.device)
+    rules = [k <= q] if causal else []
+    if window is not None:
+        rules.append(q - k < window)
+    if chunk is not None:
+        rules.append(torch.div(k, chunk, rounding_mode="floor") == torch.div(q, chunk, rounding_mode="floor"))
+    if not rules:
+        return None
+    mask = rules[0]
+    for rule in rules[1:]:
+        mask = mask & rule
+    return mask
 
 
 def _ops():

@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -227,10 +228,27 @@ struct Step {  // one step's request layout, host pointers into the metadata ten
   int64_t width;
 };
 
+// Which keys a query sees: up to its own position (causal), the last `window` of them, those of its own chunk.
+struct Visible {
+  bool causal;
+  int64_t window, chunk;  // 0: none
+
+  // [first, last) of the keys of a request of `seq` keys for its query at `pos`
+  std::pair<int64_t, int64_t> range(int64_t pos, int64_t seq) const {
+    int64_t first = 0, last = causal ? pos + 1 : seq;
+    if (window > 0) first = std::max(first, pos - window + 1);
+    if (chunk > 0) {
+      first = std::max(first, pos / chunk * chunk);
+      last = std::min(last, (pos / chunk + 1) * chunk);
+    }
+    return {first, std::max(first, last)};
+  }
+};
+
 template <typename Q, typename C>
 void attend_items(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::Tensor& v_plane, const Step& step,
-                  const std::vector<int64_t>& tokens, const std::vector<int64_t>& token_req, float scale, bool causal,
-                  torch::Tensor& out) {
+                  const std::vector<int64_t>& tokens, const std::vector<int64_t>& token_req, float scale,
+                  const Visible& visible, torch::Tensor& out) {
   const Plane<C> kp = plane_of<C>(k_plane), vp = plane_of<C>(v_plane);
   const int64_t kv_heads = k_plane.size(2), dim = k_plane.size(3), block_size = k_plane.size(1);
   const int64_t heads = q.size(1), group = heads / kv_heads;
@@ -244,24 +262,26 @@ void attend_items(const torch::Tensor& q, const torch::Tensor& k_plane, const to
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t t = tokens[item / kv_heads], h = item % kv_heads, r = token_req[item / kv_heads];
       const int64_t seq = step.lens[r];
-      const int64_t keys = causal ? seq - (step.start[r + 1] - t) + 1 : seq;  // causal: up to t's own position
+      const auto [first, last] = visible.range(seq - (step.start[r + 1] - t), seq);
+      const int64_t n = last - first;
       const int32_t* row = step.table + r * step.width;
+      auto key_at = [&](const Plane<C>& plane, int64_t j) { return plane.at(row[j / block_size], j % block_size, h); };
       for (int64_t g = 0; g < group; ++g)
         for (int64_t i = 0; i < dim; ++i)
           query[g * dim + i] = static_cast<float>(qs[t * q_row + (h * group + g) * q_head + i]);
-      scores.resize(group * keys);
-      for (int64_t j = 0; j < keys; ++j) {
-        const C* key = kp.at(row[j / block_size], j % block_size, h);
-        if (j + kAhead < keys) prefetch(kp.at(row[(j + kAhead) / block_size], (j + kAhead) % block_size, h), dim);
+      scores.resize(group * n);
+      for (int64_t j = first; j < last; ++j) {
+        if (j + kAhead < last) prefetch(key_at(kp, j + kAhead), dim);
+        const C* key = key_at(kp, j);
         for (int64_t g = 0; g < group; ++g)
-          scores[g * keys + j] = dot(avx512, query.data() + g * dim, key, dim) * scale;
+          scores[g * n + j - first] = dot(avx512, query.data() + g * dim, key, dim) * scale;
       }
-      for (int64_t g = 0; g < group; ++g) softmax(avx512, scores.data() + g * keys, keys);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < keys; ++j) {
-        const C* value = vp.at(row[j / block_size], j % block_size, h);
-        if (j + kAhead < keys) prefetch(vp.at(row[(j + kAhead) / block_size], (j + kAhead) % block_size, h), dim);
-        for (int64_t g = 0; g < group; ++g) axpy(avx512, scores[g * keys + j], value, acc.data() + g * dim, dim);
+      for (int64_t g = 0; g < group && n > 0; ++g) softmax(avx512, scores.data() + g * n, n);
+      std::fill(acc.begin(), acc.end(), 0.f);  // a query that sees no key (never in a model) gets zeros
+      for (int64_t j = first; j < last; ++j) {
+        if (j + kAhead < last) prefetch(key_at(vp, j + kAhead), dim);
+        const C* value = key_at(vp, j);
+        for (int64_t g = 0; g < group; ++g) axpy(avx512, scores[g * n + j - first], value, acc.data() + g * dim, dim);
       }
       for (int64_t g = 0; g < group; ++g) {
         Q* o = os + (t * heads + h * group + g) * dim;
@@ -308,11 +328,11 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor k_pl
 }
 
 // out[t] for every token t of the requests `reqs` (int64 ids): q[t] over its request's keys 0 .. its position
-// (causal; else every key), read through the request's row of block_tables. query_start [B + 1] and seq_lens [B]
-// are int32.
+// (causal; else every key), the last `window` of them and those of its `chunk` only (0: no window, no chunks), read
+// through the request's row of block_tables. query_start [B + 1] and seq_lens [B] are int32.
 void attend(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::Tensor& v_plane,
             const torch::Tensor& block_tables, const torch::Tensor& query_start, const torch::Tensor& seq_lens,
-            const torch::Tensor& reqs, double scale, bool causal, torch::Tensor out) {
+            const torch::Tensor& reqs, double scale, bool causal, int64_t window, int64_t chunk, torch::Tensor out) {
   check_plane(k_plane, "k_plane");
   check_plane(v_plane, "v_plane");
   TORCH_CHECK(k_plane.scalar_type() == v_plane.scalar_type(), "CPU_PAGED: the key and value planes differ in type");
@@ -355,11 +375,13 @@ void attend(const torch::Tensor& q, const torch::Tensor& k_plane, const torch::T
       token_req.push_back(r);
     }
   }
+  TORCH_CHECK(window >= 0 && chunk >= 0, "CPU_PAGED: window and chunk are sizes (0: none)");
   const Step step{table, start, lens, width};
+  const Visible visible{causal, window, chunk};
   with_type(q.scalar_type(), [&](auto q_type) {
     with_type(k_plane.scalar_type(), [&](auto c_type) {
       attend_items<decltype(q_type), decltype(c_type)>(q, k_plane, v_plane, step, tokens, token_req,
-                                                       static_cast<float>(scale), causal, out);
+                                                       static_cast<float>(scale), visible, out);
     });
   });
 }
@@ -377,7 +399,7 @@ bool uses_avx512() { return has_avx512(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("write_kv", &kernelbay::write_kv, "a step's k/v [T, kv_heads, D] into the paged planes at flat slots [T]");
   m.def("attend", &kernelbay::attend,
-        "causal attention of the chosen requests' tokens over their paged keys, into out [T, heads, D]");
+        "attention of the chosen requests' tokens over their paged keys (causal, a window, chunks), into out");
   m.def("set_plain", &kernelbay::set_plain, "true: the portable loops even where AVX-512 runs; returns the old value");
   m.def("uses_avx512", &kernelbay::uses_avx512, "whether attend's products run on AVX-512 (else portable loops)");
 }

@@ -1,6 +1,6 @@
 """CPU_PAGED against the conformance kit's float64 reference: the kit's own specs, prompts long enough to take the
-SDPA path (alone, after a context, beside decodes), bfloat16 and float16 (with a cache of another float type), the
-portable loops, one query's bits whatever its batch, and what it refuses."""
+SDPA path (alone, after a context, beside decodes; windows, chunks, encoder layers), bfloat16 and float16 (with a
+cache of another float type), the portable loops, one query's bits whatever its batch, and what it refuses."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from kernelbay.testing.report import PASS
 from kernelbay_cpu.attention import LIBRARY, NATIVE_QUERIES, CpuPagedBackend
 
 PROMPT = NATIVE_QUERIES + 9  # a request this long is a prompt: one SDPA call
+WINDOW = {"attn_type": "sliding_attention", "sliding_window": 12}
+CHUNKS = {"attn_type": "chunked_attention", "chunk_size": 16}
 LONG_SPECS = (
     BatchSpec("fresh_prompt", ((PROMPT, 0),)),
     BatchSpec("prompt_after_context", ((PROMPT, 23),)),
@@ -29,6 +31,10 @@ LONG_SPECS = (
     BatchSpec("fp16_hnd_prompts", ((PROMPT, 0), (2, 19)), dtype="float16", layout="HND"),
     BatchSpec("bf16_model_float32_cache", ((1, 20), (PROMPT, 3)), dtype="bfloat16", kv_cache_dtype="float32"),
     BatchSpec("float32_model_fp16_cache", ((1, 20), (PROMPT, 3)), kv_cache_dtype="float16"),
+    BatchSpec("window_prompts", ((PROMPT, 0), (PROMPT, 30), (4, 50), (1, 9)), **WINDOW),
+    BatchSpec("window_hnd_gqa", ((PROMPT, 10), (1, 70)), num_heads=8, layout="HND", **WINDOW),
+    BatchSpec("chunked_prompts", ((PROMPT + 20, 0), (PROMPT, 21), (3, 40)), **CHUNKS),
+    BatchSpec("encoder_prompts", ((PROMPT, 0), (5, 0)), attn_type="encoder_attention"),
 )
 
 
@@ -111,8 +117,10 @@ def test_a_non_causal_call_sees_every_key(kernel):
 
 def test_refusals_name_what_to_use_instead():
     assert CpuPagedBackend.capability_failures(BatchSpec("fp8", ((1, 4),), kv_cache_dtype="fp8_e4m3").requirements())
-    window = AttentionRequirements(head_size=64, dtype="float32", sliding_window=True)
-    assert CpuPagedBackend.capability_failures(window) == ["sliding_window: sliding-window attention is not supported"]
+    softcap = AttentionRequirements(head_size=64, dtype="float32", logit_softcap=True)
+    assert CpuPagedBackend.capability_failures(softcap) == [
+        "logit_softcap: attention logit soft-capping is not supported"
+    ]
     layer = create_attention(0, 4, 64, 2, backend=CpuPagedBackend)
     cache = layer.kv_cache_spec("float32", 16).allocate(4)
     with pytest.raises(ValueError, match=r"k_scale and v_scale must be 1\.0"):
