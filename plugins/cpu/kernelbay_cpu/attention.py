@@ -117,24 +117,33 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
             )  # fmt: skip
         if md.prompt_requests:
             q_starts = (0, *accumulate(md.query_lens_host))
-            k_starts = (0, *accumulate(md.seq_lens_host))
             for i in md.prompt_requests:
                 q0, q1 = q_starts[i], q_starts[i + 1]
-                keys = md.kv_gather_index[k_starts[i] : k_starts[i + 1]]
-                out[q0:q1] = self._prompt(q[q0:q1], keys, md.positions[q0:q1], md.layout, causal)
+                k, v = self._request_keys(md, i, q.dtype)
+                out[q0:q1] = self._prompt(q[q0:q1], k, v, md.positions[q0:q1], causal)
         return out
 
-    def _prompt(self, q: torch.Tensor, slots: torch.Tensor, q_pos: torch.Tensor, layout, causal: bool):
-        """q [Tq, H, D] over the request's keys at `slots` [S] by one SDPA call -> [Tq, H, D]."""
+    def _request_keys(self, md: CpuPagedMetadata, i: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Request i's keys and values as [1, kv_heads, S, D]: a zero-copy slice of the cache when its blocks are one
+        run and the cache holds `dtype` (a prompt's usual case), else a gather."""
+        views, start, seq = self.cache_views(md.layout), md.run_start_slots[i], md.seq_lens_host[i]
+        if start is not None and views.by_head is not None and self._attached_cache().dtype == dtype:
+            k_heads, v_heads = views.by_head
+            return k_heads.narrow(2, start, seq), v_heads.narrow(2, start, seq)
+        first = sum(md.seq_lens_host[:i])
+        k, v = self.read_kv(md.kv_gather_index[first : first + seq], md.layout, dtype)
+        return k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+
+    def _prompt(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, causal: bool):
+        """q [Tq, H, D] over k/v [1, kv_heads, S, D] by one SDPA call -> [Tq, H, D]."""
         g = self.geometry
-        k, v = self.read_kv(slots, layout, q.dtype)
         plain = g.sliding_window is None and g.chunk_size is None
-        whole = causal and plain and k.shape[0] == q.shape[0]  # a fresh prompt: SDPA's own causal mask
+        whole = causal and plain and k.shape[2] == q.shape[0]  # a fresh prompt: SDPA's own causal mask
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
-            k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0),
-            attn_mask=None if whole else visible_keys(q_pos, k.shape[0], causal, g.sliding_window, g.chunk_size),
+            k,
+            v,
+            attn_mask=None if whole else visible_keys(q_pos, k.shape[2], causal, g.sliding_window, g.chunk_size),
             is_causal=whole,
             scale=g.scale,
             enable_gqa=g.num_heads != g.num_kv_heads,
