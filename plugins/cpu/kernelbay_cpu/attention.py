@@ -108,6 +108,8 @@ class CpuPagedBackend(AttentionBackend[CpuPagedMetadata]):
 
     def _attend(self, q: torch.Tensor, md: CpuPagedMetadata, args: AttentionForwardArgs) -> torch.Tensor:
         g, causal = self.geometry, self.is_causal(args)
+        if md.num_reqs == 1 and md.prompt_requests:  # one prompt: SDPA's answer is the output, no copy into a buffer
+            return self._prompt(q, *self._request_keys(md, 0, q.dtype), md.positions, causal)
         out = q.new_empty(q.shape[0], g.num_heads, g.head_dim)
         if md.native_requests is not None and md.native_requests.numel():
             k_plane, v_plane = self._planes(md.layout)
