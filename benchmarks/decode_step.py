@@ -171,14 +171,7 @@ def _load(args, without_kernel: str | None = None):
 def compare_kernels(args) -> None:
     """Rounds alternated between the model on the preferred kernels and with --compare-kernels NAME unavailable."""
     runners = {"preferred": _load(args).runner, f"no {args.compare_kernels}": _load(args, args.compare_kernels).runner}
-    rounds: dict[str, list] = {name: [] for name in runners}
-    for r in range(args.rounds):
-        for name, times in rounds.items():
-            times.append(_timed_round(runners[name], args, f"{name}{r}")[0])
-    for name, times in rounds.items():
-        best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
-        median = statistics.median(m for _, m in times) * 1e3
-        print(f"{name:12s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
+    _interleaved_rounds(runners, args)
 
 
 def compare_backends(args) -> None:
@@ -187,6 +180,11 @@ def compare_backends(args) -> None:
     for name in args.compare_backends:
         args.backend = name
         runners[name] = _load(args).runner
+    _interleaved_rounds(runners, args)
+
+
+def _interleaved_rounds(runners: dict, args) -> None:
+    """--rounds rounds of every runner in turn; each one's best step per round and the median of its medians."""
     rounds: dict[str, list] = {name: [] for name in runners}
     for r in range(args.rounds):
         for name, times in rounds.items():
@@ -194,7 +192,7 @@ def compare_backends(args) -> None:
     for name, times in rounds.items():
         best = ", ".join(f"{b * 1e3:.2f}" for b, _ in times)
         median = statistics.median(m for _, m in times) * 1e3
-        print(f"{name:10s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
+        print(f"{name:12s} best step per round (ms): {best}; median of the rounds' medians {median:.2f} ms")
 
 
 def main() -> None:
