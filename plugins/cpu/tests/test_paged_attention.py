@@ -5,6 +5,10 @@ cache of another float type), the portable loops, one query's bits whatever its 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,6 +18,7 @@ from kernelbay.attention import AttentionForwardArgs, AttentionRequirements, cre
 from kernelbay.testing import BatchSpec, block_tables, check_backend, make_data, run_backend
 from kernelbay.testing.report import PASS
 from kernelbay_cpu.attention import LIBRARY, NATIVE_QUERIES, CpuPagedBackend
+from kernelbay_cpu.build import ENV
 
 PROMPT = NATIVE_QUERIES + 9  # a request this long is a prompt: one SDPA call
 WINDOW = {"attn_type": "sliding_attention", "sliding_window": 12}
@@ -134,3 +139,21 @@ def test_the_kernel_refuses_a_block_outside_the_cache(kernel):
     q, kv = torch.randn(1, 4, 64), torch.randn(1, 2, 64)
     with pytest.raises(RuntimeError, match="outside the cache"):
         layer.forward(q, kv, kv, md)
+
+
+def test_without_its_kernel_the_selector_takes_sdpa_and_says_why():
+    """KERNELBAY_NATIVE=0 (as a machine without a compiler): CPU_PAGED is unavailable with the build's reason, SDPA
+    serves the layer, and the selection names both."""
+    code = """
+import json
+from kernelbay.attention import AttentionRequirements, select_attention_backend
+result = select_attention_backend(AttentionRequirements(head_size=64, dtype="float32"), platform="cpu")
+print(json.dumps([result.backend_name, [c.failures for c in result.candidates if c.name == "CPU_PAGED"]]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, ENV: "0"}
+    )
+    assert done.returncode == 0, done.stderr
+    chosen, failures = json.loads(done.stdout)
+    assert chosen == "SDPA"
+    assert failures == [["available: CPU_PAGED attention kernel not in use: disabled by KERNELBAY_NATIVE=0"]]
