@@ -3,6 +3,8 @@ tokens (decode, a speculative verify row) over its cached ones; a longer prompt 
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -161,12 +163,7 @@ def visible_keys(q_pos: torch.Tensor, num_keys: int, causal: bool, window: int |
         rules.append(q - k < window)
     if chunk is not None:
         rules.append(torch.div(k, chunk, rounding_mode="floor") == torch.div(q, chunk, rounding_mode="floor"))
-    if not rules:
-        return None
-    mask = rules[0]
-    for rule in rules[1:]:
-        mask = mask & rule
-    return mask
+    return functools.reduce(operator.and_, rules) if rules else None
 
 
 def _ops():

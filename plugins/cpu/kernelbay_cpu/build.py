@@ -34,6 +34,10 @@ import torch
 __all__ = ["ENV", "NativeLibrary", "NativeUnavailableWarning", "default_build_root"]
 
 ENV = "KERNELBAY_NATIVE"  # "0": no kernelbay plugin builds or loads native ops
+# -ffp-contract=off: no multiply-add the source does not write (the engine's ops give aten's bits); -fopenmp: the
+# ops' at::parallel_for runs on torch's OpenMP threads (without it: one thread)
+CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
+LDFLAGS = ("-fopenmp",)
 BUILD_WAIT_S = 600.0  # how long to wait for another live process's build before giving up on the native ops
 _LIB_EXT = ".pyd" if sys.platform == "win32" else ".so"
 
@@ -83,8 +87,8 @@ class NativeLibrary:
         owner: str,
         fallback: str,
         what: str = "native CPU ops",
-        cflags: Sequence[str] = ("-O3", "-ffp-contract=off", "-fopenmp"),
-        ldflags: Sequence[str] = ("-fopenmp",),
+        cflags: Sequence[str] = CFLAGS,
+        ldflags: Sequence[str] = LDFLAGS,
         build_note: str | None = None,
     ):
         self.name, self.owner, self.what, self.fallback = name, owner, what, fallback

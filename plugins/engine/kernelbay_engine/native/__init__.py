@@ -26,9 +26,7 @@ from kernelbay_cpu.build import ENV, NativeLibrary, NativeUnavailableWarning, de
 
 __all__ = [
     "BUILDING",
-    "CFLAGS",
     "ENV",
-    "LDFLAGS",
     "LIBRARY",
     "QKV_ROPE_DTYPES",
     "SILU_MUL_DTYPES",
@@ -43,9 +41,6 @@ __all__ = [
 ]
 
 SOURCES = [str(Path(__file__).with_name(name)) for name in ("ops.cpp", "qdot.cpp", "fdot.cpp")]
-# -fopenmp: qdot.cpp and fdot.cpp run at::parallel_for on torch's OpenMP threads (without it: one thread)
-CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
-LDFLAGS = ("-fopenmp",)
 # the dtypes each elementwise op takes (ops.cpp's checks): a caller with another dtype takes its aten path
 SILU_MUL_DTYPES = (torch.float32, torch.bfloat16)
 QKV_ROPE_DTYPES = (torch.float32, torch.bfloat16)
@@ -55,8 +50,6 @@ LIBRARY = NativeLibrary(
     SOURCES,
     owner="kernelbay-engine",
     fallback="running the aten path instead (same results, slower small ops)",
-    cflags=CFLAGS,
-    ldflags=LDFLAGS,
     build_note="~30 s",
 )
 BUILDING = LIBRARY.building
