@@ -1,4 +1,5 @@
-"""kernelbay_engine.native: the compiled ops give aten's bits; where they cannot run, aten does, visibly."""
+"""kernelbay_engine.native: the compiled ops give aten's bits (rms_norm: within its rounding); where they cannot run,
+aten does, visibly."""
 
 from __future__ import annotations
 
@@ -25,31 +26,49 @@ def ops():
 
 @pytest.mark.parametrize("dim", [3, 64, 100, 576, 1536, 4096])
 @pytest.mark.parametrize("rows", [1, 3, 8, 33])
-def test_rms_norm_is_aten_bit_for_bit(ops, dim, rows):
+def test_rms_norm_is_as_close_to_the_exact_norm_as_atens(ops, dim, rows):
+    """The native mean of squares sums in its own order (ops.cpp's mean_square), not aten's: its result is within
+    float32 rounding of aten's, and about as close to the float64 norm (within twice aten's error and 4 ulps)."""
     gen = torch.Generator().manual_seed(dim * 100 + rows)
     for scale in (1e-3, 1.0, 30.0):
         x = torch.randn(rows, dim, generator=gen) * scale
         w = torch.randn(dim, generator=gen)
         for eps in (1e-5, 1e-6):
-            expected = torch.rms_norm(x, (dim,), w, eps)
-            assert torch.equal(ops.rms_norm(x, w, eps), expected)
-            # and transformers' LlamaRMSNorm arithmetic, which aten's matches
-            assert torch.equal(expected, w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)))
+            exact = torch.rms_norm(x.double(), (dim,), w.double(), eps)
+            aten, native_out = torch.rms_norm(x, (dim,), w, eps), ops.rms_norm(x, w, eps)
+            torch.testing.assert_close(native_out, aten, rtol=4e-7 * dim**0.5, atol=1e-7)
+            ulp = exact.abs().max() * 2.0**-24  # float32's unit rounding at the largest output
+            tolerance = 2 * (aten.double() - exact).abs().max() + 4 * ulp
+            assert (native_out.double() - exact).abs().max() <= tolerance
 
 
-def test_rms_norm_in_bf16_is_aten_then_the_cast(ops):
+def test_rms_norm_of_a_row_depends_on_that_row_alone(ops):
+    """A token's norm has the same bits alone, in a batch and at any thread count (decode, verify rows, prefill)."""
+    x, w = torch.randn(37, 576) * 4, torch.randn(576)
+    together = ops.rms_norm(x, w, 1e-5)
+    for i in (0, 17, 36):
+        assert torch.equal(ops.rms_norm(x[i : i + 1].contiguous(), w, 1e-5), together[i : i + 1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(ops.rms_norm(x, w, 1e-5), together)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_rms_norm_in_bf16_is_the_float32_norm_then_the_cast(ops):
     x, w = torch.randn(5, 576) * 3, torch.randn(576)
     out = ops.rms_norm(x, w, 1e-5, True)
-    assert out.dtype == torch.bfloat16 and torch.equal(out, torch.rms_norm(x, (576,), w, 1e-5).to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ops.rms_norm(x, w, 1e-5).to(torch.bfloat16))
     norm = RMSNorm(576, eps=1e-5)
     with torch.inference_mode():
-        assert torch.equal(norm(x, torch.bfloat16), torch.rms_norm(x, (576,), norm.weight, 1e-5).bfloat16())
-    assert torch.equal(norm(x, torch.bfloat16), norm(x).bfloat16())  # aten's path (autograd): the same bits
+        assert torch.equal(norm(x, torch.bfloat16), ops.rms_norm(x, norm.weight, 1e-5).bfloat16())
+    assert torch.equal(norm(x, torch.bfloat16), norm(x).bfloat16())  # aten's path (autograd): the same cast
 
 
 def test_rms_norm_keeps_leading_dims_and_refuses_what_it_cannot_run(ops):
     x, w = torch.randn(2, 5, 64), torch.randn(64)
-    assert torch.equal(ops.rms_norm(x, w, 1e-6), torch.rms_norm(x, (64,), w, 1e-6))
+    assert torch.equal(ops.rms_norm(x, w, 1e-6), ops.rms_norm(x.reshape(10, 64), w, 1e-6).reshape(2, 5, 64))
     with pytest.raises(RuntimeError, match="float32 only"):
         ops.rms_norm(x.bfloat16(), w, 1e-6)
     with pytest.raises(RuntimeError, match="contiguous tensors only"):
@@ -62,11 +81,11 @@ def test_the_module_runs_the_native_op_in_inference_and_aten_under_autograd(ops)
     norm = RMSNorm(64, eps=1e-6)
     x = torch.randn(4, 64)
     with torch.inference_mode():
-        assert dispatched(norm, x) == ["aten.mul.Tensor", "aten.mean.dim", "aten.empty_like.default"]  # + one loop
+        assert dispatched(norm, x) == ["aten.empty_like.default"]  # the output; the norm is one loop
         out = norm(x)
     tracked = norm(x)  # the weight needs its gradient: aten's composite, which autograd decomposes
     assert tracked.grad_fn is not None and "aten.rsqrt.default" in dispatched(norm, x)
-    assert torch.equal(out, tracked.detach())
+    torch.testing.assert_close(out, tracked.detach(), rtol=2e-6, atol=1e-7)
     assert norm(x.t().contiguous().t()).shape == (4, 64)  # a non-contiguous input takes aten's op
 
 
@@ -87,7 +106,7 @@ CHECK = """
     from kernelbay_engine.layers.norm import RMSNorm
     norm, x = RMSNorm(8), torch.randn(2, 8)
     with torch.inference_mode():
-        assert torch.equal(norm(x), torch.rms_norm(x, (8,), norm.weight, norm.eps))
+        torch.testing.assert_close(norm(x), torch.rms_norm(x, (8,), norm.weight, norm.eps), rtol=2e-6, atol=1e-7)
     print(native.status())
 """
 

@@ -1,5 +1,6 @@
 // kernelbay-engine's native CPU ops: one call where aten's composites dispatch several small kernels, with the
-// same float arithmetic (tested bit for bit against aten). Compiled on first use by kernelbay_engine.native.
+// same float arithmetic (tested bit for bit against aten) except rms_norm's mean, summed in an order of its own
+// (mean_square). Compiled on first use by kernelbay_engine.native.
 #include <torch/extension.h>
 
 #include <cmath>
@@ -14,15 +15,33 @@ at::Tensor fdot(const at::Tensor& x, const at::Tensor& panels, int64_t n);
 
 namespace {
 
-// RMSNorm of float32 rows: the mean of x * x by at::mean (aten's own reduction order, so the same bits as
-// aten::rms_norm and transformers' `x.pow(2).mean(-1)`), then x * (1 / sqrt(mean + eps)) * w per element,
-// as aten's composite computes it; `bf16` rounds that result to bfloat16 (nearest even, as `.to(bfloat16)`) for
-// a consumer computing in it. One call instead of ~8 internal dispatches (and the cast).
+// The mean of x * x over a float32 row in a fixed order: 64 running sums (element j into sum j % 64, each product
+// rounded first: built with -ffp-contract=off), folded pairwise (32 + 32, 16 + 16, ...), divided by the row's length.
+// aten's at::mean sums in its cascade order instead: the result is within float32 rounding of it, not its bits.
+// Calling at::mean (a product, a sum, a division and their allocations: ~6 dispatches, each cache-cold between two
+// weight streams) cost ~3 ms of SmolLM2's ~27 ms float32 decode step and ~1 ms of its Q4_1 one; this loop ~0.01 ms.
+// A row's result depends on its values alone (never on the rows beside it or the thread count), so a token gets the
+// same bits alone, in a batch or inside a speculative verify row.
+float mean_square(const float* row, int64_t dim) {
+  constexpr int64_t kSums = 64;
+  float sums[kSums] = {};
+  int64_t j = 0;
+  for (; j + kSums <= dim; j += kSums)
+    for (int64_t l = 0; l < kSums; ++l) sums[l] += row[j + l] * row[j + l];
+  for (int64_t l = 0; j + l < dim; ++l) sums[l] += row[j + l] * row[j + l];
+  for (int64_t half = kSums / 2; half > 0; half /= 2)
+    for (int64_t l = 0; l < half; ++l) sums[l] += sums[l + half];
+  return sums[0] / static_cast<float>(dim);
+}
+
+// RMSNorm of float32 rows: x * (1 / sqrt(mean_square(x) + eps)) * w per element, as aten's composite computes it
+// from its mean; `bf16` rounds that result to bfloat16 (nearest even, as `.to(bfloat16)`) for a consumer computing in
+// it. One call instead of ~8 internal dispatches (and the cast).
 template <typename Out>
-void normalize(const float* in, const float* w, const float* ms, float eps, int64_t rows, int64_t dim, Out* o) {
+void normalize(const float* in, const float* w, float eps, int64_t rows, int64_t dim, Out* o) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float inv = 1.0f / std::sqrt(ms[r] + eps);
     const float* row = in + r * dim;
+    const float inv = 1.0f / std::sqrt(mean_square(row, dim) + eps);
     Out* dst = o + r * dim;
     for (int64_t j = 0; j < dim; ++j) dst[j] = static_cast<Out>((row[j] * inv) * w[j]);
   }
@@ -34,16 +53,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
   const int64_t dim = x.size(-1);
   TORCH_CHECK(weight.numel() == dim, "rms_norm: weight has ", weight.numel(), " elements, rows have ", dim);
   const int64_t rows = dim == 0 ? 0 : x.numel() / dim;
-  const at::Tensor mean_square = at::mean(x * x, {-1}, /*keepdim=*/true);
   at::Tensor out = at::empty_like(x, bf16 ? x.options().dtype(at::kBFloat16) : x.options());
   const float* in = x.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
-  const float* ms = mean_square.data_ptr<float>();
   const float e = static_cast<float>(eps);
   if (bf16) {
-    normalize(in, w, ms, e, rows, dim, out.data_ptr<at::BFloat16>());
+    normalize(in, w, e, rows, dim, out.data_ptr<at::BFloat16>());
   } else {
-    normalize(in, w, ms, e, rows, dim, out.data_ptr<float>());
+    normalize(in, w, e, rows, dim, out.data_ptr<float>());
   }
   return out;
 }
@@ -181,6 +198,14 @@ struct NativeLinear {
   }
 };
 
+// y += r elementwise over two float32 tensors of one shape (aten's add, the same bits) without a dispatch: the residual
+// adds of a layer's native path.
+void add_into(at::Tensor& y, const at::Tensor& r) {
+  float* yp = y.data_ptr<float>();
+  const float* rp = r.data_ptr<float>();
+  for (int64_t i = 0, n = y.numel(); i < n; ++i) yp[i] += rp[i];
+}
+
 // A pre-norm decoder layer's decode path on each side of its attention, for a layer whose four linears all run
 // native kernels (kernelbay_engine.layers.fused): the calls the module path makes, in its order -- rms_norm, the qkv
 // linear, qkv_rope; then x + o(attn), rms_norm, gate_up, silu_mul, + down -- so the same bits, in two native calls
@@ -199,15 +224,21 @@ at::Tensor attention_out_mlp(const at::Tensor& attn, const at::Tensor& x, const 
                              const at::Tensor& gu_w, const at::Tensor& gu_d, const at::Tensor& gu_m, int64_t gu_bits,
                              int64_t gu_n, const at::Tensor& dn_w, const at::Tensor& dn_d, const at::Tensor& dn_m,
                              int64_t dn_bits, int64_t dn_n) {
-  const at::Tensor h = x + NativeLinear{o_w, o_d, o_m, o_bits, o_n}(attn);
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous() && x.dim() == 2 && x.size(1) == o_n,
+              "attention_out_mlp: x must be a contiguous float32 [T, ", o_n, "]");
+  at::Tensor h = NativeLinear{o_w, o_d, o_m, o_bits, o_n}(attn);
+  add_into(h, x);
   const at::Tensor gate_up = NativeLinear{gu_w, gu_d, gu_m, gu_bits, gu_n}(rms_norm(h, norm, eps, false));
-  return h + NativeLinear{dn_w, dn_d, dn_m, dn_bits, dn_n}(silu_mul(gate_up));
+  at::Tensor out = NativeLinear{dn_w, dn_d, dn_m, dn_bits, dn_n}(silu_mul(gate_up));
+  TORCH_CHECK(out.sizes() == h.sizes(), "attention_out_mlp: down gives ", out.sizes(), ", the residual is ", h.sizes());
+  add_into(out, h);
+  return out;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (aten's arithmetic, one call), bf16: out in bf16",
+  m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (one call, within rounding of aten's), bf16: out in bf16",
         pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("eps"), pybind11::arg("bf16") = false);
   m.def("silu_mul", &silu_mul, "silu(gate) * up of a fused [..., 2I] gate_up (one call)");
   m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
