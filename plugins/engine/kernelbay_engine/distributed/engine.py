@@ -112,7 +112,7 @@ class TensorParallelEngine:
             if process.is_alive():
                 process.kill()
                 process.join()
-        self.group.close()
+        self.group.close(abort=kill)
 
 
 class TensorParallelRunner(ModelRunner):

@@ -120,11 +120,13 @@ class TensorParallelGroup:
         reading the last message (a torchrun rank 0 tearing down mid-read aborted with std::terminate)."""
         self.control.barrier().wait()
 
-    def close(self) -> None:
-        """Leave both groups (their connections close: a rank still waiting on this one fails at once)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Leave both groups: `shutdown` after a clean stop (every rank past the last barrier), `abort` when a rank
+        failed or hangs (a rank still waiting on this one fails at once). Aborting healthy gloo groups at a normal exit
+        sometimes killed a torchrun rank 0 with std::terminate ("terminate called without an active exception")."""
         for pg in (self.compute, self.control):
             try:
-                pg.abort()
+                pg.abort() if abort else pg.shutdown()
             except Exception:  # noqa: BLE001 - already broken: nothing left to close
                 pass
 

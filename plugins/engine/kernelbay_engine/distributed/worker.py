@@ -55,9 +55,9 @@ def serve_rank(spec: WorkerSpec, parallel: ParallelConfig, imported_at_start: Se
     except BaseException as err:
         group.report_failure(f"{type(err).__name__}: {err}"[:2000])
         traceback.print_exc(file=sys.stderr)
+        group.close(abort=True)
         raise
-    finally:
-        group.close()
+    group.close()
 
 
 def _serve(runner, group: TensorParallelGroup) -> None:
