@@ -5,8 +5,9 @@ them: inside a step (the weights streaming through the caches between layers) ev
 so one native call without them is cheaper by far. The ops compute what aten does bit for bit
 (tests/test_native.py), except `rms_norm`'s mean of squares, summed in a fixed order of its own rather than
 through at::mean (within float32 rounding of aten's, as close to the float64 norm; the same bits for a row
-alone or in any batch): that dispatch cost ~3 ms of SmolLM2's ~27 ms float32 decode step (benchmarks/
-RESULTS-first-answer.md). So using the ops or not changes a float32 norm by rounding at most, and the time.
+alone or in any batch): with the residual adds and SiLU, those dispatches cost ~3-4 ms of SmolLM2's ~27 ms
+float32 decode step (benchmarks/RESULTS-first-answer.md). So using the ops or not changes a float32 norm by
+rounding at most, and the time.
 
 The build is kernelbay-cpu's (`kernelbay_cpu.build.NativeLibrary`, the one build every kernelbay plugin's C++ ops
 share): once per machine into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions;
