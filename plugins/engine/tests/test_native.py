@@ -233,6 +233,22 @@ def test_silu_mul_is_aten_bit_for_bit(ops, dtype, shape):
     assert torch.equal(ops.silu_mul(gate_up), torch.nn.functional.silu(gate) * up)
 
 
+def test_silu_mul_is_aten_bit_for_bit_where_aten_runs_its_avx2_kernels(ops):
+    """Under ATEN_CPU_CAPABILITY=avx2 aten's silu loop steps by 16 and rounds a row's tail otherwise: the op takes
+    aten's own silu there (a width of 48 is where the two loops differ)."""
+    code = """
+        import torch
+        from kernelbay_engine import native
+        assert torch.backends.cpu.get_cpu_capability() == "AVX2"
+        for width in (48, 1540):
+            gate_up = torch.randn(40, 2 * width, generator=torch.Generator().manual_seed(width)) * 30
+            gate, up = gate_up.chunk(2, dim=-1)
+            assert torch.equal(native.ops().silu_mul(gate_up), torch.nn.functional.silu(gate) * up), width
+    """
+    done = _run(code, ATEN_CPU_CAPABILITY="avx2")
+    assert done.returncode == 0, done.stderr
+
+
 def test_silu_mul_refuses_what_it_cannot_run(ops):
     with pytest.raises(RuntimeError, match="float32 or bfloat16 only"):
         ops.silu_mul(torch.randn(2, 8).half())

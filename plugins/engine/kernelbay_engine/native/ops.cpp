@@ -1,6 +1,7 @@
 // kernelbay-engine's native CPU ops: one call where aten's composites dispatch several small kernels, with the
 // same float arithmetic (tested bit for bit against aten) except rms_norm's mean, summed in an order of its own
 // (mean_square). Compiled on first use by kernelbay_engine.native.
+#include <ATen/Version.h>
 #include <torch/extension.h>
 
 #include <immintrin.h>
@@ -187,8 +188,11 @@ KB_AVX512_TARGET void silu_mul_rows(const float* in, int64_t rows, int64_t width
   }
 }
 
+// Where aten itself runs its AVX-512 kernels (not on another CPU, nor under ATEN_CPU_CAPABILITY=avx2, whose loop
+// steps by 16 and so rounds a row's tail differently): only there is silu_mul_rows its bits.
 bool avx512_silu() {
-  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                                at::get_cpu_capability() == "AVX512";
   return supported;
 }
 
