@@ -1,11 +1,13 @@
 // kernelbay-engine's native CPU ops: one call where aten's composites dispatch several small kernels, with the
 // same float arithmetic (tested bit for bit against aten) except rms_norm's mean, summed in an order of its own
 // (mean_square). Compiled on first use by kernelbay_engine.native.
+#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 #include <torch/extension.h>
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #define KB_AVX512_TARGET __attribute__((target("avx512f,avx512dq")))
@@ -167,9 +169,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv_rope(const at::Tensor& qkv, i
 
 // silu(gate) * up of a fused [..., 2I] gate_up output (float32 or bfloat16): silu as aten's kernel computes it (the
 // same bits), the product per element as aten's mul computes it (bfloat16: in float, rounded to nearest even).
-// float32 on an AVX-512 CPU runs aten's AVX-512 silu loop itself on each contiguous row, without its dispatch, narrow
-// view and copy (~1 ms of a SmolLM2 float32 decode step between two weight streams): x / (1 + exp(-x)) by its SLEEF
-// exp over each whole 32 elements, std::exp for the rest (tested bit for bit); elsewhere (bfloat16) aten's silu.
+// float32 on an AVX-512 CPU runs aten's AVX-512 silu loop itself on each contiguous row, without its dispatch,
+// narrow view and copy (~0.5-1 ms of a SmolLM2 float32 decode step between two weight streams): x / (1 + exp(-x)) by
+// its SLEEF exp over each whole 32 elements, std::exp for the rest (tested bit for bit); elsewhere aten's silu.
 KB_AVX512_TARGET void silu_mul_rows(const float* in, int64_t rows, int64_t width, float* out) {
   const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -207,7 +209,12 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   sizes.back() = width;
   at::Tensor out = at::empty(sizes, gate_up.options());
   if (gate_up.scalar_type() == at::kFloat && avx512_silu()) {
-    silu_mul_rows(gate_up.data_ptr<float>(), rows, width, out.data_ptr<float>());
+    const float* in = gate_up.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    // a prompt's rows over the threads (aten's grain: 32768 elements a task); a decode row runs inline
+    at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1)), [&](int64_t r0, int64_t r1) {
+      silu_mul_rows(in + r0 * 2 * width, r1 - r0, width, o + r0 * width);
+    });
     return out;
   }
   const at::Tensor act = at::silu(gate_up.narrow(-1, 0, width)).contiguous();
@@ -280,7 +287,7 @@ at::Tensor attention_out_mlp(const at::Tensor& attn, const at::Tensor& x, const 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (one call, within rounding of aten's), bf16: out in bf16",
+  m.def("rms_norm", &rms_norm, "float32 RMSNorm of the last dim (one call, aten's within rounding), bf16: out in bf16",
         pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("eps"), pybind11::arg("bf16") = false);
   m.def("silu_mul", &silu_mul, "silu(gate) * up of a fused [..., 2I] gate_up (one call)");
   m.def("qkv_rope", &qkv_rope, "q, k, v of a fused [T, (H + 2 Hk) * D] projection, q and k rotated (one call)");
