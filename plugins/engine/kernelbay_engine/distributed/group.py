@@ -122,13 +122,15 @@ class TensorParallelGroup:
 
     def close(self, *, abort: bool = False) -> None:
         """Leave both groups: `shutdown` after a clean stop (every rank past the last barrier), `abort` when a rank
-        failed or hangs (a rank still waiting on this one fails at once). Aborting healthy gloo groups at a normal exit
-        sometimes killed a torchrun rank 0 with std::terminate ("terminate called without an active exception")."""
+        failed or hangs (a rank still waiting on this one fails at once); then drop them, so their C++ objects are
+        destroyed here. Left to the interpreter's exit, a torchrun rank 0 died in ~1 run of 9 with std::terminate
+        ("terminate called without an active exception") after its last output; dropped here, 0 of 24."""
         for pg in (self.compute, self.control):
             try:
                 pg.abort() if abort else pg.shutdown()
             except Exception:  # noqa: BLE001 - already broken: nothing left to close
                 pass
+        self.compute = self.control = None
 
 
 def _process_group(store, parallel: ParallelConfig, device: str, timeout: timedelta):
