@@ -34,8 +34,8 @@ import torch
 __all__ = ["ENV", "NativeLibrary", "NativeUnavailableWarning", "default_build_root"]
 
 ENV = "KERNELBAY_NATIVE"  # "0": no kernelbay plugin builds or loads native ops
-# -ffp-contract=off: no multiply-add the source does not write (the engine's ops give aten's bits); -fopenmp: the
-# ops' at::parallel_for runs on torch's OpenMP threads (without it: one thread)
+# -ffp-contract=off: no multiply-add the source does not write (the engine's ops mirror aten's arithmetic);
+# -fopenmp: the ops' at::parallel_for runs on torch's OpenMP threads (without it: one thread)
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
 LDFLAGS = ("-fopenmp",)
 BUILD_WAIT_S = 600.0  # how long to wait for another live process's build before giving up on the native ops

@@ -233,6 +233,13 @@ def test_silu_mul_is_aten_bit_for_bit(ops, dtype, shape):
     assert torch.equal(ops.silu_mul(gate_up), torch.nn.functional.silu(gate) * up)
 
 
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="aten runs no AVX-512 kernels here")
+def test_float32_silu_mul_dispatches_only_its_output(ops):
+    """On an AVX-512 CPU the float32 silu runs in the op's own loop: no aten silu, view or copy (bf16 keeps them)."""
+    assert dispatched(ops.silu_mul, torch.randn(3, 2 * 96)) == ["aten.empty.memory_format"]
+    assert "aten.silu.default" in dispatched(ops.silu_mul, torch.randn(3, 2 * 96).bfloat16())
+
+
 def test_silu_mul_is_aten_bit_for_bit_where_aten_runs_its_avx2_kernels(ops):
     """Under ATEN_CPU_CAPABILITY=avx2 aten's silu loop steps by 16 and rounds a row's tail otherwise: the op takes
     aten's own silu there (a width of 48 is where the two loops differ)."""

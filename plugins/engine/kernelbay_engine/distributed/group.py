@@ -123,8 +123,8 @@ class TensorParallelGroup:
     def close(self, *, abort: bool = False) -> None:
         """Leave both groups: `shutdown` after a clean stop (every rank past the last barrier), `abort` when a rank
         failed or hangs (a rank still waiting on this one fails at once); then drop them, so their C++ objects are
-        destroyed here. Left to the interpreter's exit, a torchrun rank 0 died in ~1 run of 9 with std::terminate
-        ("terminate called without an active exception") after its last output; dropped here, 0 of 24."""
+        destroyed here: destroyed during the interpreter's exit, they sometimes killed a torchrun rank 0 with
+        std::terminate ("terminate called without an active exception") after its last output."""
         for pg in (self.compute, self.control):
             try:
                 pg.abort() if abort else pg.shutdown()

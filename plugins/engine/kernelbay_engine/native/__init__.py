@@ -53,7 +53,7 @@ LIBRARY = NativeLibrary(
     "kernelbay_engine_native",
     SOURCES,
     owner="kernelbay-engine",
-    fallback="running the aten path instead (same results, slower small ops)",
+    fallback="running the aten path instead (the same results up to float32 rounding, slower small ops)",
     build_note="~30 s",
 )
 BUILDING = LIBRARY.building
