@@ -50,7 +50,7 @@ from kernelbay_engine.quant import (
     set_quantized_embedding,
     set_quantized_weight,
 )
-from kernelbay_engine.quant.kernels import dot_code_rows
+from kernelbay_engine.quant.kernels import dot_code_rows, dot_scale_rows, holds_scales
 from kernelbay_gguf.parsed import open_source, release_free_heap
 from kernelbay_gguf.slices import unpermute_rows
 from kernelbay_gguf.tensors import GGUFSource, GGUFTensorReader, TensorInfo
@@ -317,16 +317,16 @@ def keep_quantized(model: nn.Module, path: str | Path) -> dict[str, str]:
                 report[name] = f"{quantized.source} on {set_quantized_weight(module, quantized).kernel.name}"
                 tied = tables.pop(id(parts), None)  # a tied table: set now, so no copy of the codes outlives this
                 if tied is not None:
-                    report[tied[0]] = _set_table(tied[1], quantized, _head_code_rows(module.method))
+                    report[tied[0]] = _set_table(tied[1], quantized, module.method)
         for name, module, parts, form in tables.values():  # untied tables, or a head that keeps its weight
             report[name] = _set_table(module, _assemble(reader, parts, form), None)
     release_free_heap()
     return {name: report[name] for name, *_ in [*layers, *table]}  # in module order, the table last
 
 
-def _set_table(module: nn.Module, quantized: QuantizedWeight, code_rows) -> str:
-    """Hold the token embedding as `quantized`'s codes (read through `code_rows` where its tied head keeps them)."""
-    set_quantized_embedding(module, quantized, code_rows)
+def _set_table(module: nn.Module, quantized: QuantizedWeight, head_method) -> str:
+    """Hold the token embedding as `quantized`'s codes (and scales) read where its tied head keeps them, if it does."""
+    set_quantized_embedding(module, quantized, **head_rows(head_method, quantized))
     return f"{quantized.source} on {TABLE_ROWS}"
 
 
@@ -343,11 +343,17 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _head_code_rows(head_method):
-    """Where a tied table reads its rows' codes: the LM head's int8_dot layout (the codes held once, not a copy for
-    each); None (the table keeps its own) for a head on another kernel, or no head."""
+def head_rows(head_method, quantized: QuantizedWeight) -> dict:
+    """Where a tied table reads its rows: the LM head's int8_dot layout holds the codes, and the scales where its
+    float16 ones are exactly the table's (a file's blocks), so each is held once, not a copy for each; {} (the table
+    keeps its own) for a head on another kernel, or no head."""
     native = getattr(head_method, "native", None)
-    return functools.partial(dot_code_rows, native) if native is not None else None
+    if native is None:
+        return {}
+    rows = {"code_rows": functools.partial(dot_code_rows, native)}
+    if holds_scales(native, quantized.scale):
+        rows["scale_rows"] = functools.partial(dot_scale_rows, native)
+    return rows
 
 
 def load_quantized(path: str | Path, *, progress: bool | None = None, moe_backend: str | None = None):

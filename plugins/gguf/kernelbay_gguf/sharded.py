@@ -35,10 +35,10 @@ from kernelbay_gguf.quantized import (
     TABLE_ROWS,
     Form,
     _form,
-    _head_code_rows,
     _one_thread,
     _type_form,
     codes,
+    head_rows,
 )
 from kernelbay_gguf.slices import unpermute_rows
 from kernelbay_gguf.tensors import GGUFTensorReader, TensorInfo
@@ -149,7 +149,7 @@ def keep_quantized_shard(model: nn.Module, path: str | Path, rules: NameRules, s
                 report[name] = f"{weight.source} on {set_quantized_weight(module, weight).kernel.name}"
                 heads[id(mine)] = module.method
             else:  # the table comes last: a tied one reads its codes from the head's layout, held once
-                set_quantized_embedding(module, weight, _head_code_rows(heads.get(id(mine))))
+                set_quantized_embedding(module, weight, **head_rows(heads.get(id(mine)), weight))
                 report[name] = f"{weight.source} on {TABLE_ROWS}"
     release_free_heap()
     return report

@@ -302,6 +302,8 @@ def test_the_table_holds_the_file_codes_and_its_rows_are_the_file_dequantized(ti
     assert "weight" not in table._parameters
     assert ("weight" in model.lm_head._parameters) == (head == "dense")
     assert table.method.owns_codes == (head != "int8_dot")  # on int8_dot the table reads the head's codes
+    # and its scales where they are the file's float16 fields (Q4_K's are products of two: the table keeps them)
+    assert (table.method.scale is None) == (head == "int8_dot" and qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0))
     source = GGUFFormat.open(path)
     info = source.entries["model.embed_tokens.weight"]
     with source.reader() as reader:

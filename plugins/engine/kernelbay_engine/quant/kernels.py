@@ -310,6 +310,19 @@ def dot_code_rows(native: tuple, rows: torch.Tensor) -> torch.Tensor:
     return codes_from_dot_layout(codes.index_select(0, rows), bits, d.shape[1] * DOT_BLOCK)
 
 
+def dot_scale_rows(native: tuple, rows: torch.Tensor) -> torch.Tensor:
+    """The float32 scales [R, K // 32] of `rows` of a weight held in qdot.cpp's layout, from its float16 `d`: where
+    `holds_scales` says d holds the weight's scales exactly, a tied table reads them there instead of a copy."""
+    return native[1].index_select(0, rows).float()
+
+
+def holds_scales(native: tuple, scale: torch.Tensor) -> bool:
+    """Whether qdot.cpp's float16 `d` (`Packed.native` of int8_dot) is `scale` [N, K // 32] exactly: a GGUF file's
+    blocks (float16 scales, one per block of 32), not scales float16 rounds or groups it repeats."""
+    d = native[1]
+    return d.shape == scale.shape and torch.equal(d.float(), scale)
+
+
 class DenseKernel(LinearKernel):
     """The codes dequantized once to the model dtype (oneDNN-packed where possible): any width and group,
     at 2-8x the bytes. The nearest supported form when no quantized kernel runs a layer."""

@@ -10,7 +10,7 @@ import torch
 from kernelbay.errors import ConfigError
 from kernelbay_engine.models.base import VocabEmbedding, activation_dtype_device
 from kernelbay_engine.quant import QuantizedEmbedding, from_q4_1, from_q8_0, quantize, set_quantized_embedding
-from kernelbay_engine.quant.kernels import NativeDotKernel, dot_code_rows
+from kernelbay_engine.quant.kernels import NativeDotKernel, dot_code_rows, dot_scale_rows, holds_scales
 from plugins.engine.tests.quant._kernels_here import skip_unless
 
 VOCAB, HIDDEN = 97, 64
@@ -87,3 +87,22 @@ def test_a_table_reading_the_tied_heads_codes_holds_no_copy(kind, hidden):
     torch.testing.assert_close(table.lookup(ids), weight.dequantize()[ids], rtol=0, atol=0)
     own = QuantizedEmbedding(weight, torch.float32)
     assert own.nbytes - table.nbytes == VOCAB * hidden  # the codes, one per byte: held by the head alone
+
+
+@skip_unless("int8_dot")
+@pytest.mark.parametrize("kind", ["q8_0", "q4_1"])
+def test_a_table_reads_a_file_blocks_scales_from_the_tied_head(kind):
+    """A file's blocks (float16 scales per 32): the head's float16 d is the table's scales exactly, so the table reads
+    them there too, rows still bit for bit; scales float16 would round (quantize's float32 ones) stay the table's."""
+    gen = torch.Generator().manual_seed(5)
+    weight = _weights(gen)[kind]
+    native = NativeDotKernel.pack(weight).native
+    assert holds_scales(native, weight.scale)
+    ids = torch.tensor([0, VOCAB - 1, 7, 7, 40])
+    table = QuantizedEmbedding(
+        weight, torch.float32, functools.partial(dot_code_rows, native), functools.partial(dot_scale_rows, native)
+    )
+    torch.testing.assert_close(table.lookup(ids), weight.dequantize()[ids], rtol=0, atol=0)
+    assert table.scale is None and table.nbytes == (weight.zero.nbytes if weight.zero is not None else 0)
+    rounded = quantize(torch.randn(VOCAB, HIDDEN, generator=gen), 8, 32)
+    assert not holds_scales(NativeDotKernel.pack(rounded).native, rounded.scale)
