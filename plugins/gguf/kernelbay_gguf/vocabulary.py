@@ -1,9 +1,10 @@
 """A byte-level BPE tokenizer (`tokenizer.ggml.model` "gpt2": SmolLM2, Qwen, Llama 3 files) built with the
 `tokenizers` library straight from the file's metadata, as transformers' GGUF support builds it, without its
 cost: transformers' GGUF tokenizer code imports its `models` package (~0.4 s) and parses the whole metadata
-again. Tokens, merges and token types are read by kernelbay's header reader; the rest of the recipe
-(byte-level respelling, control and user-defined tokens, the split regex named by `tokenizer.ggml.pre`) is
-transformers' `integrations/gguf/gguf_tokenizer_mapping.py`, tested equal to it token for token.
+again; transformers itself is not imported (kernelbay_engine.backend_tokenizer holds it as its class does).
+Tokens, merges and token types are read by kernelbay's header reader; the rest of the recipe (byte-level
+respelling, control and user-defined tokens, the split regex named by `tokenizer.ggml.pre`) is transformers'
+`integrations/gguf/gguf_tokenizer_mapping.py`, tested equal to it token for token.
 
 Other tokenizer models (sentencepiece "llama", "t5", Gemma's) keep transformers' path (format.py).
 """
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
+from kernelbay_engine.backend_tokenizer import BackendTokenizer
 from kernelbay_gguf.header import read_arrays
 
 BYTE_LEVEL_MODEL = "gpt2"  # tokenizer.ggml.model of a byte-level BPE vocabulary
@@ -29,6 +31,7 @@ _SPECIAL_IDS = {
     "pad_token": "tokenizer.ggml.padding_token_id",
 }
 _FLAGS = {"add_bos_token": "tokenizer.ggml.add_bos_token", "add_eos_token": "tokenizer.ggml.add_eos_token"}
+_TEMPLATE = "tokenizer.chat_template"
 
 # How text is split before the merges, by `tokenizer.ggml.pre` (transformers' GGUF_PRE_TOKENIZER_SPLITS, held
 # here because its module imports transformers' `models` package; a test holds the two tables equal).
@@ -74,23 +77,18 @@ def is_byte_level(metadata: dict[str, Any]) -> bool:
     return metadata.get("tokenizer.ggml.model") == BYTE_LEVEL_MODEL and "tokenizer.ggml.merges" in metadata
 
 
-def byte_level_tokenizer(path: Path, metadata: dict[str, Any], positions: Mapping[str, int]):
-    """transformers' `TokenizersBackend` over the file's byte-level BPE vocabulary, with its special tokens, BOS/EOS
-    flags and chat template (`metadata`: the file's parsed header, arrays given as lengths; `positions`: where its
-    arrays lie, so they are read without walking the header again)."""
-    from transformers.tokenization_utils_tokenizers import TokenizersBackend
-
+def byte_level_tokenizer(path: Path, metadata: dict[str, Any], positions: Mapping[str, int]) -> BackendTokenizer:
+    """The file's byte-level BPE vocabulary with its special tokens, BOS/EOS flags and chat template, as transformers'
+    `TokenizersBackend` holds them (`BackendTokenizer`: no transformers import) (`metadata`: the file's parsed header,
+    arrays given as lengths; `positions`: where its arrays lie, so they are read without walking the header again)."""
     with _collection_paused():
         arrays = read_arrays(path, _ARRAYS, positions, metadata)
         tokens = arrays["tokenizer.ggml.tokens"]
         backend = _backend(tokens, arrays["tokenizer.ggml.merges"], arrays.get("tokenizer.ggml.token_type", []))
     _split_by(backend, metadata.get("tokenizer.ggml.pre"))
-    # set before __init__, as transformers' own subclasses (GPT2Tokenizer) do: `tokenizer_object=` would deep-copy
-    # the vocabulary and merges (~0.1 s for SmolLM2's) only to drop this one
-    tokenizer = TokenizersBackend.__new__(TokenizersBackend)
-    tokenizer._tokenizer = backend
-    TokenizersBackend.__init__(tokenizer, **_special_tokens(tokens, metadata))
-    return tokenizer
+    special = {name: tokens[metadata[key]] if key in metadata else None for name, key in _SPECIAL_IDS.items()}
+    flags = {name: bool(metadata[key]) for name, key in _FLAGS.items() if key in metadata}
+    return BackendTokenizer(backend, special_tokens=special, chat_template=metadata.get(_TEMPLATE), **flags)
 
 
 @contextmanager
@@ -155,17 +153,6 @@ def _split_by(backend, pre: str | None) -> None:
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
-
-
-def _special_tokens(tokens: list[str], metadata: dict[str, Any]) -> dict[str, Any]:
-    """BOS/EOS/UNK/PAD by the file's ids, its add-BOS/EOS flags where it states them, and its chat template."""
-    named: dict[str, Any] = {
-        name: tokens[metadata[key]] if key in metadata else None for name, key in _SPECIAL_IDS.items()
-    }
-    named.update({name: metadata[key] for name, key in _FLAGS.items() if key in metadata})
-    if "tokenizer.chat_template" in metadata:
-        named["chat_template"] = metadata["tokenizer.chat_template"]
-    return named
 
 
 @functools.cache
