@@ -2,7 +2,7 @@
 
 One file carries the config (`config_dict`, read by the engine's ModelConfig), the tokenizer and
 chat template (`tokenizer`: vocabulary.py for byte-level BPE, transformers' GGUF support for others) and the
-tensors (`open`).
+tensors (`open`). A byte-level file of an architecture whose config is complete runs without transformers.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ class GGUFFormat(CheckpointFormat):
 
     @classmethod
     def tokenizer(cls, path: Path):
-        """transformers' tokenizer built from the file's vocabulary, merges, special tokens and chat template: a
-        byte-level BPE vocabulary by kernelbay_gguf.vocabulary (no second parse, no transformers `models` import),
-        any other (sentencepiece, or a folder whose tokenizer_config.json names the class) by transformers."""
+        """The tokenizer built from the file's vocabulary, merges, special tokens and chat template: a byte-level BPE
+        vocabulary by kernelbay_gguf.vocabulary (no second parse, no transformers import), any other (sentencepiece,
+        or a folder whose tokenizer_config.json names the class) by transformers."""
         parsed = read_gguf(path, TokenizerError)
         try:
             if is_byte_level(parsed.metadata) and not (path.parent / "tokenizer_config.json").exists():

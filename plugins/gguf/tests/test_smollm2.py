@@ -82,14 +82,14 @@ def test_kernelbay_run_on_a_folder_holding_the_gguf(smollm2):
     assert done.stdout.strip(), "no completion printed"
 
 
-def test_kernelbay_run_imports_no_transformers_models_package(smollm2):
-    """`kernelbay run FILE.gguf` (config, byte-level tokenizer, codes, chat prompt, answer) leaves transformers'
-    `models` package (~0.4 s of import) unimported."""
+def test_kernelbay_run_imports_no_transformers(smollm2):
+    """`kernelbay run FILE.gguf` (config, byte-level tokenizer, codes, chat prompt, answer) imports no transformers
+    (~0.5 s and ~18 MiB of import)."""
     code = (
         "import sys\nfrom kernelbay.cli import main\n"
         "code = main(['run', sys.argv[1], '--prompt', 'Say hi', '--max-tokens', '4'])\nassert not code, code\n"
     )
-    done = run_fresh(code, str(smollm2), absent=["transformers.models"])
+    done = run_fresh(code, str(smollm2), absent=["transformers"])
     assert done.stdout.strip(), "no completion printed"
 
 

@@ -128,12 +128,15 @@ def test_smollm2_tokenizer_is_what_autotokenizer_builds(smollm2):
     assert_same_tokenizer(Tokenizer(smollm2).hf, theirs)
 
 
-def test_a_byte_level_tokenizer_imports_no_transformers_models(tmp_path):
-    """Building a GGUF file's byte-level tokenizer leaves transformers' `models` package (~0.4 s) unimported
+def test_a_byte_level_tokenizer_imports_no_transformers(tmp_path):
+    """Building a GGUF file's byte-level tokenizer, encoding and rendering its chat template import no transformers
     (subprocess)."""
     path = _with_tokenizer(tmp_path / "llama", "llama")
-    code = f"from kernelbay_engine.tokenizer import Tokenizer; assert Tokenizer({str(path)!r}).encode('the weather')"
-    run_fresh(code, absent=["transformers.models"])
+    code = (
+        f"from kernelbay_engine.tokenizer import Tokenizer; tokenizer = Tokenizer({str(path)!r}); "
+        "assert tokenizer.encode('the weather'); assert tokenizer.encode_chat([{'role': 'user', 'content': 'hi'}])"
+    )
+    run_fresh(code, absent=["transformers"])
 
 
 def test_a_folder_declaring_its_tokenizer_class_is_left_to_autotokenizer(tmp_path):

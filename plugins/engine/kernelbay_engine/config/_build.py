@@ -12,6 +12,7 @@ from kernelbay.errors import ConfigError
 
 from . import _geometry as geo
 from ._fields import Fields
+from ._file_config import WeightFileConfig
 from ._layers import ConfigSignature, LayerPlan, config_signature, resolve_layers
 from ._llama import is_llama_parse, llama_config_parameters
 from ._loading import (
@@ -89,8 +90,10 @@ def build_from_hf_config(record: type[ModelConfig], hf_config, encoder_only: boo
 
 
 def _parsed(hf_config) -> dict[str, Any]:
-    """transformers' view of the config, legacy attribute names (`n_embd`) included."""
+    """transformers' view of the config, legacy attribute names (`n_embd`) included (a weight file's: its fields)."""
     parsed = hf_config.to_dict()
+    if isinstance(hf_config, WeightFileConfig):
+        return parsed
     (PretrainedConfig,) = transformers_names("PretrainedConfig")
     if type(hf_config) is PretrainedConfig:  # its to_dict writes the class's model_type (""), not the config's
         parsed["model_type"] = hf_config.model_type
@@ -114,7 +117,7 @@ def _build(record: type[ModelConfig], f: Fields, hf_config, folder: Path | None,
     if encoder:
         plan = LayerPlan((LayerKind.ENCODER,) * n_layers)
     else:
-        plan = resolve_layers(f, rules, n_layers, max_positions, _signature(geometry_config))
+        plan = resolve_layers(f, rules, n_layers, max_positions, lambda: _signature(geometry_config))
     kv_heads = _layer_kv_heads(f, plan, heads)
     position_embedding = rules.ask("position_embedding") or resolve_position_embedding(f, mla)
     return record(
@@ -160,6 +163,9 @@ def _signature(config) -> ConfigSignature | None:
     PretrainedConfig (known without importing the class), else its own class's."""
     if is_llama_parse(config):
         return ConfigSignature("LlamaConfig", llama_config_parameters())
+    if isinstance(config, WeightFileConfig):  # the generic class's parse it stands for
+        (PretrainedConfig,) = transformers_names("PretrainedConfig")
+        return config_signature(PretrainedConfig)
     return config_signature(type(config))
 
 

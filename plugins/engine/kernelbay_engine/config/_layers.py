@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,9 @@ class ConfigSignature:
     parameters: frozenset[str]
 
 
+Signature = Callable[[], "ConfigSignature | None"]  # asked only where it decides (a weight file's: no import)
+
+
 def config_signature(config_class: type) -> ConfigSignature | None:
     """transformers' config class's signature; None for a plugin's or the folder's class (taken at its word), or one
     whose signature cannot be read."""
@@ -78,15 +82,14 @@ def config_signature(config_class: type) -> ConfigSignature | None:
         return None
 
 
-def resolve_layers(
-    f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, signature: ConfigSignature | None
-) -> LayerPlan:
-    """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary."""
+def resolve_layers(f: Fields, rules: FamilyRules, n_layers: int, max_positions: int, signature: Signature) -> LayerPlan:
+    """Which attention each layer runs, the window and chunk sizes, and per-layer KV heads if they vary
+    (`signature()`: the config class's, asked only where a window or chunk size is given)."""
     plan = rules.ask("layers") or _generic_plan(f, n_layers, signature)
     return _drop_window_beyond_context(f, _with_sizes(f, plan), max_positions)
 
 
-def _generic_plan(f: Fields, n_layers: int, signature: ConfigSignature | None) -> LayerPlan:
+def _generic_plan(f: Fields, n_layers: int, signature: Signature) -> LayerPlan:
     listed = f.get("layer_types")  # as written, else as the config class computed them
     if listed is not None:  # an older spelling of a kind means today's (as transformers remaps it)
         return LayerPlan(tuple(LEGACY_KINDS.get(kind, kind) for kind in listed))
@@ -105,7 +108,7 @@ def _with_sizes(f: Fields, plan: LayerPlan) -> LayerPlan:
     return dataclasses.replace(plan, sliding_window=window, attention_chunk_size=chunk)
 
 
-def _sliding_plan(f: Fields, n_layers: int, signature: ConfigSignature | None) -> LayerPlan:
+def _sliding_plan(f: Fields, n_layers: int, signature: Signature) -> LayerPlan:
     window = _sliding_window(f)
     if window is None:
         return LayerPlan((LayerKind.FULL,) * n_layers)
@@ -119,15 +122,16 @@ def _sliding_plan(f: Fields, n_layers: int, signature: ConfigSignature | None) -
     return LayerPlan(kinds, window if LayerKind.SLIDING in kinds else None)
 
 
-def _applies(f: Fields, signature: ConfigSignature | None, parameter: str, value: int, what: str) -> bool:
+def _applies(f: Fields, signature: Signature, parameter: str, value: int, what: str) -> bool:
     """A transformers config class applies `sliding_window` / `attention_chunk_size` only if it takes it as a
     parameter (MistralConfig does, LlamaConfig does not), as the model built from it would; a plugin's or the
     folder's class (no signature) is taken at its word. Ignored with a note otherwise."""
-    if signature is None:
+    taken = signature()
+    if taken is None:
         return True
-    takes = parameter in signature.parameters
+    takes = parameter in taken.parameters
     if not takes:
-        f.notes.append(f"{parameter}={value} ignored: {signature.name} has no {what}")
+        f.notes.append(f"{parameter}={value} ignored: {taken.name} has no {what}")
     return takes
 
 

@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ._file_config import WeightFileConfig
 from ._transformers import transformers_names
 
 # The transformers release whose LlamaConfig this module reproduces; the tests fail on any other, so that an upgrade
@@ -144,9 +145,13 @@ def _has_float_tag(value: Any) -> bool:
 
 def is_llama_parse(config) -> bool:
     """True for a Llama config held in the generic PretrainedConfig (`plain_llama_config`'s, or a weight file's
-    complete one): LlamaConfig is the class it is a parse of."""
+    complete one, `WeightFileConfig`): LlamaConfig is the class it is a parse of."""
+    if getattr(config, "model_type", None) != "llama":
+        return False
+    if isinstance(config, WeightFileConfig):
+        return True
     (PretrainedConfig,) = transformers_names("PretrainedConfig")
-    return type(config) is PretrainedConfig and getattr(config, "model_type", None) == "llama"
+    return type(config) is PretrainedConfig
 
 
 def llama_config_parameters() -> frozenset[str]:

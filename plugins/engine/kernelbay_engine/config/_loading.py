@@ -25,6 +25,7 @@ from kernelbay.errors import (
 )
 
 from ._fields import MAX_LAYERS, check_size
+from ._file_config import WeightFileConfig
 from ._geometry import LAYERS
 from ._llama import plain_llama_config
 from ._transformers import transformers_names
@@ -275,13 +276,12 @@ def weight_file_config_is_complete(file: Path) -> bool:
 
 
 def hf_config_from_dict(file: Path, raw: dict[str, Any]):
-    """The transformers config for a dict read from a weight file: transformers' generic `PretrainedConfig` holding
-    it when its format says it is complete, so neither the model type's class (LlamaConfig's import chain costs
-    ~0.9 s) nor transformers' config tables (its `models` package, ~0.4 s) is imported; else that class's parse
-    (transformers' class or a plugin's)."""
+    """The config for a dict read from a weight file: held as it is (`WeightFileConfig`, what transformers' generic
+    `PretrainedConfig` would hold) when its format says it is complete, so transformers is not imported at all (nor
+    the model type's class: LlamaConfig's import chain costs ~0.9 s); else that class's parse (transformers' class or
+    a plugin's)."""
     if weight_file_config_is_complete(file):
-        (PretrainedConfig,) = transformers_names("PretrainedConfig")
-        return _parse("PretrainedConfig", f"the config read from {file}", lambda: PretrainedConfig.from_dict(raw))
+        return WeightFileConfig(raw)
     cls = config_class_for(raw["model_type"])
     config = {k: v for k, v in raw.items() if k != "model_type"}
     return _parse(cls.__name__, f"the config read from {file}", lambda: cls.from_dict(config))
@@ -290,7 +290,12 @@ def hf_config_from_dict(file: Path, raw: dict[str, Any]):
 def typed_hf_config(hf_config):
     """`hf_config` as its model type's own transformers class (transformers' modeling code reads that class's
     defaults): a complete config read from a weight file, or a plain Llama config.json, is held in the generic
-    `PretrainedConfig`, parsed here again by the class; any other config is returned as it is."""
+    `PretrainedConfig` (or `WeightFileConfig`), parsed here again by the class; any other config is returned as it
+    is."""
+    if isinstance(hf_config, WeightFileConfig):
+        cls = config_class_for(hf_config.model_type)
+        fields = {k: v for k, v in hf_config.to_dict().items() if k != "model_type"}
+        return _parse(cls.__name__, f"the {hf_config.model_type} config", lambda: cls.from_dict(fields))
     (PretrainedConfig,) = transformers_names("PretrainedConfig")
     if type(hf_config) is not PretrainedConfig:
         return hf_config
