@@ -12,9 +12,11 @@ imported). Cases, each a fresh process, interleaved round by round so a change i
 - `llamacpp-run`: `Llama(FILE, n_threads=...)` then `create_chat_completion` of the same prompt, N tokens, greedy,
   in the interpreter of --llamacpp-python (default $LLAMACPP_PYTHON; install the wheel of /work/shared/wheels into
   its own venv: it is not part of kernelbay's install); skipped, with a line saying so, without one;
-- `torch-floor`: `python -c "import torch, transformers"`, what any torch engine pays before its first line;
+- `torch-floor`: `python -c "import torch, transformers"`, what a torch engine reading transformers configs pays
+  before its first line (issue #31's floor);
+- `torch-import`: `python -c "import torch"`, the floor of a GGUF run, which imports no transformers;
 - `kernelbay-explain`: `kernelbay explain CONFIG_FOLDER` on a vendored config.json;
-- `kernelbay-load`: `LLM(FILE, max_num_seqs=1)` timed inside a process that has imported torch, transformers and
+- `kernelbay-load`: `LLM(FILE, max_num_seqs=1)` timed inside a process that has imported torch and
   kernelbay_engine.llm: the file to a model that can take its first token (config, tokenizer, codes packed, cache).
 
 Wall time is a parent's clock around the child (for `kernelbay-load`, the child's own clock around `LLM(...)`);
@@ -47,7 +49,7 @@ print(out["choices"][0]["message"]["content"])
 """
 LOAD_SCRIPT = """
 import sys, time
-import torch, transformers
+import torch
 import kernelbay_engine.llm
 start = time.perf_counter()
 kernelbay_engine.llm.LLM(sys.argv[1], max_num_seqs=1)
@@ -69,6 +71,7 @@ def commands(args) -> dict[str, list[str]]:
     cases = {
         "kernelbay-run": [kernelbay, "run", gguf, "--prompt", PROMPT, "--max-tokens", tokens, "--temperature", "0"],
         "torch-floor": [sys.executable, "-c", "import torch, transformers"],
+        "torch-import": [sys.executable, "-c", "import torch"],
         "kernelbay-explain": [kernelbay, "explain", str(args.config)],
         "kernelbay-load": [sys.executable, "-c", LOAD_SCRIPT, gguf],
     }
@@ -157,6 +160,8 @@ def render(results: dict[str, list[tuple[float, float]]], args, answers: dict[st
     fw = med["torch-floor"][0]
     lines.append(f"- kernelbay explain over `import torch, transformers`: {med['kernelbay-explain'][0] - fw:+.2f} s")
     lines.append(f"- kernelbay run over `import torch, transformers`: {med['kernelbay-run'][0] - fw:+.2f} s")
+    (tw, tr), (kw, kr) = med["torch-import"], med["kernelbay-run"]
+    lines.append(f"- kernelbay run over `import torch` (a GGUF run's floor): {kw - tw:+.2f} s, {kr - tr:+.0f} MiB")
     lines.append(f"- load (`LLM(FILE)`, imports done): {med['kernelbay-load'][0]:.2f} s")
     for name in ("kernelbay-run", "llamacpp-run"):
         if name in answers:

@@ -113,9 +113,10 @@ class Tokenizer:
         try:
             text = self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         except Exception as err:  # the template is the folder's own Jinja code: it can raise anything
+            where = "the file's tokenizer.chat_template" if self.folder.is_file() else "tokenizer_config.json"
             raise TokenizerError(
                 f"the chat template in {str(self.folder)!r} failed ({type(err).__name__}: {err}); "
-                f"fix chat_template in tokenizer_config.json, or pass --raw / a plain prompt"
+                f"fix chat_template in {where}, or pass --raw / a plain prompt"
             ) from err
         return list(self.hf(text, add_special_tokens=False)["input_ids"])
 

@@ -202,9 +202,11 @@ def add_byte_level_tokenizer(
     pre: str = "gpt-2",
     add_bos: bool = False,
     extra_tokens: tuple[tuple[str, gguf.TokenType], ...] = (),
+    chat_template: str | None = None,
 ) -> None:
     """A small GPT-2 style vocabulary as llama.cpp's converter writes one (`tokenizer.ggml.model` "gpt2"): the
-    256 byte symbols, a few merges, three control tokens, `extra_tokens` after them and a chat template."""
+    256 byte symbols, a few merges, three control tokens, `extra_tokens` after them and a chat template (ChatML
+    unless `chat_template` is given)."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode  # the package's attribute is a function
 
     symbols = list(bytes_to_unicode().values())
@@ -221,4 +223,4 @@ def add_byte_level_tokenizer(
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(add_bos)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(CHAT_TEMPLATE if chat_template is None else chat_template)

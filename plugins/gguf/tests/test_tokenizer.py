@@ -12,7 +12,7 @@ from kernelbay_gguf.format import _tokenizer_class
 from kernelbay_gguf.vocabulary import PRE_TOKENIZER_SPLITS, is_byte_level
 from transformers import AutoTokenizer
 
-from kernelbay_engine.tokenizer import Tokenizer
+from kernelbay_engine.tokenizer import Tokenizer, TokenizerError
 from plugins.gguf.tests._tiny import TINY_GGUF
 from plugins.gguf.tests._write import add_byte_level_tokenizer, add_metadata
 from tests._fresh import run_fresh
@@ -137,6 +137,21 @@ def test_a_byte_level_tokenizer_imports_no_transformers(tmp_path):
         "assert tokenizer.encode('the weather'); assert tokenizer.encode_chat([{'role': 'user', 'content': 'hi'}])"
     )
     run_fresh(code, absent=["transformers"])
+
+
+@pytest.mark.parametrize(
+    "template, what",
+    [
+        ("{{ raise_exception('the first message must be the system') }}", "the first message must be the system"),
+        ("{{ messages.__class__.__mro__ }}", "SecurityError"),  # the sandbox: a file's template reaches no Python object
+        ("{% for m in messages %}", "TemplateSyntaxError"),
+    ],
+)
+def test_a_failing_chat_template_names_the_file_and_its_key(tmp_path, template, what):
+    path = _with_tokenizer(tmp_path / "llama", "llama", chat_template=template)
+    with pytest.raises(TokenizerError, match=what) as caught:
+        Tokenizer(path).encode_chat(CHAT)
+    assert str(path) in str(caught.value) and "the file's tokenizer.chat_template" in str(caught.value)
 
 
 def test_a_folder_declaring_its_tokenizer_class_is_left_to_autotokenizer(tmp_path):
