@@ -143,7 +143,7 @@ def test_a_byte_level_tokenizer_imports_no_transformers(tmp_path):
     "template, what",
     [
         ("{{ raise_exception('the first message must be the system') }}", "the first message must be the system"),
-        ("{{ messages.__class__.__mro__ }}", "SecurityError"),  # the sandbox: a file's template reaches no Python object
+        ("{{ messages.__class__.__mro__ }}", "SecurityError"),  # the sandbox: it reaches no Python object
         ("{% for m in messages %}", "TemplateSyntaxError"),
     ],
 )
