@@ -15,6 +15,8 @@ imported). Cases, each a fresh process, interleaved round by round so a change i
 - `torch-floor`: `python -c "import torch, transformers"`, what a torch engine reading transformers configs pays
   before its first line (issue #31's floor);
 - `torch-import`: `python -c "import torch"`, the floor of a GGUF run, which imports no transformers;
+- `torch-and-file`: `import torch`, then the file's bytes read into memory: the memory floor of any torch engine
+  that holds the file's codes (llama.cpp maps and holds the same bytes);
 - `kernelbay-explain`: `kernelbay explain CONFIG_FOLDER` on a vendored config.json;
 - `kernelbay-load`: `LLM(FILE, max_num_seqs=1)` timed inside a process that has imported torch and
   kernelbay_engine.llm: the file to a model that can take its first token (config, tokenizer, codes packed, cache).
@@ -72,6 +74,7 @@ def commands(args) -> dict[str, list[str]]:
         "kernelbay-run": [kernelbay, "run", gguf, "--prompt", PROMPT, "--max-tokens", tokens, "--temperature", "0"],
         "torch-floor": [sys.executable, "-c", "import torch, transformers"],
         "torch-import": [sys.executable, "-c", "import torch"],
+        "torch-and-file": [sys.executable, "-c", "import sys, torch; codes = open(sys.argv[1], 'rb').read()", gguf],
         "kernelbay-explain": [kernelbay, "explain", str(args.config)],
         "kernelbay-load": [sys.executable, "-c", LOAD_SCRIPT, gguf],
     }
@@ -162,6 +165,11 @@ def render(results: dict[str, list[tuple[float, float]]], args, answers: dict[st
     lines.append(f"- kernelbay run over `import torch, transformers`: {med['kernelbay-run'][0] - fw:+.2f} s")
     (tw, tr), (kw, kr) = med["torch-import"], med["kernelbay-run"]
     lines.append(f"- kernelbay run over `import torch` (a GGUF run's floor): {kw - tw:+.2f} s, {kr - tr:+.0f} MiB")
+    fr = med["torch-and-file"][1]
+    lines.append(f"- kernelbay run's peak RSS over torch and the file's bytes: {kr - fr:+.0f} MiB")
+    if "llamacpp-run" in med:
+        lr = med["llamacpp-run"][1]
+        lines.append(f"- torch and the file's bytes alone: {fr / lr:.2f}x llama.cpp's peak RSS")
     lines.append(f"- load (`LLM(FILE)`, imports done): {med['kernelbay-load'][0]:.2f} s")
     for name in ("kernelbay-run", "llamacpp-run"):
         if name in answers:
