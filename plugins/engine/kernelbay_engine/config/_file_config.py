@@ -6,8 +6,8 @@ The format wrote every field kernelbay reads (no class default adds one), so the
 are: `to_dict()` gives them back, each is an attribute, `model_type` and `architectures` among them. Where a part of
 kernelbay needs transformers' own view (the transformers fallback's modeling code, a class signature), it asks
 `typed_hf_config` / `_llama.is_llama_parse`, which treat this as the generic class's parse it stands for.
-plugins/gguf/tests/test_config.py holds the ModelConfig built from it equal to the one built from
-`PretrainedConfig.from_dict` for every GGUF architecture.
+plugins/gguf/tests/test_config.py holds the ModelConfig built from it equal to the one built from transformers' own
+parse of the same file (`AutoConfig.from_pretrained(folder, gguf_file=...)`) for every GGUF architecture.
 """
 
 from __future__ import annotations

@@ -282,9 +282,14 @@ def hf_config_from_dict(file: Path, raw: dict[str, Any]):
     a plugin's)."""
     if weight_file_config_is_complete(file):
         return WeightFileConfig(raw)
+    return _class_parse(raw, f"the config read from {file}")
+
+
+def _class_parse(raw: dict[str, Any], source: str):
+    """`raw` parsed by its model type's config class (transformers' or a plugin's)."""
     cls = config_class_for(raw["model_type"])
     config = {k: v for k, v in raw.items() if k != "model_type"}
-    return _parse(cls.__name__, f"the config read from {file}", lambda: cls.from_dict(config))
+    return _parse(cls.__name__, source, lambda: cls.from_dict(config))
 
 
 def typed_hf_config(hf_config):
@@ -293,9 +298,7 @@ def typed_hf_config(hf_config):
     `PretrainedConfig` (or `WeightFileConfig`), parsed here again by the class; any other config is returned as it
     is."""
     if isinstance(hf_config, WeightFileConfig):
-        cls = config_class_for(hf_config.model_type)
-        fields = {k: v for k, v in hf_config.to_dict().items() if k != "model_type"}
-        return _parse(cls.__name__, f"the {hf_config.model_type} config", lambda: cls.from_dict(fields))
+        return _class_parse(hf_config.to_dict(), f"the {hf_config.model_type} config")
     (PretrainedConfig,) = transformers_names("PretrainedConfig")
     if type(hf_config) is not PretrainedConfig:
         return hf_config
