@@ -6,8 +6,8 @@ The template is a model's own Jinja code, so it runs in jinja2's immutable sandb
 assistant's spans with it; rendered here as its body), `tojson` without HTML escaping, `raise_exception`,
 `strftime_now`, and `dict` / `namespace` that refuse underscore names. Its inputs are plain JSON data (copies: a
 template cannot reach the caller's objects), a message's reasoning under each name templates read, and the
-tokenizer's special tokens (`bos_token`, ...). plugins/gguf/tests/test_tokenizer.py compares the rendered text with
-transformers' for each vendored template shape.
+tokenizer's special tokens (`bos_token`, ...). plugins/engine/tests/test_chat_template.py compares the rendered text
+with transformers' for each template shape, plugins/gguf/tests/test_tokenizer.py on GGUF files' templates.
 """
 
 from __future__ import annotations
@@ -48,9 +48,12 @@ def _plain(value: Any) -> Any:
     placeholder naming its type, so a template reaches no object's methods."""
     if value is None or type(value) in (str, int, float, bool):
         return value
-    for kind in (str, int, float):  # a subclass (an enum, say) back to its base type
-        if isinstance(value, kind):
-            return kind(value) if kind is not str else str.__str__(value)
+    if isinstance(value, str):  # a subclass (an enum, say) back to its base type
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
     if isinstance(value, Mapping):
         return {_plain(key): _plain(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -26,16 +26,15 @@ class WeightFileConfig:
     def __init__(self, fields: dict[str, Any]):
         if not isinstance(fields.get("model_type"), str):
             raise ValueError(f"a weight file's config needs a 'model_type', got {fields!r:.200}")
-        self._fields = copy.deepcopy(fields)
-        for key, value in self._fields.items():
-            object.__setattr__(self, key, copy.deepcopy(value))
+        vars(self).update(copy.deepcopy(fields))
 
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(self._fields)
+        """The fields as they are now (a copy), as PretrainedConfig's to_dict reads its attributes."""
+        return copy.deepcopy(vars(self))
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> WeightFileConfig:
         """Itself: a weight file's model is text-only (transformers' answer for a config without parts)."""
         return self
 
     def __repr__(self) -> str:
-        return f"WeightFileConfig({self._fields!r})"
+        return f"WeightFileConfig({vars(self)!r})"
